@@ -1,0 +1,97 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_argcheck
+short_description: Parse a rendered SGLang command line with the installed SGLang
+description:
+  - Runs the node's server Python and lets the installed SGLang parse the arguments exactly as
+    the server will (C(sglang.srt.server_args.prepare_server_args)), so a typo or a flag removed
+    in the pinned release fails in seconds, before a 60-minute weight load.
+  - Read-only; runs the same in check mode.
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  python:
+    description: Python interpreter of the server environment.
+    type: path
+    required: true
+  parser:
+    description: "C(module:function) that takes the argument list and raises or exits on error."
+    type: str
+    default: sglang.srt.server_args:prepare_server_args
+  args:
+    description: Server arguments, without the interpreter and launch module.
+    type: list
+    elements: str
+    required: true
+  timeout:
+    description: Seconds allowed for importing SGLang and parsing.
+    type: int
+    default: 180
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Let SGLang parse the rendered arguments
+  sglang_argcheck:
+    python: /opt/sglang-fleet/venv/bin/python
+    args: ["--model-path", "/models/Kimi-K2.5", "--tp-size", "8"]
+"""
+
+RETURN = r"""
+parser:
+  description: The parser that accepted the arguments.
+  returned: success
+  type: str
+  sample: sglang.srt.server_args:prepare_server_args
+"""
+
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+_RUNNER = (
+    "import importlib, sys\n"
+    "mod, _, fn = sys.argv[1].partition(':')\n"
+    "getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            parser=dict(type="str", default="sglang.srt.server_args:prepare_server_args"),
+            args=dict(type="list", elements="str", required=True, no_log=False),
+            timeout=dict(type="int", default=180),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    cmd = [p["python"], "-c", _RUNNER, p["parser"]] + p["args"]
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=p["timeout"])
+    except OSError as exc:
+        module.fail_json(msg="cannot run the server Python %s: %s; check the install step"
+                         % (p["python"], exc))
+    except subprocess.TimeoutExpired:
+        module.fail_json(msg="parsing the arguments took over %ss" % p["timeout"])
+    if proc.returncode != 0:
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
+        module.fail_json(msg="SGLang rejected the rendered arguments: %s" % " | ".join(tail),
+                         rc=proc.returncode)
+    module.exit_json(changed=False, parser=p["parser"])
+
+
+if __name__ == "__main__":
+    main()

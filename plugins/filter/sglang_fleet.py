@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Controller-side glue: Ansible templates call the sglang_fleet package, which builds and
+# renders the LaunchSpec in one place for the playbooks, the CLI and the simulator.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sglang_fleet.render import render_files
+    from sglang_fleet.sim.hardware import sim_devices, sim_model_config
+    from sglang_fleet.spec import build_launch_spec, group_consistency_errors
+except ImportError as exc:  # pragma: no cover - depends on the controller environment
+    _IMPORT_ERROR = exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _need_package():
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "the sglang_fleet Python package is not importable by ansible-playbook (%s); "
+            "run the README's set-up command, or `pip install -e .` in the controller "
+            "environment" % _IMPORT_ERROR)
+
+
+def launch_spec(settings, host, group_members=None, dist_init_host=None):
+    _need_package()
+    return build_launch_spec(dict(settings), str(host),
+                             list(group_members) if group_members else None,
+                             str(dist_init_host) if dist_init_host else None)
+
+
+def render(spec, secrets=None, masked=False):
+    _need_package()
+    return render_files(spec, dict(secrets or {}), masked=bool(masked))
+
+
+def group_errors(specs):
+    _need_package()
+    return group_consistency_errors(dict(specs))
+
+
+def sim_devices_filter(spec):
+    _need_package()
+    return sim_devices(spec)
+
+
+def sim_model_config_filter(spec):
+    _need_package()
+    return sim_model_config(spec)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "sglang_fleet_launch_spec": launch_spec,
+            "sglang_fleet_render": render,
+            "sglang_fleet_group_errors": group_errors,
+            "sglang_fleet_sim_devices": sim_devices_filter,
+            "sglang_fleet_sim_model_config": sim_model_config_filter,
+        }

@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Finding a deployment's processes by membership, never by name: every process a deployment
+# starts inherits SGLANG_FLEET_DEPLOYMENT=<host>:<deployment>, so orphans reparented to PID 1
+# are found too. Pure Python on /proc, shared by the service, stop and recovery code.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import signal
+import time
+
+MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
+
+
+def _read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (OSError, IOError):
+        return None
+
+
+def process_info(pid):
+    stat = _read("/proc/%d/stat" % pid)
+    if stat is None:
+        return None
+    head, _, tail = stat.rpartition(")")
+    fields = tail.split()
+    cmdline = _read("/proc/%d/cmdline" % pid, "rb") or b""
+    return {
+        "pid": pid,
+        "comm": head.split("(", 1)[-1],
+        "state": fields[0],
+        "ppid": int(fields[1]),
+        "pgid": int(fields[2]),
+        "sid": int(fields[3]),
+        "utime_ticks": int(fields[11]),
+        "stime_ticks": int(fields[12]),
+        "cmdline": cmdline.replace(b"\0", b" ").decode("utf-8", "replace").strip(),
+    }
+
+
+def environ_of(pid):
+    raw = _read("/proc/%d/environ" % pid, "rb")
+    if raw is None:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def all_pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def own_lineage():
+    """This process and its ancestors: never signalled, whatever they carry."""
+    pids = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        info = process_info(pid)
+        if info is None:
+            break
+        pid = info["ppid"]
+    return pids
+
+
+def deployment_processes(marker):
+    """Every live process whose environment carries this deployment's marker."""
+    skip = own_lineage()
+    found = []
+    for pid in all_pids():
+        if pid in skip:
+            continue
+        env = environ_of(pid)
+        if not env or env.get(MARKER_VAR) != marker:
+            continue
+        info = process_info(pid)
+        if info is not None and info["state"] not in ("Z", "X"):
+            found.append(info)
+    return sorted(found, key=lambda p: p["pid"])
+
+
+def signal_pids(pids, sig):
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            sent.append(pid)
+        except OSError:
+            pass
+    return sent
+
+
+def wait_until_gone(marker, timeout, poll=0.1):
+    """Poll until no process carries the marker; returns those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deployment_processes(marker)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(poll)
+
+
+def stop_deployment(marker, term_timeout, kill_timeout=10.0, skip_term=False):
+    """TERM every member (unless skipped), wait, then KILL what is left; report each step."""
+    report = {"term_sent": [], "kill_sent": [], "remaining": []}
+    members = deployment_processes(marker)
+    if not members:
+        return report
+    if not skip_term:
+        report["term_sent"] = signal_pids([p["pid"] for p in members], signal.SIGTERM)
+        members = wait_until_gone(marker, term_timeout)
+    if members:
+        report["kill_sent"] = signal_pids([p["pid"] for p in members], signal.SIGKILL)
+        members = wait_until_gone(marker, kill_timeout)
+    report["remaining"] = members
+    return report

@@ -1,0 +1,93 @@
+"""Render a LaunchSpec into the files a node runs: launch script, env file (0600), systemd unit."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+MASK = "********"
+HEADER = "# Managed by sglang-fleet: changes here are overwritten by the next deploy."
+
+
+def _argv_word(item: Any) -> str:
+    if isinstance(item, dict) and "env" in item:
+        # Secret reference: expanded at exec time from the env file, never written literally.
+        return f'"${{{item["env"]}}}"'
+    return shlex.quote(str(item))
+
+
+def launch_script(spec: dict[str, Any]) -> str:
+    paths = spec["paths"]
+    words = [_argv_word(a) for a in spec["argv"]]
+    lines = [
+        "#!/usr/bin/env bash",
+        HEADER,
+        f"# Deployment {spec['marker']}, configuration {spec['config_hash']}, "
+        f"SGLang {spec['sglang_version']}.",
+        "set -euo pipefail",
+        "# The env file holds the environment and the secrets (mode 0600); both service",
+        "# managers run this script, so it loads the file itself.",
+        "set -a",
+        f". {shlex.quote(paths['env_file'])}",
+        "set +a",
+        f"cd {shlex.quote(paths['root'])}",
+        "exec " + " \\\n    ".join(words),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False) -> str:
+    """KEY='value' lines sourced by bash. `secrets` maps secret variable names to values."""
+    lines = [HEADER]
+    for name in sorted(spec["env"]):
+        lines.append(f"{name}={shlex.quote(spec['env'][name])}")
+    for name in spec["secret_env_names"]:
+        value = MASK if masked else secrets[name]
+        lines.append(f"{name}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def systemd_unit(spec: dict[str, Any]) -> str:
+    paths, service = spec["paths"], spec["service"]
+    return "\n".join([
+        HEADER,
+        "[Unit]",
+        f"Description=SGLang server {spec['marker']} (sglang-fleet, config {spec['config_hash']})",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=exec",
+        f"User={service['user']}",
+        f"WorkingDirectory={paths['root']}",
+        f"ExecStart={paths['script']}",
+        # The whole cgroup is this server: stop kills every worker and nothing else.
+        "KillMode=control-group",
+        "KillSignal=SIGTERM",
+        f"TimeoutStopSec={service['stop_timeout']}",
+        # No restart loop: a hang or crash must stay visible to the gate and to recovery.
+        "Restart=no",
+        f"StandardOutput=append:{paths['log_file']}",
+        f"StandardError=append:{paths['log_file']}",
+        "LimitNOFILE=1048576",
+        "LimitMEMLOCK=infinity",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
+                 masked: bool = False) -> dict[str, str | None]:
+    """All files of one deployment. With masked=True secrets are replaced by asterisks."""
+    secrets = secrets or {}
+    missing = [n for n in spec["secret_env_names"] if n not in secrets]
+    if missing and not masked:
+        raise ValueError(f"secret values missing for {missing}")
+    return {
+        "script": launch_script(spec),
+        "env": env_file(spec, secrets, masked=masked),
+        "unit": systemd_unit(spec) if spec["service"]["manager"] == "systemd" else None,
+    }
