@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
-# Finding a deployment's processes by membership, never by name: every process a deployment
-# starts inherits SGLANG_FLEET_DEPLOYMENT=<host>:<deployment>, so orphans reparented to PID 1
-# are found too. Pure Python on /proc, shared by the service, stop and recovery code.
+# Finding a deployment's processes by membership, never by name. Three signals, any one
+# suffices: the environment marker SGLANG_FLEET_DEPLOYMENT=<host>:<deployment> inherited by
+# every child (SPT_NOENV=1 keeps setproctitle from erasing it), the supervisor's session id,
+# and the systemd unit's cgroup. All three survive reparenting, so orphans are found too.
+# Pure Python on /proc, shared by the service, stop and recovery code.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -70,18 +72,30 @@ def own_lineage():
     return pids
 
 
-def deployment_processes(marker):
-    """Every live process whose environment carries this deployment's marker."""
+def cgroup_of(pid):
+    return _read("/proc/%d/cgroup" % pid) or ""
+
+
+def deployment_processes(marker, session_id=None, unit=None):
+    """Every live process of the deployment: marker in its environment, or in the
+    supervisor's session, or in the systemd unit's cgroup."""
     skip = own_lineage()
+    unit_suffix = "/" + unit if unit else None
     found = []
     for pid in all_pids():
         if pid in skip:
             continue
-        env = environ_of(pid)
-        if not env or env.get(MARKER_VAR) != marker:
-            continue
         info = process_info(pid)
-        if info is not None and info["state"] not in ("Z", "X"):
+        if info is None or info["state"] in ("Z", "X"):
+            continue
+        member = session_id is not None and info["sid"] == session_id
+        if not member and unit_suffix:
+            member = any(line.rstrip().endswith(unit_suffix)
+                         for line in cgroup_of(pid).splitlines())
+        if not member:
+            env = environ_of(pid)
+            member = bool(env) and env.get(MARKER_VAR) == marker
+        if member:
             found.append(info)
     return sorted(found, key=lambda p: p["pid"])
 
@@ -97,27 +111,28 @@ def signal_pids(pids, sig):
     return sent
 
 
-def wait_until_gone(marker, timeout, poll=0.1):
-    """Poll until no process carries the marker; returns those still alive at the deadline."""
+def wait_until_gone(marker, timeout, poll=0.1, session_id=None, unit=None):
+    """Poll until no member is left; returns those still alive at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        left = deployment_processes(marker)
+        left = deployment_processes(marker, session_id, unit)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(poll)
 
 
-def stop_deployment(marker, term_timeout, kill_timeout=10.0, skip_term=False):
+def stop_deployment(marker, term_timeout, kill_timeout=10.0, skip_term=False,
+                    session_id=None, unit=None):
     """TERM every member (unless skipped), wait, then KILL what is left; report each step."""
     report = {"term_sent": [], "kill_sent": [], "remaining": []}
-    members = deployment_processes(marker)
+    members = deployment_processes(marker, session_id, unit)
     if not members:
         return report
     if not skip_term:
         report["term_sent"] = signal_pids([p["pid"] for p in members], signal.SIGTERM)
-        members = wait_until_gone(marker, term_timeout)
+        members = wait_until_gone(marker, term_timeout, session_id=session_id, unit=unit)
     if members:
         report["kill_sent"] = signal_pids([p["pid"] for p in members], signal.SIGKILL)
-        members = wait_until_gone(marker, kill_timeout)
+        members = wait_until_gone(marker, kill_timeout, session_id=session_id, unit=unit)
     report["remaining"] = members
     return report

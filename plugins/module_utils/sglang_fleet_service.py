@@ -16,7 +16,10 @@ import os
 import subprocess
 import time
 
-from ansible.module_utils import sglang_fleet_procs as procs
+try:
+    from ansible.module_utils import sglang_fleet_procs as procs
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_procs as procs
 
 
 def files_digest(paths):
@@ -58,9 +61,13 @@ class Supervisor(object):
         self.state_file = state_file
         self.workdir = workdir
 
+    def _session(self):
+        # start_new_session makes the main pid the session id every child inherits.
+        return (_read_json(self.state_file) or {}).get("pid")
+
     def status(self):
         state = _read_json(self.state_file) or {}
-        members = procs.deployment_processes(self.marker)
+        members = procs.deployment_processes(self.marker, self._session())
         main_pid = state.get("pid")
         running = any(p["pid"] == main_pid for p in members)
         return {"running": running, "pid": main_pid if running else None,
@@ -96,7 +103,7 @@ class Supervisor(object):
         return child.pid
 
     def stop(self, timeout):
-        report = procs.stop_deployment(self.marker, timeout)
+        report = procs.stop_deployment(self.marker, timeout, session_id=self._session())
         _mark_stopped(self.state_file)
         return report
 
@@ -136,7 +143,7 @@ class Systemd(object):
         pid = int(props.get("MainPID") or 0) or None
         return {"running": running, "pid": pid if running else None,
                 "digest": state.get("digest"),
-                "members": procs.deployment_processes(self.marker),
+                "members": procs.deployment_processes(self.marker, unit=self.unit),
                 "started_at": state.get("started_at")}
 
     def start(self, digest):
@@ -150,6 +157,6 @@ class Systemd(object):
     def stop(self, timeout):
         self._systemctl("stop", self.unit)
         # KillMode=control-group ends the cgroup; the sweep catches anything that escaped it.
-        report = procs.stop_deployment(self.marker, timeout)
+        report = procs.stop_deployment(self.marker, timeout, unit=self.unit)
         _mark_stopped(self.state_file)
         return report

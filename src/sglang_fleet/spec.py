@@ -431,6 +431,9 @@ def build_launch_spec(
 
     marker = f"{host}:{deployment}"
     env[MARKER_VAR] = marker
+    # SGLang renames its workers with setproctitle, which by default reuses the environ area
+    # and so erases the marker from /proc/PID/environ; SPT_NOENV keeps the environment intact.
+    env["SPT_NOENV"] = "1"
     if install_mode == "simulator":
         env.update({
             "SGLANG_SIM_GPU_DIR": f"{root}/sim/gpus",

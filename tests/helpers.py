@@ -1,0 +1,229 @@
+"""Shared test helpers: real ansible-playbook runs against a simulated fleet in a temp folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ROLE_DEFAULTS = REPO / "roles" / "sglang_server" / "defaults" / "main.yml"
+_RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)"
+                    r"\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
+
+
+def role_defaults() -> dict[str, Any]:
+    return yaml.safe_load(ROLE_DEFAULTS.read_text())
+
+
+def ansible_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    return env
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    output: str
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def changed_hosts(self) -> set[str]:
+        return {h for h, r in self.recap.items() if r["changed"]}
+
+    def failed_hosts(self) -> set[str]:
+        return {h for h, r in self.recap.items() if r["failed"] or r["unreachable"]}
+
+
+def run_playbook(playbook: str, inventory: Path | str, extra: dict[str, Any] | None = None,
+                 *args: str, timeout: float = 600) -> PlaybookRun:
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *args]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    out = proc.stdout + proc.stderr
+    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued",
+                             "ignored"), map(int, m[1:]), strict=True))
+             for m in _RECAP.findall(out)}
+    return PlaybookRun(proc.returncode, out, recap)
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free consecutive loopback ports."""
+    for _ in range(200):
+        base = random.randint(32000, 60000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port block")
+
+
+@dataclass
+class SimFleet:
+    """A copy of the default inventory whose nodes live under a temp root on free ports."""
+
+    inventory: Path
+    root: Path
+    base_port: int
+    hosts: list[str]
+    extra: dict[str, Any]
+
+    def host_root(self, host: str) -> Path:
+        return self.root / host
+
+    def port(self, host: str) -> int:
+        return self.base_port + self.hosts.index(host)
+
+    def marker(self, host: str) -> str:
+        return f"{host}:Kimi-K2.5-{self.port(host)}"
+
+    def url(self, host: str) -> str:
+        return f"http://127.0.0.1:{self.port(host)}"
+
+    def deploy(self, *args: str, extra: dict[str, Any] | None = None) -> PlaybookRun:
+        return run_playbook("deploy.yml", self.inventory, {**self.extra, **(extra or {})}, *args)
+
+    def stop(self, *args: str) -> PlaybookRun:
+        return run_playbook("playbooks/stop.yml", self.inventory, self.extra, *args)
+
+    def set_host_vars(self, host: str, values: dict[str, Any]) -> None:
+        path = self.inventory / "host_vars" / f"{host}.yml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(values))
+
+    def main_pid(self, host: str) -> int | None:
+        state = self.host_root(host) / "run" / f"Kimi-K2.5-{self.port(host)}.pid"
+        try:
+            return json.loads(state.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def log_file(self, host: str) -> Path:
+        return self.host_root(host) / "logs" / f"Kimi-K2.5-{self.port(host)}.log"
+
+    def processes(self, host: str) -> list[dict[str, Any]]:
+        from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+        return deployment_processes(self.marker(host))
+
+    def kill_leftovers(self) -> None:
+        """Safety net after a test: end processes carrying this fleet's markers, nothing else."""
+        from sglang_fleet_node.sglang_fleet_procs import stop_deployment
+        for host in self.hosts:
+            stop_deployment(self.marker(host), term_timeout=5)
+
+
+def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01) -> SimFleet:
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventory" / "local", inventory)
+    names = [f"sim-node-{i}" for i in range(1, 5)]
+    if hosts < 4:
+        data = yaml.safe_load((inventory / "hosts.yml").read_text())
+        members = data["all"]["children"]["sglang_servers"]["hosts"]
+        for name in names[hosts:]:
+            del members[name]
+        (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
+        names = names[:hosts]
+    base = free_port_block(len(names))
+    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
+             "sglang_server_sim_time_factor": time_factor,
+             "sglang_server_ready_poll_interval": 1}
+    return SimFleet(inventory, tmp / "nodes", base, names, extra)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
+    """Poll until predicate() is truthy; returns its value or raises on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def http_status(url: str, **kwargs: Any) -> int | None:
+    try:
+        return requests.get(url, timeout=kwargs.pop("timeout", 30), **kwargs).status_code
+    except requests.RequestException:
+        return None
+
+
+@dataclass
+class SimProcess:
+    proc: subprocess.Popen
+    log_path: Path
+    marker: str
+    port: int
+    gpu_dir: Path
+    shm_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_bytes().decode(errors="replace")  # keep \r redraws
+
+    def lines(self) -> list[str]:
+        return [x for x in re.split(r"[\r\n]+", self.log()) if x.strip()]
+
+    def stop(self) -> None:
+        from sglang_fleet_node.sglang_fleet_procs import stop_deployment
+        stop_deployment(self.marker, term_timeout=5)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "",
+              env: dict[str, str] | None = None, gpus: int = 8,
+              model_arch: str = "DeepseekV3ForCausalLM") -> SimProcess:
+    """Start sglang-sim directly (no Ansible) on a provisioned simulated node in `tmp`."""
+    from sglang_fleet.sim.runtime import GB
+    gpu_dir, model, shm = tmp / "gpus", tmp / "model", tmp / "shm"
+    for d in (gpu_dir, model, shm):
+        d.mkdir(parents=True, exist_ok=True)
+    (gpu_dir / "devices.json").write_text(json.dumps([
+        {"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition (simulated)",
+         "uuid": f"GPU-sim-{i}", "compute_capability": [12, 0],
+         "memory_total": int(95.59 * GB), "interconnect": "pcie"} for i in range(gpus)]))
+    for i in range(gpus):
+        (gpu_dir / f"nvidia{i}").touch()
+    (model / "config.json").write_text(json.dumps({"architectures": [model_arch]}))
+    for i in range(1, 5):
+        with open(model / f"model-{i:05d}-of-00004.safetensors", "wb") as f:
+            f.truncate(65536)
+    port = free_port_block(1)
+    marker = f"simtest:{port}"
+    log_path = tmp / "server.log"
+    full_env = dict(os.environ, SGLANG_SIM_GPU_DIR=str(gpu_dir), SGLANG_SIM_SHM_DIR=str(shm),
+                    SGLANG_SIM_TIME_FACTOR=str(time_factor), SGLANG_SIM_FAULT=fault,
+                    SGLANG_FLEET_DEPLOYMENT=marker, SPT_NOENV="1", **(env or {}))
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_fleet.sim.launch_server", "--model-path", str(model),
+             "--served-model-name", "Kimi-K2.5", "--port", str(port), *flags],
+            stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    return SimProcess(proc, log_path, marker, port, gpu_dir, shm)

@@ -1,0 +1,23 @@
+"""Every role's meta/argument_specs.yml mirrors its defaults, option for option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import REPO
+
+ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "defaults" / "main.yml").exists())
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_mirror_defaults(role: Path):
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    options = spec["argument_specs"]["main"]["options"]
+    assert set(options) == set(defaults)
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+        assert name.startswith(role.name + "_"), f"{name} lacks the role prefix"
+        assert options[name].get("description"), name

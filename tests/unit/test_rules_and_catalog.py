@@ -1,0 +1,55 @@
+"""The reviewed data files: rules, SGLang releases, NCCL names."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_fleet.catalog import nccl_did_you_mean, sglang_versions, sim_profile
+from sglang_fleet.rules import load_rules, matching_rules, parse_rules
+
+INCIDENT = {"attention_backend": "flashinfer", "model_family": "MLA",
+            "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,
+            "custom_all_reduce": True, "cuda_graph": True, "sglang_version": "0.5.23"}
+
+
+def test_every_rule_has_symptom_source_fix_and_a_simulated_failure():
+    rules = load_rules()
+    assert {"flashinfer-mla-sm120-graph-capture-hang",
+            "trtllm-mla-sm120-prefill-unsupported"} <= {r.id for r in rules}
+    for rule in rules:
+        assert rule.symptom and rule.source
+        assert rule.fix_variable.startswith("sglang_server_")
+        assert rule.simulate["kind"] in ("hang", "crash", "oom")
+
+
+def test_incident_matches_only_the_graph_capture_rule():
+    assert [r.id for r in matching_rules(INCIDENT)] == ["flashinfer-mla-sm120-graph-capture-hang"]
+    assert matching_rules({**INCIDENT, "attention_backend": "triton"}) == []
+
+
+def test_compute_capability_matches_as_text():
+    assert matching_rules({**INCIDENT, "compute_capability": 12.0})
+
+
+def test_duplicate_rule_ids_are_refused():
+    entry = {"id": "x", "match": {}, "symptom": "s", "source": "s",
+             "fix": {"variable": "v", "value": 1}}
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_rules([entry, entry])
+
+
+def test_releases_know_their_backends_and_removed_flags():
+    versions = sglang_versions()
+    assert "cutlass_mla" not in versions["0.5.23"]["attention_backends"]
+    assert "--cuda-graph-max-bs" in versions["0.5.23"]["removed_flags"]
+
+
+def test_nccl_did_you_mean():
+    assert nccl_did_you_mean("NCCL_P2P_LEVL") == "NCCL_P2P_LEVEL"
+    assert nccl_did_you_mean("NCCL_ZZZZZZZZZZZZ") is None
+
+
+def test_sim_profile_unknown_name_lists_known():
+    assert sim_profile("kimi-k2.5-rtxpro6000-tp8")["decode_tok_s"]["base"] == 63.6
+    with pytest.raises(KeyError, match="kimi-k2.5-rtxpro6000-tp8"):
+        sim_profile("nope")
