@@ -86,7 +86,7 @@ class _Writer(object):
         if not os.path.isdir(path):
             self.written.append(path)
             if not self.check_mode:
-                os.makedirs(path)
+                os.makedirs(path, exist_ok=True)
 
     def text(self, path, content):
         try:
@@ -97,16 +97,18 @@ class _Writer(object):
             pass
         self.written.append(path)
         if not self.check_mode:
-            with open(path + ".tmp", "w") as f:
+            # Nodes of a simulated group may provision a shared model folder at once.
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "w") as f:
                 f.write(content)
-            os.rename(path + ".tmp", path)
+            os.rename(tmp, path)
 
     def sparse(self, path, size, mode=None):
         if os.path.exists(path):
             return
         self.written.append(path)
         if not self.check_mode:
-            with open(path, "wb") as f:
+            with open(path, "ab") as f:  # append mode: a concurrent creator loses nothing
                 f.truncate(size)
             if mode is not None:
                 os.chmod(path, mode)

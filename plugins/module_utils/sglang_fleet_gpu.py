@@ -46,11 +46,11 @@ def _nvml_snapshot():
     try:
         import pynvml
     except ImportError:
-        raise GpuUnavailable("nvidia-ml-py (module pynvml) is not installed on this node")
+        raise GpuUnavailable("nvidia-ml-py (module pynvml) is not installed on this node") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        raise GpuUnavailable("NVML init failed: %s (driver not loaded?)" % exc)
+        raise GpuUnavailable("NVML init failed: %s (driver not loaded?)" % exc) from exc
     try:
         out = []
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -84,7 +84,7 @@ def gpu_snapshot(backend, sim_dir=None, timeout=10.0):
         try:
             return simgpu.snapshot(sim_dir)
         except (OSError, ValueError) as exc:
-            raise GpuUnavailable("simulated GPUs unreadable in %s: %s" % (sim_dir, exc))
+            raise GpuUnavailable("simulated GPUs unreadable in %s: %s" % (sim_dir, exc)) from exc
     if backend == "nvml":
         return _with_timeout(_nvml_snapshot, timeout)
     raise GpuUnavailable("unknown GPU backend %r (use nvml or simulated)" % backend)

@@ -78,8 +78,7 @@ class Supervisor(object):
         for path in (os.path.dirname(self.log_file), os.path.dirname(self.state_file)):
             if not os.path.isdir(path):
                 os.makedirs(path)
-        log = open(self.log_file, "ab")
-        try:
+        with open(self.log_file, "ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(("\n===== sglang-fleet: start %s config-digest %s at %s =====\n"
                        % (self.marker, digest, stamp)).encode())
@@ -90,11 +89,10 @@ class Supervisor(object):
                 "LANG": os.environ.get("LANG", "C.UTF-8"),
                 procs.MARKER_VAR: self.marker,
             }
+            # The child keeps its own copy of the log descriptor after this block closes ours.
             child = subprocess.Popen(
                 [self.script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.workdir, env=env, close_fds=True, start_new_session=True)
-        finally:
-            log.close()
         _write_json_atomic(self.state_file, {"pid": child.pid, "digest": digest,
                                              "started_at": time.time(),
                                              "marker": self.marker})

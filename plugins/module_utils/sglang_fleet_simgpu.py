@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import json
 import os
 
@@ -35,8 +36,8 @@ def _pid_alive(pid):
 def record_allocation(gpu_dir, index, pid, used_bytes, held_after_exit=False):
     """Set (not add) what process `pid` holds on device `index`; written atomically."""
     ledger = os.path.join(gpu_dir, LEDGER_DIR)
-    if not os.path.isdir(ledger):
-        os.makedirs(ledger)
+    # All workers of a server record at once: creating the folder must tolerate the race.
+    os.makedirs(ledger, exist_ok=True)
     path = os.path.join(ledger, "%d-%d.json" % (index, pid))
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -65,10 +66,8 @@ def read_allocations(gpu_dir):
             result.append(entry)
         else:
             # Memory of an exited process is released, as the driver does; drop the record.
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(ledger, name))
-            except OSError:
-                pass
     return result
 
 

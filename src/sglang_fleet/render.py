@@ -18,7 +18,16 @@ def _argv_word(item: Any) -> str:
 
 def launch_script(spec: dict[str, Any]) -> str:
     paths = spec["paths"]
-    words = [_argv_word(a) for a in spec["argv"]]
+    # One line per flag with its value(s), so a reviewer reads the command as SGLang sees it.
+    lines_of_argv: list[str] = []
+    for item in spec["argv"]:
+        word = _argv_word(item)
+        starts_flag = isinstance(item, str) and item.startswith("--")
+        if lines_of_argv and not starts_flag and (len(lines_of_argv) == 1 or
+                                                  lines_of_argv[-1].startswith("--")):
+            lines_of_argv[-1] += " " + word
+        else:
+            lines_of_argv.append(word)
     lines = [
         "#!/usr/bin/env bash",
         HEADER,
@@ -31,7 +40,7 @@ def launch_script(spec: dict[str, Any]) -> str:
         f". {shlex.quote(paths['env_file'])}",
         "set +a",
         f"cd {shlex.quote(paths['root'])}",
-        "exec " + " \\\n    ".join(words),
+        "exec " + " \\\n    ".join(lines_of_argv),
         "",
     ]
     return "\n".join(lines)

@@ -28,7 +28,8 @@ def project_dir() -> Path:
 @contextmanager
 def playbook_run(playbook: str, inventory: str | None = None, limit: str | None = None,
                  extravars: dict[str, Any] | None = None,
-                 private_data_dir: str | None = None) -> Iterator[ansible_runner.Runner]:
+                 private_data_dir: str | None = None,
+                 cmdline: str | None = None) -> Iterator[ansible_runner.Runner]:
     """Run a playbook; the runner (events, stats) is readable inside the `with` block.
 
     Without private_data_dir the artifacts go to a temporary folder removed afterwards.
@@ -42,6 +43,7 @@ def playbook_run(playbook: str, inventory: str | None = None, limit: str | None 
         project_dir=str(project), playbook=str(project / playbook), quiet=True,
         envvars=envvars, extravars=extravars or {}, limit=limit,
         inventory=str(Path(inventory).resolve()) if inventory else None,
+        cmdline=cmdline,
     )
     if private_data_dir:
         os.makedirs(private_data_dir, exist_ok=True)

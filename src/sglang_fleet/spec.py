@@ -8,6 +8,7 @@ host, the variable, the bad value and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -251,10 +252,8 @@ def build_launch_spec(
         max_bs = c.integer("cuda_graph_max_bs", 1, 4096)
     mem_frac = c.get("mem_fraction_static")
     if isinstance(mem_frac, str):
-        try:
+        with contextlib.suppress(ValueError):
             mem_frac = float(mem_frac)
-        except ValueError:
-            pass
     if mem_frac is not None and (
         isinstance(mem_frac, bool) or not isinstance(mem_frac, int | float)
         or not 0 < float(mem_frac) < 1
@@ -507,8 +506,9 @@ def _group_view(spec: dict[str, Any]) -> dict[str, Any]:
         i = argv.index("--node-rank")
         del argv[i:i + 2]
     return {"argv": argv[1:], "version": spec["sglang_version"],
+            # The simulator's SGLANG_SIM_* name each node's own simulated hardware.
             "env": {k: v for k, v in spec["env"].items() if k.startswith(("NCCL_", "SGLANG_"))
-                    and k not in (MARKER_VAR, CONFIG_VAR)}}
+                    and not k.startswith("SGLANG_SIM_") and k not in (MARKER_VAR, CONFIG_VAR)}}
 
 
 def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
@@ -534,8 +534,9 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
                           f"group_vars/{name}")
         prints = {s["group"]["fingerprint"] for s in members}
         if len(prints) > 1:
+            seen = ", ".join(f"{s['host']}={s['group']['fingerprint']}" for s in members)
             errors.append(f"group {name}: members render different server arguments "
-                          f"({', '.join(s['host'] + '=' + s['group']['fingerprint'] for s in members)}). "
+                          f"({seen}). "
                           f"Fix: set the sglang_server_* variables in group_vars/{name}, not "
                           f"per host")
     return errors

@@ -6,11 +6,12 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 import requests
-from helpers import http_status, start_sim, wait_for
 
+from helpers import http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -193,8 +194,8 @@ def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(tmp_path):
                    if p["cmdline"] == "sglang::scheduler_TP0")
 
         def counters():
-            io = dict(line.split(": ") for line in open(f"/proc/{tp0['pid']}/io").read()
-                      .splitlines())
+            io_text = Path(f"/proc/{tp0['pid']}/io").read_text()
+            io = dict(line.split(": ") for line in io_text.splitlines())
             return int(io["syscw"]), procs.process_info(tp0["pid"])["utime_ticks"]
 
         writes0, cpu0 = counters()

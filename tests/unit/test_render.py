@@ -6,7 +6,6 @@ import os
 import subprocess
 
 from helpers import role_defaults
-
 from sglang_fleet.render import render_files
 from sglang_fleet.spec import build_launch_spec
 
@@ -68,7 +67,7 @@ def test_secrets_only_in_the_env_file(tmp_path):
     assert "SGLANG_FLEET_API_KEY=sk-live-abc" in files["env"]
     masked = render_files(spec, masked=True)
     assert "sk-live-abc" not in masked["env"] and "********" in masked["env"]
-    assert '--api-key \\\n    "${SGLANG_FLEET_API_KEY}"' in files["script"]
+    assert '--api-key "${SGLANG_FLEET_API_KEY}"' in files["script"]
 
 
 def test_systemd_unit_is_a_kill_boundary_without_restart_loop(tmp_path):

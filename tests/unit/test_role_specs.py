@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from helpers import REPO
 
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "defaults" / "main.yml").exists())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import role_defaults
 
+from helpers import role_defaults
 from sglang_fleet.spec import build_launch_spec, group_consistency_errors
 
 

@@ -1,4 +1,4 @@
-"""A simulated `sglang::detokenizer` process: present, titled like SGLang's, dies with its parent."""
+"""A simulated `sglang::detokenizer`: present, titled like SGLang's, dies with its parent."""
 
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ class SimRuntime:
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
 
-    def fault_at(self, phase: str, kinds: tuple[str, ...] = ("hang", "crash", "oom")) -> Fault | None:
+    def fault_at(self, phase: str,
+                 kinds: tuple[str, ...] = ("hang", "crash", "oom")) -> Fault | None:
         for f in self.faults:
             if f.kind in kinds and f.phase == phase:
                 return f
@@ -117,7 +118,8 @@ def effective_backend(rt: SimRuntime) -> str:
 
 def rule_faults(rt: SimRuntime) -> list[Fault]:
     """A configuration that matches a Rule fails the way the Rule says real servers fail."""
-    cc = "%d.%d" % tuple(rt.devices[0]["compute_capability"])
+    major, minor = rt.devices[0]["compute_capability"]
+    cc = f"{major}.{minor}"
     facts = {
         "attention_backend": effective_backend(rt),
         "model_family": rt.model_family,

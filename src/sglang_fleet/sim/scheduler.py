@@ -9,6 +9,7 @@ fault or a matching Rule says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
@@ -44,7 +45,8 @@ class Scheduler:
         self.total = rt.devices[self.gpu]["memory_total"]
         self.used = 0
         self.leak = rt.has("leak_memory")
-        self.device = open(simgpu.device_path(rt.gpu_dir, self.gpu), "rb")  # held like /dev/nvidiaN
+        # Held open for the process's life, as a CUDA process holds /dev/nvidiaN.
+        self.device = open(simgpu.device_path(rt.gpu_dir, self.gpu), "rb")  # noqa: SIM115
 
     def avail_gb(self) -> float:
         return (self.total - self.used) / GB
@@ -94,10 +96,8 @@ class Scheduler:
         while True:
             if self.rank == 0:
                 os.write(write_end, b"\x01")
-                try:
+                with contextlib.suppress(BlockingIOError):
                     os.read(read_end, 64)
-                except BlockingIOError:
-                    pass
                 spin_until = time.monotonic() + 0.03
                 while time.monotonic() < spin_until:
                     pass
@@ -153,10 +153,12 @@ class Scheduler:
             start = time.monotonic()
             for n, bs in enumerate(reversed(sizes), start=1):
                 elapsed = time.monotonic() - start
+                done, total = n - 1, len(sizes)
+                rate = done / elapsed if elapsed > 0 else 0.0
+                eta = clock(per_batch * (total - done))
                 self.bar(f"Capturing batches (bs={bs} avail_mem={avail:.2f} GB): "
-                         f"{100 * (n - 1) / len(sizes):3.0f}%|{'█' * ((n - 1) * 10 // len(sizes)):<10}| "
-                         f"{n - 1}/{len(sizes)} [{clock(elapsed)}<{clock(per_batch * (len(sizes) - n + 1))}, "
-                         f"{(n - 1) / elapsed if elapsed > 0 else 0:5.2f}it/s]", last=False)
+                         f"{100 * done / total:3.0f}%|{'█' * (done * 10 // total):<10}| "
+                         f"{done}/{total} [{clock(elapsed)}<{eta}, {rate:5.2f}it/s]", last=False)
                 if n == 2:
                     self.check_fault("capturing_cuda_graph")
                 time.sleep(per_batch)

@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# The one vocabulary every tool speaks: start-up phases and gate verdicts. Pure Python: shipped
+# to nodes as module_utils and imported by the controller package as sglang_fleet_node.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+PHASES = (
+    "launching",
+    "loading_weights",
+    "allocating_kv_cache",
+    "capturing_cuda_graph",
+    "starting_http",
+    "warming_up",
+    "serving",
+)
+
+READY = "ready"
+PROGRESSING = "progressing"
+STALLED = "stalled"
+CRASHED = "crashed"
+UNHEALTHY = "unhealthy"
+GPU_FAULT = "gpu_fault"
+ABSENT = "absent"
+VERDICTS = (READY, PROGRESSING, STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
+# Verdicts that end a gate: the host failed and goes to recovery.
+FAILED_VERDICTS = (STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
+
+# Stall windows (seconds without progress) for a 1000B-parameter model; smaller models scale
+# down to a floor. Graph capture gets longer: first-run FlashInfer JIT compiles can sit for
+# minutes with no bar movement (SGLang #7324).
+BASE_STALL_WINDOW_S = {
+    "launching": 300,
+    "loading_weights": 300,
+    "allocating_kv_cache": 180,
+    "capturing_cuda_graph": 600,
+    "starting_http": 120,
+    "warming_up": 300,
+}
+# Hard ceilings (seconds in a phase, progress or not) for a 1000B model.
+BASE_CEILING_S = {
+    "launching": 1800,
+    "loading_weights": 7200,
+    "allocating_kv_cache": 900,
+    "capturing_cuda_graph": 3600,
+    "starting_http": 600,
+    "warming_up": 1800,
+}
+MIN_SCALE = 0.25
+
+
+def scale_for_model(size_b):
+    """Windows grow with model size: 1000B -> 1.0, 70B -> 0.25 (floor)."""
+    try:
+        return max(MIN_SCALE, min(4.0, float(size_b) / 1000.0))
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def default_windows(size_b):
+    scale = scale_for_model(size_b)
+    return ({p: int(v * scale) for p, v in BASE_STALL_WINDOW_S.items()},
+            {p: int(v * scale) for p, v in BASE_CEILING_S.items()})
+
+
+# NVIDIA's recommended action per Xid (reference: gpu-and-processes.md).
+XID_ACTIONS = {
+    13: "restart the application", 31: "restart the application",
+    43: "ignore (application error)", 94: "restart the application",
+    45: "follow the earlier Xid", 48: "reset the GPU, check ECC counters",
+    63: "nothing now; the pending row remap activates at the next reset",
+    46: "reset the GPU", 64: "reset the GPU", 95: "reset the GPU", 109: "reset the GPU",
+    119: "reset the GPU", 120: "reset the GPU",
+    74: "follow the NVLink error workflow", 79: "reboot or power-cycle the node",
+}
+# Xids that leave the GPU healthy (application errors), as NVIDIA's device plugin treats them.
+APPLICATION_XIDS = (13, 31, 43, 45, 68)

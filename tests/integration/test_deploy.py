@@ -1,0 +1,102 @@
+"""Real ansible-playbook runs of deploy.yml and stop.yml against a simulated fleet."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+import requests
+
+from helpers import http_status, make_fleet
+from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    fleet = make_fleet(tmp_path_factory.mktemp("fleet"))
+    first = fleet.deploy()
+    fleet.first_run = first
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def test_first_deploy_brings_every_host_to_ready(fleet):
+    run = fleet.first_run
+    assert run.rc == 0, run.output[-3000:]
+    assert set(run.recap) == set(fleet.hosts) and not run.failed_hosts()
+    for host in fleet.hosts:
+        assert f"{host}: ready at {fleet.url(host)}" in run.output
+        assert http_status(fleet.url(host) + "/health") == 200
+        titles = sorted(p["cmdline"] for p in fleet.processes(host))
+        assert titles.count("sglang::detokenizer") == 1
+        assert [t for t in titles if t.startswith("sglang::scheduler_TP")] == [
+            f"sglang::scheduler_TP{i}" for i in range(8)]
+
+
+def test_files_have_the_right_modes(fleet):
+    conf = fleet.host_root("sim-node-1") / "conf"
+    port = fleet.port("sim-node-1")
+    env_mode = stat.S_IMODE((conf / f"Kimi-K2.5-{port}.env").stat().st_mode)
+    script_mode = stat.S_IMODE((conf / f"Kimi-K2.5-{port}.launch.sh").stat().st_mode)
+    assert env_mode == 0o600 and script_mode == 0o755
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o750
+
+
+def test_second_run_changes_nothing_and_restarts_nothing(fleet):
+    pids = {h: fleet.main_pid(h) for h in fleet.hosts}
+    run = fleet.deploy("-e", "sglang_fleet_serial=2")
+    assert run.rc == 0, run.output[-3000:]
+    assert run.changed_hosts() == set()
+    assert {h: fleet.main_pid(h) for h in fleet.hosts} == pids
+    assert run.output.count("PLAY [Deploy SGLang servers]") == 2  # two serial batches
+
+
+def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):
+    pids = {h: fleet.main_pid(h) for h in fleet.hosts}
+    fleet.set_host_vars("sim-node-3", {"sglang_server_num_continuous_decode_steps": 4})
+    try:
+        run = fleet.deploy("--check", "--diff")
+        assert run.rc == 0, run.output[-3000:]
+        assert run.changed_hosts() == {"sim-node-3"}
+        assert "+    --num-continuous-decode-steps 4 \\" in run.output
+        script = (fleet.host_root("sim-node-3") / "conf" /
+                  f"Kimi-K2.5-{fleet.port('sim-node-3')}.launch.sh").read_text()
+        assert "--num-continuous-decode-steps" not in script
+        assert {h: fleet.main_pid(h) for h in fleet.hosts} == pids
+    finally:
+        (fleet.inventory / "host_vars" / "sim-node-3.yml").unlink()
+
+
+def test_one_variable_change_restarts_only_that_server(fleet):
+    pids = {h: fleet.main_pid(h) for h in fleet.hosts}
+    fleet.set_host_vars("sim-node-2", {"sglang_server_num_continuous_decode_steps": 4})
+    run = fleet.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    assert run.changed_hosts() == {"sim-node-2"}
+    after = {h: fleet.main_pid(h) for h in fleet.hosts}
+    assert after["sim-node-2"] != pids["sim-node-2"]
+    assert {h: p for h, p in after.items() if h != "sim-node-2"} == {
+        h: p for h, p in pids.items() if h != "sim-node-2"}
+    assert "sim-node-2: ready" in run.output and "restarted" in run.output
+    assert http_status(fleet.url("sim-node-2") + "/health") == 200
+    log = fleet.log_file("sim-node-2").read_text()
+    assert log.count("===== sglang-fleet: start") == 2, "the first run's log is kept"
+    info = requests.get(fleet.url("sim-node-2") + "/server_info", timeout=5).json()
+    assert info["num_continuous_decode_steps"] == 4
+
+
+def test_stop_ends_every_process_keeps_logs_and_frees_gpus(fleet):
+    run = fleet.stop()
+    assert run.rc == 0, run.output[-3000:]
+    assert run.changed_hosts() == set(fleet.hosts)
+    for host in fleet.hosts:
+        assert fleet.processes(host) == []
+        assert fleet.log_file(host).exists()
+        snap = gpu_snapshot("simulated", str(fleet.host_root(host) / "sim" / "gpus"))
+        assert all(d["memory_used"] == 0 and not d["processes"] for d in snap)
+    again = fleet.stop()
+    assert again.rc == 0 and again.changed_hosts() == set()
+    assert "not running" in again.output

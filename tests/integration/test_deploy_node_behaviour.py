@@ -1,0 +1,120 @@
+"""Deploy behaviour on the node: leaked shm, multi-node groups, the pip install path."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from helpers import BIN, REPO, http_status, make_fleet
+from sglang_fleet.runner import playbook_run
+from sglang_fleet_node import sglang_fleet_procs as procs
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def one_node(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=1)
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def test_leaked_shm_segments_of_the_last_run_are_removed(one_node):
+    assert one_node.deploy().rc == 0
+    shm = one_node.host_root("sim-node-1") / "shm"
+    old_pid = one_node.main_pid("sim-node-1")
+    leaked = shm / f"psm_sglang_sim_{old_pid}"
+    assert leaked.exists()
+    unrelated = shm / "psm_someone_else"
+    unrelated.write_bytes(b"x")
+    os.utime(unrelated, (time.time() - 86400,) * 2)  # older than our last start: not ours
+    # SIGKILL skips cleanup, as in the incident's kill -9.
+    report = procs.stop_deployment(one_node.marker("sim-node-1"), 0, skip_term=True,
+                                   session_id=old_pid)
+    assert report["kill_sent"] and leaked.exists()
+    run = one_node.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    assert not leaked.exists()
+    assert unrelated.exists()
+    assert (shm / f"psm_sglang_sim_{one_node.main_pid('sim-node-1')}").exists()
+
+
+def test_two_simulated_nodes_form_one_tp16_server(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=2)
+    # Like a real group, both nodes share the model path and the port (only rank 0 binds it).
+    (fleet.inventory / "group_vars" / "tp16.yml").write_text(
+        "sglang_server_group: tp16\nsglang_server_tp: 16\n"
+        "sglang_server_dist_init_host: 127.0.0.1\n"
+        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
+        f"sglang_server_model_path: {tmp_path}/shared-models/Kimi-K2.5\n")
+    hosts = (fleet.inventory / "hosts.yml").read_text()
+    (fleet.inventory / "hosts.yml").write_text(hosts + (
+        "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n"))
+    try:
+        run = fleet.deploy()
+        assert run.rc == 0, run.output[-3000:]
+        assert "sim-node-1: ready" in run.output and "sim-node-2: ready" not in run.output
+        assert http_status(fleet.url("sim-node-1") + "/health") == 200
+        assert http_status(fleet.url("sim-node-2") + "/health", timeout=2) is None  # unused
+        from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+        marker = f"sim-node-2:Kimi-K2.5-{fleet.port('sim-node-1')}"
+        rank1 = sorted(p["cmdline"] for p in deployment_processes(marker)
+                       if p["cmdline"].startswith("sglang::scheduler"))
+        assert rank1 == sorted(f"sglang::scheduler_TP{i}" for i in range(8, 16))
+        script = (fleet.host_root("sim-node-2") / "conf" /
+                  f"Kimi-K2.5-{fleet.port('sim-node-1')}.launch.sh").read_text()
+        assert "--nnodes 2" in script and "--node-rank 1" in script
+        assert "--dist-init-addr 127.0.0.1:20000" in script
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_pip_install_path_in_check_mode(tmp_path):
+    """The real install path cannot run here (no GPUs, no SGLang wheel deps): check mode shows
+    what it would do, with the exact arguments, and touches nothing."""
+    fleet = make_fleet(tmp_path, hosts=1)
+    extra = {**fleet.extra, "sglang_server_install_mode": "pip",
+             "sglang_server_python": "/usr/bin/python3",
+             "sglang_server_root": str(tmp_path / "opt")}
+    with playbook_run("deploy.yml", inventory=str(fleet.inventory), extravars=extra,
+                      private_data_dir=str(tmp_path / "runner"),
+                      cmdline="--check") as run:
+        events = list(run.events)
+        assert run.rc == 0, "\n".join(e.get("stdout", "") for e in events)[-3000:]
+    pip = next(e["event_data"]["res"] for e in events
+               if e["event"] == "runner_on_ok"
+               and e["event_data"]["task"].startswith("Install the pinned SGLang"))
+    args = pip["invocation"]["module_args"]
+    assert args["name"] == ["sglang[all]==0.5.23", "py-spy"]
+    assert args["virtualenv"] == str(tmp_path / "opt" / "venv")
+    assert args["virtualenv_command"] == "/usr/bin/python3 -m venv"
+    assert pip["changed"] is True
+    script_task = next(e["event_data"]["res"] for e in events
+                       if e["event"] == "runner_on_ok"
+                       and e["event_data"]["task"] == "Write the launch script")
+    assert script_task["changed"] is True
+    assert not (tmp_path / "opt").exists(), "check mode writes nothing"
+    rendered = [e for e in events if e["event"] == "runner_on_ok"
+                and e["event_data"]["task"] == "Start the server, restarting it only if its "
+                                               "launch files changed"]
+    assert rendered and rendered[0]["event_data"]["res"]["action"] == "started"
+    assert str(BIN) and REPO  # the venv's ansible-playbook ran this
+
+
+def test_leaked_memory_fault_keeps_gpu_memory_after_kill(tmp_path):
+    from helpers import start_sim, wait_for
+    from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
+    sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
+                    fault="leak_memory")
+    wait_for(lambda: "fired up" in sim.log(), timeout=60)
+    procs.stop_deployment(sim.marker, 0, skip_term=True)
+    sim.proc.wait(5)
+    snap = gpu_snapshot("simulated", str(sim.gpu_dir))
+    assert all(d["memory_used"] > 80 * 1024**3 for d in snap[:4])
+    assert all(d["processes"] == [] for d in snap)
+    assert json.loads((sim.gpu_dir / "devices.json").read_text())[0]["index"] == 0

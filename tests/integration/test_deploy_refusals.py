@@ -1,0 +1,84 @@
+"""Deploys that must stop early, loudly, and without harm."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import make_fleet
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def one_node(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=1)
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def test_bad_nccl_name_fails_before_touching_any_node(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=2)
+    run = fleet.deploy(extra={"sglang_server_nccl_profile": {"NCCL_P2P_LEVL": "SYS"}})
+    assert run.rc != 0
+    assert "host sim-node-1: sglang_server_nccl_profile='NCCL_P2P_LEVL'" in run.output
+    assert "did you mean NCCL_P2P_LEVEL?" in run.output
+    assert not fleet.root.exists(), "nothing may be written to a node"
+
+
+def test_known_bad_rule_is_refused_with_its_fix(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=1)
+    run = fleet.deploy(extra={"sglang_server_attention_backend": "flashinfer"})
+    assert run.rc != 0
+    assert "flashinfer-mla-sm120-graph-capture-hang" in run.output
+    assert "set sglang_server_attention_backend: 'triton'" in run.output
+    assert not fleet.root.exists()
+
+
+def test_overridden_rule_deploys_and_the_server_really_hangs(one_node):
+    run = one_node.deploy(extra={
+        "sglang_server_attention_backend": "flashinfer",
+        "sglang_server_allow_rules": ["flashinfer-mla-sm120-graph-capture-hang"],
+        "sglang_server_ready_timeout": 6})
+    assert run.rc != 0
+    assert "deploying despite flashinfer-mla-sm120-graph-capture-hang" in run.output
+    assert "did not answer 200 within 6 s" in run.output
+    assert "Capture target decode CUDA graph begin" in run.output  # the log tail
+    assert len(one_node.processes("sim-node-1")) == 10, "hung, not crashed"
+    stop = one_node.stop()
+    assert stop.rc == 0 and one_node.processes("sim-node-1") == []
+
+
+def test_gpu_count_mismatch_is_caught_by_preflight(one_node):
+    run = one_node.deploy(extra={"sglang_server_sim_gpu_count": 4})
+    assert run.rc != 0
+    assert "the node has 4 GPU(s)" in run.output
+    assert "sglang_server_gpu_count=8" in run.output
+    assert one_node.processes("sim-node-1") == []
+
+
+def test_installed_sglang_rejects_a_bad_flag_in_seconds(one_node):
+    run = one_node.deploy(extra={"sglang_server_extra_args": ["--no-such-flag"]})
+    assert run.rc != 0
+    assert "SGLang rejected the rendered arguments" in run.output
+    assert "unrecognized arguments: --no-such-flag" in run.output
+    assert one_node.processes("sim-node-1") == []
+    assert not one_node.log_file("sim-node-1").exists()
+
+
+def test_api_key_stays_out_of_output_script_and_log(one_node):
+    secret = "sk-fleet-test-0123456789"
+    run = one_node.deploy("-vv", extra={"sglang_server_api_key": secret,
+                                        "sglang_server_hf_token": "hf_testtoken987"})
+    assert run.rc == 0, run.output[-3000:]
+    assert secret not in run.output and "hf_testtoken987" not in run.output
+    root = one_node.host_root("sim-node-1")
+    port = one_node.port("sim-node-1")
+    assert secret not in (root / "conf" / f"Kimi-K2.5-{port}.launch.sh").read_text()
+    assert secret in (root / "conf" / f"Kimi-K2.5-{port}.env").read_text()
+    assert secret not in one_node.log_file("sim-node-1").read_text()
+    import requests
+    url = one_node.url("sim-node-1")
+    assert requests.get(url + "/v1/models", timeout=5).status_code == 401
+    assert requests.get(url + "/v1/models", timeout=5,
+                        headers={"Authorization": f"Bearer {secret}"}).status_code == 200

@@ -1,0 +1,55 @@
+"""`sglang-fleet render` through ansible-runner, against golden files per inventory.
+
+Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import BIN, REPO
+
+GOLDEN = REPO / "tests" / "fixtures" / "golden"
+CASES = [
+    ("inventory/local", "sim-node-1"),
+    ("inventory/examples/rtxpro6000-fleet", "gpu-node-01"),
+    ("inventory/examples/tp16-two-nodes", "gpu-a01"),
+    ("inventory/examples/tp16-two-nodes", "gpu-a02"),
+]
+
+
+def normalise(text: str) -> str:
+    # The local fleet's paths (and so its hash) depend on where the checkout lives.
+    text = text.replace(str(REPO), "<repo>").replace(sys.executable, "<python>")
+    text = text.replace(str(BIN / "python3"), "<python>")
+    return re.sub(r"(config |configuration |SGLANG_FLEET_CONFIG=)[0-9a-f]{12}", r"\1<hash>", text)
+
+
+@pytest.mark.parametrize("inventory,host", CASES, ids=[f"{i.split('/')[-1]}-{h}"
+                                                       for i, h in CASES])
+def test_render_matches_golden(inventory, host):
+    env = dict(os.environ, SGLANG_API_KEY="sk-example-must-not-appear")
+    proc = subprocess.run([str(BIN / "sglang-fleet"), "render", "-i", inventory, host],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "sk-example-must-not-appear" not in proc.stdout
+    text = normalise(proc.stdout)
+    golden = GOLDEN / f"{inventory.split('/')[-1]}-{host}.txt"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_render_reports_validation_errors_with_exit_2(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  children:\n    sglang_servers:\n      hosts:\n        n1:\n"
+                   "          sglang_server_tp: 99\n")
+    proc = subprocess.run([str(BIN / "sglang-fleet"), "render", "-i", str(inv), "n1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "host n1: sglang_server_tp=99" in proc.stderr
