@@ -66,10 +66,10 @@ kept_in_use:
 """
 
 import fnmatch
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_files import read_json
 from ansible.module_utils.sglang_fleet_procs import deployment_processes
 
 
@@ -95,9 +95,8 @@ def _paths_in_use(shm_dir):
 
 def _last_start(state_file):
     try:
-        with open(state_file) as f:
-            return float(json.load(f)["started_at"])
-    except (OSError, IOError, ValueError, KeyError, TypeError):
+        return float((read_json(state_file) or {})["started_at"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -125,6 +125,10 @@ class SimFleet:
         from sglang_fleet_node.sglang_fleet_procs import deployment_processes
         return deployment_processes(self.marker(host))
 
+    def server_processes(self, host: str) -> list[dict[str, Any]]:
+        """The server's own processes, without the supervisor's waiting shell."""
+        return [p for p in self.processes(host) if not p["cmdline"].startswith("/bin/sh -c")]
+
     def kill_leftovers(self) -> None:
         """Safety net after a test: end processes carrying this fleet's markers, nothing else."""
         from sglang_fleet_node.sglang_fleet_procs import stop_deployment
@@ -144,9 +148,13 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01) -> SimFleet
         (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
         names = names[:hosts]
     base = free_port_block(len(names))
-    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
-             "sglang_server_sim_time_factor": time_factor,
-             "sglang_server_ready_poll_interval": 1}
+    # Test speed settings go in the group's vars, so that a host's own vars can override them.
+    group_vars = inventory / "group_vars" / "sglang_servers.yml"
+    settings = yaml.safe_load(group_vars.read_text())
+    settings.update(sglang_server_sim_time_factor=time_factor,
+                    sglang_server_gate_poll_interval=1)
+    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base}
     return SimFleet(inventory, tmp / "nodes", base, names, extra)
 
 

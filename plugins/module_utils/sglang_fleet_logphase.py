@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import time
 
 RUN_SEPARATOR = "===== sglang-fleet: start "
 
@@ -21,6 +22,7 @@ _PHASE_MARKS = (
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)")
 _CAPTURE = re.compile(r"Capturing batches \([^)]*\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
 _ACCESS = re.compile(r"\] INFO:\s+\S+ - \"")
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\]")
 _FAILURES = (
     ("warmup_failed", re.compile(r"Initialization failed\. warmup error")),
     ("scheduler_exception", re.compile(r"Scheduler hit an exception")),
@@ -52,14 +54,22 @@ def parse_log(text):
     shards = capture = None
     failures = []
     meaningful = 0
+    phase_ts = last_ts = None
+    last_is_bar = False
     for line in lines:
         if line.startswith(RUN_SEPARATOR):
             continue
-        if not _ACCESS.search(line):
+        access = bool(_ACCESS.search(line))
+        stamp = _timestamp(line)
+        if not access:
             meaningful += 1
+            if stamp is not None:
+                last_ts = stamp
+            last_is_bar = stamp is None
         for name, pattern in _PHASE_MARKS:
             if pattern.search(line):
                 phase = name
+                phase_ts = stamp if stamp is not None else phase_ts
         m = _SHARDS.search(line)
         if m:
             shards = [int(m.group(2)), int(m.group(3))]
@@ -80,9 +90,24 @@ def parse_log(text):
         "capture": capture,
         "failures": failures,
         "meaningful_lines": meaningful,
+        # Epoch seconds of the line that entered the phase and of the last timestamped line;
+        # whether the last meaningful line is an untimestamped progress bar redraw.
+        "phase_started_at": phase_ts,
+        "last_line_at": last_ts,
+        "last_line_is_bar": last_is_bar,
         "error_lines": error_lines,
         "last_lines": [line.strip()[:500] for line in lines[-15:]],
     }
+
+
+def _timestamp(line):
+    m = _STAMP.match(line)
+    if not m:
+        return None
+    try:
+        return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def progress_text(parsed):

@@ -23,6 +23,26 @@ def _read(path, mode="r"):
         return None
 
 
+# SGLang takes its API key on the command line: never report it.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+MASK = "********"
+
+
+def mask_argv(args):
+    out, hide_next = [], False
+    for arg in args:
+        flag, eq, _ = arg.partition("=")
+        if hide_next:
+            out.append(MASK)
+        elif eq and flag in SECRET_FLAGS:
+            arg = flag + "=" + MASK
+            out.append(arg)
+        else:
+            out.append(arg)
+        hide_next = not hide_next and arg in SECRET_FLAGS
+    return out
+
+
 def process_info(pid):
     stat = _read("/proc/%d/stat" % pid)
     if stat is None:
@@ -39,7 +59,7 @@ def process_info(pid):
         "sid": int(fields[3]),
         "utime_ticks": int(fields[11]),
         "stime_ticks": int(fields[12]),
-        "cmdline": cmdline.replace(b"\0", b" ").decode("utf-8", "replace").strip(),
+        "cmdline": " ".join(mask_argv(cmdline.decode("utf-8", "replace").split("\0"))).strip(),
     }
 
 

@@ -11,15 +11,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import json
 import os
 import subprocess
 import time
 
 try:
     from ansible.module_utils import sglang_fleet_procs as procs
+    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_procs as procs
+    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
 
 
 def files_digest(paths):
@@ -32,21 +33,6 @@ def files_digest(paths):
         except (OSError, IOError):
             digest.update(b"<missing>")
     return digest.hexdigest()[:16]
-
-
-def _write_json_atomic(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.rename(tmp, path)
-
-
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, IOError, ValueError):
-        return None
 
 
 class ServiceError(Exception):
@@ -63,10 +49,10 @@ class Supervisor(object):
 
     def _session(self):
         # start_new_session makes the main pid the session id every child inherits.
-        return (_read_json(self.state_file) or {}).get("pid")
+        return (read_json(self.state_file) or {}).get("pid")
 
     def status(self):
-        state = _read_json(self.state_file) or {}
+        state = read_json(self.state_file) or {}
         members = procs.deployment_processes(self.marker, self._session())
         main_pid = state.get("pid")
         running = any(p["pid"] == main_pid for p in members)
@@ -89,11 +75,16 @@ class Supervisor(object):
                 "LANG": os.environ.get("LANG", "C.UTF-8"),
                 procs.MARKER_VAR: self.marker,
             }
+            exit_file = self.state_file + ".exit"
+            if os.path.exists(exit_file):
+                os.unlink(exit_file)
             # The child keeps its own copy of the log descriptor after this block closes ours.
+            # A small shell waits for the server and records its exit status for the gate.
             child = subprocess.Popen(
-                [self.script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                ["/bin/sh", "-c", '"$0"; echo "$?" > "$1"', self.script, exit_file],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.workdir, env=env, close_fds=True, start_new_session=True)
-        _write_json_atomic(self.state_file, {"pid": child.pid, "digest": digest,
+        write_json_atomic(self.state_file, {"pid": child.pid, "digest": digest,
                                              "started_at": time.time(),
                                              "marker": self.marker})
         # Detached: the server outlives this module; init reaps it.
@@ -108,10 +99,10 @@ class Supervisor(object):
 
 def _mark_stopped(state_file):
     # Keep the record (start time, digest): shm cleanup dates the last run by it.
-    state = _read_json(state_file)
+    state = read_json(state_file)
     if state is not None:
         state.update(pid=None, stopped_at=time.time())
-        _write_json_atomic(state_file, state)
+        write_json_atomic(state_file, state)
 
 
 class Systemd(object):
@@ -136,7 +127,7 @@ class Systemd(object):
     def status(self):
         out = self._systemctl("show", "-p", "ActiveState,MainPID", self.unit)
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        state = _read_json(self.state_file) or {}
+        state = read_json(self.state_file) or {}
         running = props.get("ActiveState") in ("active", "activating")
         pid = int(props.get("MainPID") or 0) or None
         return {"running": running, "pid": pid if running else None,
@@ -148,7 +139,7 @@ class Systemd(object):
         self._systemctl("daemon-reload")
         self._systemctl("enable", self.unit)
         self._systemctl("restart", self.unit)
-        _write_json_atomic(self.state_file, {"digest": digest, "started_at": time.time(),
+        write_json_atomic(self.state_file, {"digest": digest, "started_at": time.time(),
                                              "marker": self.marker})
         return self.status()["pid"]
 

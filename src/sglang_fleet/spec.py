@@ -17,6 +17,7 @@ from typing import Any
 
 from sglang_fleet.catalog import nccl_did_you_mean, nccl_variable_names, sglang_versions
 from sglang_fleet.rules import matching_rules
+from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 PREFIX = "sglang_server_"
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
@@ -360,6 +361,25 @@ def build_launch_spec(
             c.warnings.append(f"host {host}: deploying despite {rule.id} "
                               f"(allowed by sglang_server_allow_rules)")
 
+    windows, ceilings = default_windows(c.get("model_size_b"))
+    for short, target in (("gate_stall_windows", windows), ("gate_ceilings", ceilings)):
+        overrides = c.get(short) or {}
+        if not isinstance(overrides, dict):
+            c.error(short, "must map phases to seconds", "e.g. {capturing_cuda_graph: 900}")
+            continue
+        for phase, seconds in overrides.items():
+            if phase not in PHASES[:-1]:
+                c.error(short, f"{phase!r} is not a start-up phase",
+                        f"use one of: {', '.join(PHASES[:-1])}", value=phase)
+            elif isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+                    or seconds <= 0:
+                c.error(short, f"{phase} must be a positive number of seconds",
+                        "e.g. 300", value=seconds)
+            else:
+                target[phase] = seconds
+    poll = c.integer("gate_poll_interval", 1, 300)
+    health_timeout = c.integer("health_timeout", 21, 600)
+
     if c.errors:
         return _result(c, None)
 
@@ -488,6 +508,18 @@ def build_launch_spec(
                   "dist_init_addr": dist_init_addr, "serves_http": node_rank == 0},
         "http": {"url": f"http://{connect_host}:{port}", "port": port},
         "facts": facts,
+        "gate": {
+            "stall_windows": windows,
+            "ceilings": ceilings,
+            "poll_interval": poll,
+            # Enough polls to outlast every phase's ceiling back to back.
+            "max_polls": int(sum(ceilings.values()) // poll) + 1,
+            "health_timeout": health_timeout,
+            "kernel_log": (f"{root}/sim/kmsg" if install_mode == "simulator"
+                           else c.get("kernel_log") or "kmsg"),
+            "state_file": f"{root}/run/{deployment}.gate.json",
+            "host": connect_host,
+        },
         "allowed_rules": [r.id for r in matched],
         # The simulated node's own hardware, independent of what the inventory claims, so
         # that preflight's comparison means the same on a simulated node as on a real one.

@@ -25,8 +25,9 @@ CASES = [
 
 def normalise(text: str) -> str:
     # The local fleet's paths (and so its hash) depend on where the checkout lives.
-    text = text.replace(str(REPO), "<repo>").replace(sys.executable, "<python>")
-    text = text.replace(str(BIN / "python3"), "<python>")
+    # The interpreter first (its path contains the repo's): python or python3, by venv.
+    text = re.sub(re.escape(str(BIN)) + r"/python3?\b", "<python>", text)
+    text = text.replace(sys.executable, "<python>").replace(str(REPO), "<repo>")
     return re.sub(r"(config |configuration |SGLANG_FLEET_CONFIG=)[0-9a-f]{12}", r"\1<hash>", text)
 
 

@@ -82,7 +82,7 @@ def test_supervisor_detaches_keeps_log_and_records_digest(marker, tmp_path):
     status = wait_for(lambda: sup.status()["running"] and sup.status())
     assert status["pid"] == pid and status["digest"] == "digest-1"
     assert os.getsid(pid) == pid  # its own session: ansible's process group cannot take it down
-    wait_for(lambda: f"started-{pid}" in log.read_text())
+    wait_for(lambda: "started-" in log.read_text())
     assert sup.stop(5)["remaining"] == []
     sup.start("digest-2")
     wait_for(lambda: log.read_text().count("started-") == 2)
@@ -90,6 +90,18 @@ def test_supervisor_detaches_keeps_log_and_records_digest(marker, tmp_path):
     assert "config-digest digest-1" in text and "config-digest digest-2" in text
     sup.stop(5)
     assert json.loads(state.read_text())["pid"] is None
+
+
+def test_supervisor_records_the_exit_status(marker, tmp_path):
+    script = tmp_path / "launch.sh"
+    script.write_text("#!/bin/bash\necho failing\nexit 3\n")
+    script.chmod(0o755)
+    state = tmp_path / "s.pid"
+    sup = Supervisor(marker, str(script), str(tmp_path / "s.log"), str(state), str(tmp_path))
+    sup.start("d")
+    exit_file = tmp_path / "s.pid.exit"
+    assert wait_for(lambda: exit_file.exists() and exit_file.read_text().strip()) == "3"
+    assert not sup.status()["running"]
 
 
 def test_systemd_driver_command_sequence(marker, tmp_path):
@@ -146,3 +158,17 @@ def test_session_membership_finds_workers_whose_title_erased_the_marker(marker, 
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_secret_flags_are_masked_in_reported_command_lines():
+    assert procs.mask_argv(["python", "--api-key", "sk-1", "--port", "1"]) == [
+        "python", "--api-key", "********", "--port", "1"]
+    assert procs.mask_argv(["--api-key=sk-1"]) == ["--api-key=********"]
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
+                             "--api-key", "sk-visible"])
+    try:
+        info = wait_for(lambda: procs.process_info(proc.pid))
+        assert "sk-visible" not in info["cmdline"] and "--api-key ********" in info["cmdline"]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -22,7 +22,9 @@ GB = 1024**3
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForCausalLM")
 
 # Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from a matching Rule.
-FAULT_KINDS = ("hang", "crash", "oom", "hang_generation", "leak_memory")
+# "xid" (or "xid<code>", default 79) writes an NVRM Xid line to the node's simulated kernel
+# log, <gpu dir>/../kmsg, then hangs as a process on a GPU fallen off the bus does.
+FAULT_KINDS = ("hang", "crash", "oom", "xid", "hang_generation", "leak_memory")
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Fault:
     phase: str | None = None
     message: str | None = None
     source: str = "SGLANG_SIM_FAULT"
+    xid: int = 79
 
 
 @dataclass
@@ -49,7 +52,7 @@ class SimRuntime:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
 
     def fault_at(self, phase: str,
-                 kinds: tuple[str, ...] = ("hang", "crash", "oom")) -> Fault | None:
+                 kinds: tuple[str, ...] = ("hang", "crash", "oom", "xid")) -> Fault | None:
         for f in self.faults:
             if f.kind in kinds and f.phase == phase:
                 return f
@@ -74,9 +77,12 @@ def parse_faults(text: str) -> list[Fault]:
     faults = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         kind, _, phase = item.partition(":")
+        xid = 79
+        if kind.startswith("xid") and kind[3:].isdigit():
+            kind, xid = "xid", int(kind[3:])
         if kind not in FAULT_KINDS:
             raise ValueError(f"SGLANG_SIM_FAULT: unknown fault {kind!r}; known: {FAULT_KINDS}")
-        faults.append(Fault(kind=kind, phase=phase or None))
+        faults.append(Fault(kind=kind, phase=phase or None, xid=xid))
     return faults
 
 

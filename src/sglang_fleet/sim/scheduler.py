@@ -65,6 +65,14 @@ class Scheduler:
         fault = self.rt.fault_at(phase)
         if fault is None:
             return
+        if fault.kind == "xid":
+            if self.rank == 0:
+                kmsg = os.path.join(os.path.dirname(self.rt.gpu_dir.rstrip("/")), "kmsg")
+                with open(kmsg, "a") as f:
+                    f.write(f"{time.time():.3f} NVRM: Xid (PCI:0000:{self.gpu + 1:02x}:00): "
+                            f"{fault.xid}, pid={os.getpid()}, name=sglang::scheduler_TP0, "
+                            f"GPU has fallen off the bus.\n")
+            self.hang(phase)
         if fault.kind == "hang":
             self.hang(phase)
         if fault.kind == "oom":

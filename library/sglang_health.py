@@ -1,0 +1,220 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_health
+short_description: Observe one SGLang deployment and return its verdict
+description:
+  - Observes the deployment's processes (found by membership; state, CPU time, I/O counters),
+    its log (phase and progress in SGLang 0.5.23 and 0.5.4-0.5.12 formats, failure lines), its
+    port and C(/health), its GPU memory (NVML or simulated) and kernel Xid/OOM lines since the
+    start, and returns one verdict, C(ready), C(progressing), C(stalled), C(crashed),
+    C(unhealthy), C(gpu_fault) or C(absent), with the phase, progress and evidence.
+  - Judges progress, not elapsed time. A phase is progressing while any of its signals moves
+    (log lines, shard and capture counts, bytes read, GPU memory, the port); it is stalled
+    when none moved for the phase's window, or when the phase outlasts its ceiling.
+  - Returns within seconds, so a gate polls it with C(until) instead of holding one SSH
+    session for an hour. Observations between calls are kept in I(gate_state_file).
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  marker:
+    description: Deployment marker (C(SGLANG_FLEET_DEPLOYMENT)).
+    type: str
+    required: true
+  state_file:
+    description: The service's state file (pid and start time).
+    type: path
+    required: true
+  log_file:
+    description: The server log.
+    type: path
+    required: true
+  gate_state_file:
+    description: Where the previous observation is kept between calls.
+    type: path
+    required: true
+  manager:
+    description: Service manager of the deployment.
+    type: str
+    choices: [systemd, supervisor]
+    default: supervisor
+  unit_name:
+    description: systemd unit, with I(manager=systemd).
+    type: str
+  host:
+    description: Address to probe the HTTP port on.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: HTTP port of the server.
+    type: int
+    required: true
+  serves_http:
+    description: Whether this node serves HTTP (rank 0 of a multi-node server).
+    type: bool
+    default: true
+  health_timeout:
+    description: Seconds to wait for C(/health); above SGLang's own 20 s generation timeout.
+    type: float
+    default: 25
+  gpu_backend:
+    description: Where GPU facts come from.
+    type: str
+    choices: [nvml, simulated]
+    default: nvml
+  sim_dir:
+    description: Simulated GPU folder, with I(gpu_backend=simulated).
+    type: path
+  gpu_timeout:
+    description: Seconds allowed for an NVML query.
+    type: float
+    default: 10
+  kernel_log:
+    description: C(kmsg) to read C(/dev/kmsg), a file of C(<epoch> <message>) lines
+      (the simulated fleet), or C(none).
+    type: str
+    default: kmsg
+  stall_windows:
+    description: Seconds without progress after which a phase is stalled, by phase.
+    type: dict
+    required: true
+  ceilings:
+    description: Longest a phase may last whatever its progress, by phase.
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - In check mode the observation is not remembered; the verdict then rests on the log's own
+    timestamps.
+"""
+
+EXAMPLES = r"""
+- name: Gate on one server
+  sglang_health:
+    marker: "node1:Kimi-K2.5-30000"
+    state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
+    log_file: /opt/sglang-fleet/logs/Kimi-K2.5-30000.log
+    gate_state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.gate.json
+    manager: systemd
+    unit_name: sglang-Kimi-K2.5-30000.service
+    port: 30000
+    stall_windows: {loading_weights: 300, capturing_cuda_graph: 600}
+    ceilings: {loading_weights: 7200}
+  register: verdict
+  until: verdict.verdict != 'progressing'
+  retries: 720
+  delay: 10
+"""
+
+RETURN = r"""
+verdict:
+  description: One of ready, progressing, stalled, crashed, unhealthy, gpu_fault, absent.
+  returned: always
+  type: str
+  sample: stalled
+phase:
+  description: Start-up phase from the log.
+  returned: always
+  type: str
+  sample: capturing_cuda_graph
+progress_text:
+  description: Short progress, e.g. "loading_weights 27/61 shards".
+  returned: always
+  type: str
+reason:
+  description: Why this verdict, in one sentence.
+  returned: always
+  type: str
+since:
+  description: Epoch seconds when the phase began.
+  returned: always
+  type: float
+last_progress_at:
+  description: Epoch seconds of the last progress seen.
+  returned: always
+  type: float
+evidence:
+  description: What the verdict rests on (flat signals, busy-wait signature, last log lines,
+    failure lines, Xid lines, exit status).
+  returned: always
+  type: dict
+exit_status:
+  description: Exit status of the server, when crashed.
+  returned: when crashed
+  type: int
+xid:
+  description: The Xid that made the verdict gpu_fault, with NVIDIA's recommended action.
+  returned: when gpu_fault
+  type: dict
+processes:
+  description: The deployment's processes with state and CPU ticks.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_classify import classify
+from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
+from ansible.module_utils.sglang_fleet_logphase import progress_text
+from ansible.module_utils.sglang_fleet_observe import observe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            marker=dict(type="str", required=True),
+            state_file=dict(type="path", required=True),
+            log_file=dict(type="path", required=True),
+            gate_state_file=dict(type="path", required=True),
+            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
+            unit_name=dict(type="str"),
+            host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", required=True),
+            serves_http=dict(type="bool", default=True),
+            health_timeout=dict(type="float", default=25),
+            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
+            sim_dir=dict(type="path"),
+            gpu_timeout=dict(type="float", default=10),
+            kernel_log=dict(type="str", default="kmsg"),
+            stall_windows=dict(type="dict", required=True),
+            ceilings=dict(type="dict", required=True),
+        ),
+        required_if=[("manager", "systemd", ("unit_name",)),
+                     ("gpu_backend", "simulated", ("sim_dir",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        windows = dict((k, float(v)) for k, v in p["stall_windows"].items())
+        ceilings = dict((k, float(v)) for k, v in p["ceilings"].items())
+    except (TypeError, ValueError) as exc:
+        module.fail_json(msg="stall_windows and ceilings map phases to seconds: %s" % exc)
+    obs = observe(p)
+    previous = read_json(p["gate_state_file"])
+    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
+    if not module.check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
+        write_json_atomic(p["gate_state_file"], state)
+    verdict["progress_text"] = progress_text(obs["log"])
+    verdict["processes"] = [dict((k, m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
+                            for m in obs["processes"]]
+    verdict["gpus"] = obs.get("gpus", [])
+    if obs.get("gpu_error"):
+        verdict["evidence"]["gpu_error"] = obs["gpu_error"]
+    module.exit_json(changed=False, **verdict)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# The verdict classifier: a pure function of the previous gate state and one observation.
+# It judges progress, not elapsed time: a phase is progressing while any of its progress
+# signals moves, stalled when none moved for the phase's window, and each phase has a ceiling.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+try:
+    from ansible.module_utils import sglang_fleet_vocab as vocab
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_vocab as vocab
+
+# Bytes read per poll that count as loading progress. A busy-waiting process reads a few bytes
+# a second from its event pipe; weight loading reads gigabytes.
+READ_PROGRESS_BYTES = 1 << 20
+GPU_MEMORY_PROGRESS_BYTES = 64 << 20
+
+
+def _signals(obs):
+    """The progress signals of one observation, as comparable numbers."""
+    log = obs["log"]
+    members = obs["processes"]
+    return {
+        "phase_index": vocab.PHASES.index(log["phase"]),
+        "log_lines": log["meaningful_lines"],
+        "shards_done": (log["shards"] or [0, 0])[0],
+        "capture_done": (log["capture"] or [0, 0])[0],
+        "bytes_read": sum(p.get("rchar", 0) for p in members),
+        "cpu_ticks": sum(p.get("utime_ticks", 0) + p.get("stime_ticks", 0) for p in members),
+        "write_calls": sum(p.get("syscw", 0) for p in members),
+        "gpu_memory": obs.get("gpu_memory_used", 0),
+        "members": len(members),
+        "port_open": 1 if obs.get("port_open") else 0,
+    }
+
+
+def _moved(prev, now):
+    """Which progress signals advanced since the previous observation."""
+    moved = []
+    for key in ("phase_index", "log_lines", "shards_done", "capture_done", "members",
+                "port_open"):
+        if now[key] > prev.get(key, 0):
+            moved.append(key)
+    if now["bytes_read"] - prev.get("bytes_read", 0) >= READ_PROGRESS_BYTES:
+        moved.append("bytes_read")
+    if abs(now["gpu_memory"] - prev.get("gpu_memory", 0)) >= GPU_MEMORY_PROGRESS_BYTES:
+        moved.append("gpu_memory")
+    return moved
+
+
+def _busy_wait(prev, now, elapsed):
+    """The incident's signature: CPU climbing, a trickle of writes, nothing else moving."""
+    if elapsed <= 0 or not prev:
+        return None
+    cpu = now["cpu_ticks"] - prev.get("cpu_ticks", 0)
+    writes = now["write_calls"] - prev.get("write_calls", 0)
+    if cpu > 0 and 0 < writes / elapsed <= 20:
+        return ("alive and spinning (+%d CPU ticks in %.0f s), %d small writes (%.1f/s), "
+                "no log, shard, capture, read or GPU-memory progress" %
+                (cpu, elapsed, writes, writes / elapsed))
+    return None
+
+
+def _xid_fault(xids):
+    worst = None
+    for xid in xids:
+        if xid["code"] in vocab.APPLICATION_XIDS and worst is not None:
+            continue
+        worst = xid
+    return worst
+
+
+def classify(prev_state, obs, now, windows, ceilings):
+    """Return (verdict dict, new state). `prev_state` is None on the first observation."""
+    prev_state = prev_state or {}
+    log = obs["log"]
+    phase = log["phase"]
+    signals = _signals(obs)
+    run_id = obs.get("run_id")
+    if prev_state.get("run_id") != run_id:
+        prev_state = {}  # a new start: history of the previous run does not apply
+
+    prev_signals = prev_state.get("signals") or {}
+    moved = _moved(prev_signals, signals) if prev_signals else []
+    last_progress = prev_state.get("last_progress_at")
+    # Without history, the log's own clock says when the server last did something.
+    activity = obs.get("last_log_activity") or obs.get("started_at") or now
+    if last_progress is None:
+        last_progress = activity
+    if moved:
+        last_progress = now
+    last_progress = max(last_progress, activity)
+    phase_since = prev_state.get("phase_since") if prev_state.get("phase") == phase else None
+    if phase_since is None:
+        phase_since = obs.get("phase_started_at") or last_progress
+    # Signals as they stood at the last progress: the busy-wait signature is judged over the
+    # whole quiet span, not between two polls a second apart.
+    quiet_signals = signals if (moved or not prev_state) else (
+        prev_state.get("quiet_signals") or prev_signals)
+    state = {"run_id": run_id, "signals": signals, "last_progress_at": last_progress,
+             "phase": phase, "phase_since": phase_since, "observed_at": now,
+             "quiet_signals": quiet_signals, "quiet_since": now if moved or not prev_state
+             else prev_state.get("quiet_since", now)}
+
+    verdict = {
+        "phase": phase,
+        "progress": dict(shards=log["shards"], capture=log["capture"]),
+        "since": phase_since,
+        "last_progress_at": last_progress,
+        "moved": moved,
+        "evidence": {},
+    }
+
+    if not obs.get("started") and not obs["processes"]:
+        verdict.update(verdict=vocab.ABSENT, reason="no record of this deployment starting "
+                       "and none of its processes is running")
+        return verdict, state
+
+    xid = _xid_fault(obs.get("xids") or [])
+    if xid is not None:
+        verdict.update(verdict=vocab.GPU_FAULT, reason="Xid %d in the kernel log: %s"
+                       % (xid["code"], xid["action"]), xid=xid)
+        verdict["evidence"]["kernel"] = [x["line"] for x in obs["xids"]]
+        return verdict, state
+
+    if not obs["main_alive"]:
+        verdict.update(verdict=vocab.CRASHED, exit_status=obs.get("exit_status"),
+                       reason="the server exited (status %s) in %s"
+                       % (obs.get("exit_status"), phase))
+        verdict["evidence"].update(failures=log["failures"], error_lines=log["error_lines"],
+                                   last_lines=log["last_lines"],
+                                   kernel_oom=obs.get("oom_kills") or [],
+                                   leftover_processes=len(obs["processes"]))
+        return verdict, state
+
+    health = obs.get("health")
+    if health == 200 and (phase == "serving" or not obs.get("serves_http", True)):
+        verdict.update(verdict=vocab.READY, reason="/health answered 200")
+        return verdict, state
+    if not obs.get("serves_http", True) and phase in ("starting_http", "warming_up", "serving"):
+        verdict.update(verdict=vocab.READY, reason="workers of a non-zero node rank finished "
+                       "start-up; rank 0 serves HTTP")
+        return verdict, state
+    if phase == "serving":
+        verdict.update(verdict=vocab.UNHEALTHY,
+                       reason="serving, but /health %s" % (
+                           "timed out" if health is None else "answered %s" % health))
+        verdict["evidence"].update(health=health, failures=log["failures"][-5:],
+                                   last_lines=log["last_lines"])
+        return verdict, state
+
+    quiet_for = now - last_progress
+    in_phase = now - phase_since
+    window = windows.get(phase, 300)
+    ceiling = ceilings.get(phase, 3600)
+    if quiet_for > window or in_phase > ceiling:
+        flat = [k for k in ("log_lines", "shards_done", "capture_done", "bytes_read",
+                            "gpu_memory", "port_open") if k not in moved]
+        reason = ("no progress in %s for %.0f s (window %d s)" % (phase, quiet_for, window)
+                  if quiet_for > window else
+                  "%s has lasted %.0f s, over its ceiling of %d s" % (phase, in_phase, ceiling))
+        verdict.update(verdict=vocab.STALLED, reason=reason, stalled_for=quiet_for)
+        verdict["evidence"].update(flat_signals=flat, last_lines=log["last_lines"],
+                                   process_states=sorted({p["state"] for p in obs["processes"]}),
+                                   port_open=bool(obs.get("port_open")))
+        busy = _busy_wait(quiet_signals, signals, now - state["quiet_since"])
+        if busy:
+            verdict["evidence"]["busy_wait"] = busy
+        return verdict, state
+
+    verdict.update(verdict=vocab.PROGRESSING,
+                   reason="%s, last progress %.0f s ago (window %d s)" % (phase, quiet_for,
+                                                                          window))
+    return verdict, state

@@ -1,0 +1,208 @@
+# -*- coding: utf-8 -*-
+# One observation of one deployment on its node: processes (state, CPU, I/O), the log's phase
+# and progress, the port and /health, GPU memory, kernel Xid/OOM lines since the start. Every
+# probe is bounded in time; the classifier turns observations into verdicts.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import socket
+import time
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
+
+try:
+    from ansible.module_utils import sglang_fleet_gpu as gpu
+    from ansible.module_utils import sglang_fleet_logphase as logphase
+    from ansible.module_utils import sglang_fleet_procs as procs
+    from ansible.module_utils import sglang_fleet_vocab as vocab
+    from ansible.module_utils.sglang_fleet_files import read_json
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_gpu as gpu
+    from sglang_fleet_node import sglang_fleet_logphase as logphase
+    from sglang_fleet_node import sglang_fleet_procs as procs
+    from sglang_fleet_node import sglang_fleet_vocab as vocab
+    from sglang_fleet_node.sglang_fleet_files import read_json
+
+LOG_TAIL_BYTES = 8 << 20
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
+_OOM = re.compile(r"Out of memory: Killed process (\d+)|oom-kill:.*pid=(\d+)")
+
+
+def process_io(pid):
+    out = {}
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                out[key.strip()] = int(value)
+    except (OSError, IOError, ValueError):
+        pass
+    return out
+
+
+def read_log(path):
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if size > LOG_TAIL_BYTES:
+                f.seek(size - LOG_TAIL_BYTES)
+            return f.read().decode("utf-8", "replace"), os.path.getmtime(path)
+    except (OSError, IOError):
+        return "", None
+
+
+def port_open(host, port, timeout=1.0):
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except (OSError, socket.timeout):
+        return False
+
+
+def http_status(url, timeout):
+    """Status code, or None when no answer came within the timeout."""
+    try:
+        with urlopen(Request(url), timeout=timeout) as response:
+            return response.status
+    except HTTPError as exc:
+        return exc.code
+    except (URLError, socket.timeout, OSError, ValueError):
+        return None
+
+
+def kernel_lines(source, since):
+    """Kernel log lines (epoch, text) after `since`: /dev/kmsg on real nodes, or a simulated
+    file of '<epoch> <message>' lines."""
+    if not source or source == "none":
+        return []
+    if source == "kmsg":
+        return _read_kmsg(since)
+    out = []
+    try:
+        with open(source) as f:
+            for line in f:
+                stamp, _, text = line.partition(" ")
+                try:
+                    if float(stamp) >= since:
+                        out.append((float(stamp), text.strip()))
+                except ValueError:
+                    continue
+    except (OSError, IOError):
+        pass
+    return out
+
+
+def _read_kmsg(since):
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(x.split()[1]) for x in f if x.startswith("btime"))
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, IOError, StopIteration):
+        return []
+    out = []
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode("utf-8", "replace")
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE when records were overwritten: keep reading
+                continue
+            head, _, text = record.partition(";")
+            fields = head.split(",")
+            if len(fields) >= 3:
+                stamp = btime + int(fields[2]) / 1e6
+                if stamp >= since:
+                    out.append((stamp, text.strip()))
+    finally:
+        os.close(fd)
+    return out
+
+
+def xids_and_ooms(lines, member_pids):
+    xids, ooms = [], []
+    for stamp, text in lines:
+        m = _XID.search(text)
+        if m:
+            code = int(m.group(2))
+            xids.append({"code": code, "device": m.group(1), "at": stamp, "line": text,
+                         "action": vocab.XID_ACTIONS.get(code, "see NVIDIA's Xid catalog")})
+        m = _OOM.search(text)
+        if m:
+            ooms.append({"at": stamp, "line": text})
+    return xids, ooms
+
+
+def exit_status(state_file, manager, unit):
+    if manager == "systemd" and unit:
+        import subprocess
+        try:
+            out = subprocess.run(["systemctl", "show", "-p", "ExecMainStatus", unit],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 timeout=10).stdout.decode()
+            return int(out.strip().partition("=")[2] or 0)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return None
+    try:
+        with open(state_file + ".exit") as f:
+            return int(f.read().strip())
+    except (OSError, IOError, ValueError):
+        return None
+
+
+def observe(p):
+    """One observation; `p` holds the module's parameters."""
+    state = read_json(p["state_file"]) or {}
+    session = state.get("pid") if p["manager"] == "supervisor" else None
+    unit = p.get("unit_name") if p["manager"] == "systemd" else None
+    members = procs.deployment_processes(p["marker"], session, unit)
+    for member in members:
+        io = process_io(member["pid"])
+        member.update(rchar=io.get("rchar", 0), read_bytes=io.get("read_bytes", 0),
+                      syscw=io.get("syscw", 0))
+    main_pid = state.get("pid")
+    if p["manager"] == "systemd":
+        main_alive = bool(members)
+    else:
+        main_alive = main_pid is not None and any(m["pid"] == main_pid for m in members)
+    text, mtime = read_log(p["log_file"])
+    log = logphase.parse_log(text)
+    # The last thing the server did: a bar redraw has no timestamp, the file's mtime dates it.
+    activity = mtime if log["last_line_is_bar"] and mtime else log["last_line_at"]
+
+    started_at = state.get("started_at")
+    obs = {
+        "run_id": started_at,
+        "started": started_at is not None,
+        "started_at": started_at,
+        "processes": members,
+        "main_alive": main_alive,
+        "log": log,
+        "last_log_activity": activity,
+        "phase_started_at": log["phase_started_at"],
+        "serves_http": p["serves_http"],
+        "exit_status": None if main_alive else exit_status(p["state_file"], p["manager"], unit),
+    }
+    if p["serves_http"] and main_alive:
+        obs["port_open"] = port_open(p["host"], p["port"])
+        if obs["port_open"]:
+            obs["health"] = http_status("http://%s:%d/health" % (p["host"], p["port"]),
+                                        p["health_timeout"])
+    try:
+        devices = gpu.gpu_snapshot(p["gpu_backend"], p.get("sim_dir"), p["gpu_timeout"])
+        pids = set(m["pid"] for m in members)
+        obs["gpu_memory_used"] = sum(proc["used_memory"] for d in devices
+                                     for proc in d["processes"] if proc["pid"] in pids)
+        obs["gpus"] = [{"index": d["index"], "memory_used": d["memory_used"],
+                        "processes": d["processes"]} for d in devices]
+    except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
+        obs["gpu_error"] = str(exc)
+    if started_at:
+        xids, ooms = xids_and_ooms(kernel_lines(p["kernel_log"], started_at),
+                                   set(m["pid"] for m in members))
+        obs["xids"], obs["oom_kills"] = xids, ooms
+    obs["observed_at"] = time.time()
+    return obs

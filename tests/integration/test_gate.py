@@ -1,0 +1,122 @@
+"""The health gate through real ansible-playbook runs: one host per failure mode.
+
+Each fleet gives every host a different fault (host_vars), so one deploy exercises several
+verdicts in parallel, as they would appear on a real fleet.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from helpers import make_fleet, run_playbook
+
+pytestmark = pytest.mark.integration
+
+WINDOWS = {"launching": 20, "loading_weights": 3, "allocating_kv_cache": 3,
+           "capturing_cuda_graph": 3, "starting_http": 5, "warming_up": 5}
+
+
+def verdict_line(output: str, host: str) -> str:
+    m = re.search(rf"{host}: (\w+) in (\w+): ([^\n]*)", output)
+    assert m, f"no verdict for {host} in:\n{output[-3000:]}"
+    return m.group(0)
+
+
+@pytest.fixture(scope="module")
+def failing_fleet(tmp_path_factory):
+    fleet = make_fleet(tmp_path_factory.mktemp("gate-a"))
+    fleet.set_host_vars("sim-node-1", {  # the incident
+        "sglang_server_attention_backend": "flashinfer",
+        "sglang_server_allow_rules": ["flashinfer-mla-sm120-graph-capture-hang"]})
+    fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "hang:loading_weights"})
+    fleet.set_host_vars("sim-node-3", {"sglang_server_sim_fault": "crash:launching"})
+    fleet.set_host_vars("sim-node-4", {"sglang_server_sim_fault": "oom:allocating_kv_cache"})
+    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS})
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def test_every_host_fails_with_its_own_verdict(failing_fleet):
+    run = failing_fleet.run
+    assert run.rc != 0
+    assert run.failed_hosts() == set(failing_fleet.hosts)
+
+
+def test_incident_hang_in_graph_capture_is_stalled_with_busy_wait(failing_fleet):
+    out = failing_fleet.run.output
+    assert verdict_line(out, "sim-node-1").startswith(
+        "sim-node-1: stalled in capturing_cuda_graph: no progress")
+    block = out[out.index("sim-node-1: stalled in capturing_cuda_graph"):][:3000]
+    assert "busy_wait: alive and spinning" in block
+    assert "Capture target decode CUDA graph begin" in block
+    assert len(failing_fleet.server_processes("sim-node-1")) == 10, "left alive for recovery"
+
+
+def test_hang_in_weight_loading_is_stalled_in_that_phase(failing_fleet):
+    line = verdict_line(failing_fleet.run.output, "sim-node-2")
+    assert line.startswith("sim-node-2: stalled in loading_weights: no progress")
+    assert "GATE [sim-node-2]: loading_weights 32/64 shards" in failing_fleet.run.output
+
+
+def test_crash_at_start_reports_exit_status_and_error_lines(failing_fleet):
+    out = failing_fleet.run.output
+    assert verdict_line(out, "sim-node-3").startswith(
+        "sim-node-3: crashed in launching: the server exited (status 1)")
+    block = out[out.index("sim-node-3: crashed"):][:3000]
+    assert "Scheduler hit an exception" in block
+
+
+def test_cuda_oom_at_kv_allocation_is_a_crash_with_the_oom_line(failing_fleet):
+    out = failing_fleet.run.output
+    assert verdict_line(out, "sim-node-4").startswith(
+        "sim-node-4: crashed in allocating_kv_cache")
+    block = out[out.index("sim-node-4: crashed"):][:3000]
+    assert "torch.OutOfMemoryError: CUDA out of memory" in block
+
+
+@pytest.fixture(scope="module")
+def mixed_fleet(tmp_path_factory):
+    fleet = make_fleet(tmp_path_factory.mktemp("gate-b"), hosts=3)
+    fleet.set_host_vars("sim-node-1", {
+        "sglang_server_sim_fault": "hang_generation",
+        "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 2}})
+    fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "xid:capturing_cuda_graph"})
+    # A slow load: 412 s x 0.05 = 21 s of weight loading, seven times its 3 s window.
+    fleet.set_host_vars("sim-node-3", {"sglang_server_sim_time_factor": 0.05})
+    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS})
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def test_generation_hanging_after_ready_is_unhealthy(mixed_fleet):
+    line = verdict_line(mixed_fleet.run.output, "sim-node-1")
+    assert line.startswith("sim-node-1: unhealthy in serving: serving, but /health answered 503")
+
+
+def test_xid_in_the_kernel_log_is_a_gpu_fault_with_nvidias_action(mixed_fleet):
+    out = mixed_fleet.run.output
+    line = verdict_line(out, "sim-node-2")
+    assert line.startswith("sim-node-2: gpu_fault in capturing_cuda_graph: Xid 79")
+    assert "reboot or power-cycle the node" in line
+    assert "NVRM: Xid (PCI:0000:01:00): 79" in out
+
+
+def test_slow_but_steady_load_is_never_called_stalled(mixed_fleet):
+    out = mixed_fleet.run.output
+    assert "sim-node-3: ready at" in out
+    assert "sim-node-3: stalled" not in out
+    polls = re.findall(r"GATE \[sim-node-3\]: loading_weights (\d+)/64", out)
+    assert len(polls) >= 10, "observed all through the load"
+    assert [int(x) for x in polls] == sorted(int(x) for x in polls)
+
+
+def test_health_playbook_prints_one_line_per_host(mixed_fleet):
+    run = run_playbook("playbooks/health.yml", mixed_fleet.inventory, mixed_fleet.extra)
+    assert run.rc == 0, run.output[-3000:]
+    assert re.search(r"sim-node-1: unhealthy serving: serving, but /health", run.output)
+    assert re.search(r"sim-node-2: gpu_fault capturing_cuda_graph[^\n]*: Xid 79", run.output)
+    assert re.search(r"sim-node-3: ready serving: /health answered 200", run.output)

@@ -1,0 +1,132 @@
+"""The verdict classifier on recorded signal sequences."""
+
+from __future__ import annotations
+
+from sglang_fleet_node.sglang_fleet_classify import classify
+from sglang_fleet_node.sglang_fleet_vocab import VERDICTS, default_windows
+
+WINDOWS = {p: 10 for p in ("launching", "loading_weights", "allocating_kv_cache",
+                           "capturing_cuda_graph", "starting_http", "warming_up")}
+CEILINGS = {p: 1000 for p in WINDOWS}
+T0 = 1_000_000.0
+
+
+def obs(phase="loading_weights", shards=None, capture=None, lines=5, rchar=0, cpu=0, syscw=0,
+        alive=True, health=None, port=False, gpu=0, xids=(), exit_status=None, run=T0,
+        serves_http=True, state="S"):
+    members = [{"pid": 10, "state": state, "rchar": rchar, "utime_ticks": cpu,
+                "stime_ticks": 0, "syscw": syscw}] if alive else []
+    return {
+        "run_id": run, "started": True, "started_at": run, "processes": members,
+        "main_alive": alive, "serves_http": serves_http, "port_open": port, "health": health,
+        "gpu_memory_used": gpu, "xids": list(xids), "exit_status": exit_status,
+        "last_log_activity": None, "phase_started_at": None,
+        "log": {"phase": phase, "shards": shards, "capture": capture, "failures": [],
+                "meaningful_lines": lines, "error_lines": [], "last_lines": ["..."]},
+    }
+
+
+def replay(sequence):
+    """Feed (seconds after T0, observation) pairs; return the verdicts."""
+    state, verdicts = None, []
+    for t, o in sequence:
+        verdict, state = classify(state, o, T0 + t, WINDOWS, CEILINGS)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def test_weights_loading_steadily_is_progressing_throughout():
+    seq = [(t, obs(shards=[t // 5, 61], rchar=t * (1 << 30))) for t in range(0, 300, 5)]
+    assert {v["verdict"] for v in replay(seq)} == {"progressing"}
+
+
+def test_bytes_read_alone_keep_a_slow_shard_progressing():
+    # One huge shard takes longer than the window, but the process keeps reading from disk.
+    seq = [(t, obs(shards=[3, 61], rchar=t * (50 << 20))) for t in range(0, 60, 5)]
+    assert replay(seq)[-1]["verdict"] == "progressing"
+
+
+def test_flat_capture_with_busy_wait_is_stalled_after_the_window():
+    seq = [(0, obs("capturing_cuda_graph", capture=[1, 36], cpu=0, syscw=0))]
+    seq += [(t, obs("capturing_cuda_graph", capture=[1, 36], cpu=t * 100, syscw=t, rchar=t,
+                    state="R")) for t in range(1, 15)]
+    verdicts = replay(seq)
+    first_stalled = next(i for i, v in enumerate(verdicts) if v["verdict"] == "stalled")
+    assert seq[first_stalled][0] == 11  # window 10 s, observed every second
+    v = verdicts[first_stalled]
+    assert v["phase"] == "capturing_cuda_graph"
+    assert "busy_wait" in v["evidence"] and "spinning" in v["evidence"]["busy_wait"]
+    assert "capture_done" in v["evidence"]["flat_signals"]
+    assert v["evidence"]["process_states"] == ["R"]
+
+
+def test_capture_bar_moving_is_progress_even_with_the_cpu_busy():
+    seq = [(t, obs("capturing_cuda_graph", capture=[t // 4, 36], cpu=t * 100))
+           for t in range(0, 60, 2)]
+    assert {v["verdict"] for v in replay(seq)} == {"progressing"}
+
+
+def test_ceiling_stops_a_phase_that_trickles_forever():
+    ceilings = dict(CEILINGS, loading_weights=30)
+    state = None
+    for t in range(0, 40, 2):
+        verdict, state = classify(state, obs(lines=5 + t), T0 + t, WINDOWS, ceilings)
+    assert verdict["verdict"] == "stalled" and "over its ceiling" in verdict["reason"]
+
+
+def test_dead_main_process_is_crashed_with_status_and_lines():
+    v = replay([(0, obs()), (3, obs(alive=False, exit_status=1))])[-1]
+    assert v["verdict"] == "crashed" and v["exit_status"] == 1
+    assert "last_lines" in v["evidence"]
+
+
+def test_serving_with_failing_health_is_unhealthy():
+    assert replay([(0, obs("serving", port=True, health=200))])[-1]["verdict"] == "ready"
+    v = replay([(0, obs("serving", port=True, health=503))])[-1]
+    assert v["verdict"] == "unhealthy" and "503" in v["reason"]
+    assert "timed out" in replay([(0, obs("serving", port=True))])[-1]["reason"]
+
+
+def test_warming_up_with_503_is_still_progressing():
+    v = replay([(0, obs("warming_up", port=True, health=503))])[-1]
+    assert v["verdict"] == "progressing"
+
+
+def test_xid_is_a_gpu_fault_with_nvidias_action():
+    xid = {"code": 79, "line": "NVRM: Xid (PCI:0000:01:00): 79", "action":
+           "reboot or power-cycle the node", "device": "PCI:0000:01:00", "at": T0}
+    v = replay([(0, obs(xids=[xid]))])[-1]
+    assert v["verdict"] == "gpu_fault" and "power-cycle" in v["reason"]
+
+
+def test_nothing_started_is_absent():
+    o = obs(alive=False)
+    o.update(started=False, run_id=None)
+    assert replay([(0, o)])[-1]["verdict"] == "absent"
+
+
+def test_non_http_rank_is_ready_once_its_workers_finished():
+    v = replay([(0, obs("starting_http", serves_http=False))])[-1]
+    assert v["verdict"] == "ready"
+
+
+def test_a_new_start_forgets_the_previous_runs_history():
+    seq = [(t, obs(lines=5)) for t in range(0, 12)]  # flat: stalled at 11 s
+    assert replay(seq)[-1]["verdict"] == "stalled"
+    seq.append((12, obs(lines=1, run=T0 + 12)))
+    assert replay(seq)[-1]["verdict"] == "progressing"
+
+
+def test_first_look_uses_the_logs_clock():
+    o = obs("capturing_cuda_graph", capture=[1, 36])
+    o["last_log_activity"] = T0 - 3600  # an hour-old hang seen for the first time
+    v, _ = classify(None, o, T0, WINDOWS, CEILINGS)
+    assert v["verdict"] == "stalled"
+
+
+def test_default_windows_scale_with_model_size():
+    big, _ = default_windows(1000)
+    small, _ = default_windows(8)
+    assert big["capturing_cuda_graph"] == 600 and small["loading_weights"] < big["loading_weights"]
+    assert set(VERDICTS) == {"ready", "progressing", "stalled", "crashed", "unhealthy",
+                             "gpu_fault", "absent"}
