@@ -146,8 +146,8 @@ def classify(prev_state, obs, now, windows, ceilings):
         verdict.update(verdict=vocab.UNHEALTHY,
                        reason="serving, but /health %s" % (
                            "timed out" if health is None else "answered %s" % health))
-        verdict["evidence"].update(health=health, failures=log["failures"][-5:],
-                                   last_lines=log["last_lines"])
+        verdict["evidence"].update(health=health, ready_endpoint=obs.get("ready_endpoint"),
+                                   failures=log["failures"][-5:], last_lines=log["last_lines"])
         return verdict, state
 
     quiet_for = now - last_progress

@@ -189,8 +189,11 @@ def observe(p):
     if p["serves_http"] and main_alive:
         obs["port_open"] = port_open(p["host"], p["port"])
         if obs["port_open"]:
-            obs["health"] = http_status("http://%s:%d/health" % (p["host"], p["port"]),
-                                        p["health_timeout"])
+            base = "http://%s:%d" % (p["host"], p["port"])
+            obs["health"] = http_status(base + "/health", p["health_timeout"])
+            if obs["health"] != 200:
+                # 0.5.23's status flag without a generation: tells "up but generation fails".
+                obs["ready_endpoint"] = http_status(base + "/ready", 5)
     try:
         devices = gpu.gpu_snapshot(p["gpu_backend"], p.get("sim_dir"), p["gpu_timeout"])
         pids = set(m["pid"] for m in members)

@@ -84,9 +84,10 @@ def mixed_fleet(tmp_path_factory):
         "sglang_server_sim_fault": "hang_generation",
         "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 2}})
     fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "xid:capturing_cuda_graph"})
-    # A slow load: 412 s x 0.05 = 21 s of weight loading, seven times its 3 s window.
+    # A slow load: 412 s x 0.05 = 21 s of weight loading, ten times its 2 s window.
     fleet.set_host_vars("sim-node-3", {"sglang_server_sim_time_factor": 0.05})
-    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS})
+    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows":
+                                    dict(WINDOWS, loading_weights=2)})
     yield fleet
     fleet.stop()
     fleet.kill_leftovers()
@@ -95,6 +96,8 @@ def mixed_fleet(tmp_path_factory):
 def test_generation_hanging_after_ready_is_unhealthy(mixed_fleet):
     line = verdict_line(mixed_fleet.run.output, "sim-node-1")
     assert line.startswith("sim-node-1: unhealthy in serving: serving, but /health answered 503")
+    block = mixed_fleet.run.output[mixed_fleet.run.output.index(line):][:8000]
+    assert "ready_endpoint: 200" in block, "up, but generation fails"
 
 
 def test_xid_in_the_kernel_log_is_a_gpu_fault_with_nvidias_action(mixed_fleet):
