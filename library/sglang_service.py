@@ -60,6 +60,18 @@ options:
     description: Seconds to wait after SIGTERM before SIGKILL.
     type: int
     default: 60
+  baseline_file:
+    description: Before each start, GPU memory per device is recorded here, the baseline
+      that recovery verifies the GPUs return to.
+    type: path
+  gpu_backend:
+    description: Where GPU facts for the baseline come from.
+    type: str
+    choices: [nvml, simulated]
+    default: nvml
+  sim_dir:
+    description: Simulated GPU folder.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -119,6 +131,8 @@ stop_report:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_files import write_json_atomic
+from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
 from ansible.module_utils.sglang_fleet_service import (
     ServiceError,
     Supervisor,
@@ -141,6 +155,9 @@ def main():
             unit_name=dict(type="str"),
             config_files=dict(type="list", elements="path", default=[]),
             stop_timeout=dict(type="int", default=60),
+            baseline_file=dict(type="path"),
+            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
+            sim_dir=dict(type="path"),
         ),
         required_if=[
             ("manager", "systemd", ("unit_name",)),
@@ -179,11 +196,23 @@ def main():
         module.exit_json(**result)
     if status["running"] or status["members"]:
         result["stop_report"] = _stop(module, service, p["stop_timeout"])
+    if p["baseline_file"]:
+        _record_baseline(module, p)
     try:
         result["pid"] = service.start(digest)
     except (ServiceError, OSError) as exc:
         module.fail_json(msg="could not start %s: %s" % (p["marker"], exc), **result)
     module.exit_json(**result)
+
+
+def _record_baseline(module, p):
+    try:
+        devices = gpu_snapshot(p["gpu_backend"], p["sim_dir"])
+    except (GpuQueryTimeout, GpuUnavailable) as exc:
+        module.warn("no GPU baseline recorded: %s" % exc)
+        return
+    write_json_atomic(p["baseline_file"],
+                      dict((str(d["index"]), d["memory_used"]) for d in devices))
 
 
 def _stop(module, service, timeout):
@@ -194,7 +223,7 @@ def _stop(module, service, timeout):
     if report["remaining"]:
         module.fail_json(
             msg="processes of the deployment survived SIGKILL (D state?): %s; "
-                "run playbooks/recover.yml or reboot the node"
+                "run playbooks/recover.yml, or reboot the node"
                 % ", ".join("%d(%s)" % (x["pid"], x["state"]) for x in report["remaining"]),
             stop_report=report)
     return report

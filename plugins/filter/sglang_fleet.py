@@ -8,6 +8,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
+    from sglang_fleet.recovery import choose_next, read_ledger, recent_recoveries
     from sglang_fleet.render import render_files
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
     from sglang_fleet.spec import build_launch_spec, group_consistency_errors
@@ -52,6 +53,17 @@ def sim_model_config_filter(spec):
     return sim_model_config(spec)
 
 
+def next_spec(settings, facts, ledger_path, host, fallback_chain=None):
+    _need_package()
+    return choose_next(dict(settings), dict(facts), read_ledger(ledger_path), str(host),
+                       list(fallback_chain or []))
+
+
+def recoveries_in_window(ledger_path, host, window_s):
+    _need_package()
+    return recent_recoveries(read_ledger(ledger_path), str(host), float(window_s))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -60,4 +72,6 @@ class FilterModule(object):
             "sglang_fleet_group_errors": group_errors,
             "sglang_fleet_sim_devices": sim_devices_filter,
             "sglang_fleet_sim_model_config": sim_model_config_filter,
+            "sglang_fleet_next_spec": next_spec,
+            "sglang_fleet_recent_recoveries": recoveries_in_window,
         }

@@ -100,6 +100,16 @@ def parse_log(text):
     }
 
 
+def phase_timeline(text):
+    """(phase, line) for every line of the current run that entered a phase, in order."""
+    timeline = []
+    for line in split_lines(current_run(text)):
+        for name, pattern in _PHASE_MARKS:
+            if pattern.search(line) and _timestamp(line) is not None:
+                timeline.append((name, line.strip()[:300]))
+    return timeline
+
+
 def _timestamp(line):
     m = _STAMP.match(line)
     if not m:

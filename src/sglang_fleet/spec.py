@@ -59,6 +59,16 @@ _RENDERED_FLAGS = {
 }
 
 
+SECRET_SETTINGS = (PREFIX + "api_key", PREFIX + "hf_token")
+
+
+def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The sglang_server_* settings without the secrets: safe for facts, ledgers, reports."""
+    return {k: v for k, v in settings.items()
+            if k.startswith(PREFIX) and k not in SECRET_SETTINGS
+            and not k.startswith(PREFIX + "_")}
+
+
 @dataclass(frozen=True)
 class SpecError:
     host: str
@@ -394,6 +404,12 @@ def build_launch_spec(
         "pid_file": f"{root}/run/{deployment}.pid",
         "log_file": f"{root}/logs/{deployment}.log",
         "venv": f"{root}/venv",
+        "baseline_file": f"{root}/run/{deployment}.baseline.json",
+        "recover_lock": f"{root}/run/{deployment}.recover.lock",
+        "evidence_dir": f"{root}/evidence",
+        # Written when GPU memory stays held after a kill; deploys refuse the node until it
+        # is cleared (playbooks/recover.yml -e sglang_recover_clear_reboot_mark=true).
+        "reboot_mark": f"{root}/NEEDS_REBOOT",
         "shm_dir": c.get("shm_dir") or "/dev/shm",
     }
     unit_name = f"sglang-{deployment}.service"
@@ -508,6 +524,8 @@ def build_launch_spec(
                   "dist_init_addr": dist_init_addr, "serves_http": node_rank == 0},
         "http": {"url": f"http://{connect_host}:{port}", "port": port},
         "facts": facts,
+        # The inputs, secrets left out: what recovery compares with the last known good.
+        "settings": public_settings(settings),
         "gate": {
             "stall_windows": windows,
             "ceilings": ceilings,

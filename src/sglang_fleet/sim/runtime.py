@@ -24,7 +24,9 @@ MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25F
 # Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from a matching Rule.
 # "xid" (or "xid<code>", default 79) writes an NVRM Xid line to the node's simulated kernel
 # log, <gpu dir>/../kmsg, then hangs as a process on a GPU fallen off the bus does.
-FAULT_KINDS = ("hang", "crash", "oom", "xid", "hang_generation", "leak_memory")
+# "orphan_workers": schedulers skip PR_SET_PDEATHSIG and outlive a killed main process.
+FAULT_KINDS = ("hang", "crash", "oom", "xid", "hang_generation", "leak_memory",
+               "orphan_workers")
 
 
 @dataclass

@@ -198,8 +198,10 @@ def main() -> None:
                                else ns.server_argv)
     title = f"sglang::scheduler_TP{ns.rank}" if args.tp_size > 1 else "sglang::scheduler"
     setproctitle(title)
-    _die_with_parent(ns.parent_pid)
-    Scheduler(load_runtime(args), ns.rank, ns.status_fd).run()
+    runtime = load_runtime(args)
+    if not runtime.has("orphan_workers"):
+        _die_with_parent(ns.parent_pid)
+    Scheduler(runtime, ns.rank, ns.status_fd).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_evidence
+short_description: Collect a failed server's evidence on its node before anything is killed
+description:
+  - Writes a timestamped folder with the verdict, the LaunchSpec (secrets masked), the log
+    tail, the current run's full log and its phase timeline, the process table with states,
+    a py-spy dump of every server process (its absence is reported, not fatal), kernel
+    Xid/OOM lines since the start, and a GPU snapshot.
+  - py-spy can leave a process stopped (state T); every dumped process gets SIGCONT after.
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  marker:
+    description: Deployment marker.
+    type: str
+    required: true
+  state_file:
+    description: The service's state file.
+    type: path
+    required: true
+  manager:
+    description: Service manager.
+    type: str
+    choices: [systemd, supervisor]
+    default: supervisor
+  unit_name:
+    description: systemd unit, with I(manager=systemd).
+    type: str
+  log_file:
+    description: The server log.
+    type: path
+    required: true
+  evidence_dir:
+    description: Folder under which the bundle folder is created.
+    type: path
+    required: true
+  verdict:
+    description: The verdict that triggered recovery.
+    type: dict
+    default: {}
+  launch_spec:
+    description: The LaunchSpec (it holds no secret values).
+    type: dict
+    default: {}
+  gpu_backend:
+    description: Where GPU facts come from.
+    type: str
+    choices: [nvml, simulated]
+    default: nvml
+  sim_dir:
+    description: Simulated GPU folder.
+    type: path
+  kernel_log:
+    description: C(kmsg), a simulated kernel log file, or C(none).
+    type: str
+    default: kmsg
+  py_spy:
+    description: py-spy executable; when empty it is looked for beside the server's Python
+      and on PATH.
+    type: str
+    default: ""
+  server_python:
+    description: The server's Python, to find py-spy in its environment.
+    type: path
+  tail_lines:
+    description: Lines in the log tail.
+    type: int
+    default: 200
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Keep the evidence of a stalled server
+  sglang_evidence:
+    marker: "node1:Kimi-K2.5-30000"
+    state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
+    log_file: /opt/sglang-fleet/logs/Kimi-K2.5-30000.log
+    evidence_dir: /opt/sglang-fleet/evidence
+    verdict: "{{ sglang_server_verdict }}"
+    launch_spec: "{{ sglang_server_launch_spec }}"
+"""
+
+RETURN = r"""
+path:
+  description: The bundle folder on the node.
+  returned: success
+  type: str
+files:
+  description: Files written to the bundle.
+  returned: success
+  type: list
+  elements: str
+py_spy:
+  description: py-spy status, the executable used or why no dump was taken.
+  returned: success
+  type: str
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_files import read_json
+from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
+from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
+from ansible.module_utils.sglang_fleet_observe import kernel_lines, read_log, xids_and_ooms
+from ansible.module_utils.sglang_fleet_procs import deployment_processes
+
+
+def _find_py_spy(p):
+    candidates = [p["py_spy"]] if p["py_spy"] else []
+    if p["server_python"]:
+        candidates.append(os.path.join(os.path.dirname(p["server_python"]), "py-spy"))
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidates.append(os.path.join(folder, "py-spy"))
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _dump(py_spy, pid):
+    try:
+        proc = subprocess.run([py_spy, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=30)
+        text = proc.stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError) as exc:
+        text = "py-spy dump failed: %s" % exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)  # py-spy can leave the target stopped
+    return text
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            marker=dict(type="str", required=True),
+            state_file=dict(type="path", required=True),
+            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
+            unit_name=dict(type="str"),
+            log_file=dict(type="path", required=True),
+            evidence_dir=dict(type="path", required=True),
+            verdict=dict(type="dict", default={}),
+            launch_spec=dict(type="dict", default={}),
+            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
+            sim_dir=dict(type="path"),
+            kernel_log=dict(type="str", default="kmsg"),
+            py_spy=dict(type="str", default=""),
+            server_python=dict(type="path"),
+            tail_lines=dict(type="int", default=200),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    name = "%s-%s" % (stamp, p["marker"].split(":", 1)[-1])
+    path = os.path.join(p["evidence_dir"], name)
+    if module.check_mode:
+        module.exit_json(changed=True, path=path, files=[], py_spy="not run in check mode")
+    os.makedirs(path)
+    files = []
+
+    def write(fname, content):
+        with open(os.path.join(path, fname), "w") as f:
+            f.write(content if isinstance(content, str) else
+                    json.dumps(content, indent=2, sort_keys=True, default=str))
+        files.append(os.path.join(path, fname))
+
+    state = read_json(p["state_file"]) or {}
+    session = state.get("pid") if p["manager"] == "supervisor" else None
+    unit = p["unit_name"] if p["manager"] == "systemd" else None
+    members = deployment_processes(p["marker"], session, unit)
+
+    write("verdict.json", p["verdict"])
+    write("launch_spec.json", p["launch_spec"])
+    text, _ = read_log(p["log_file"])
+    run = current_run(text)
+    write("run.log", run)
+    write("log_tail.txt", "\n".join(split_lines(run)[-p["tail_lines"]:]) + "\n")
+    write("phase_timeline.txt", "".join("%-22s %s\n" % row for row in phase_timeline(text)))
+    write("processes.txt", "".join(
+        "%7d %7d %s %8d %s\n" % (m["pid"], m["ppid"], m["state"],
+                                 m["utime_ticks"] + m["stime_ticks"], m["cmdline"])
+        for m in members) or "no process of the deployment is running\n")
+    py_spy = _find_py_spy(p)
+    if py_spy:
+        for m in members:
+            write("py-spy-%d.txt" % m["pid"], _dump(py_spy, m["pid"]))
+        spy_status = py_spy
+    else:
+        spy_status = ("py-spy not found (install it with the server: "
+                      "sglang_server_pip_extra_packages)")
+    since = state.get("started_at") or 0
+    xids, ooms = xids_and_ooms(kernel_lines(p["kernel_log"], since), set())
+    write("kernel.txt", "".join(x["line"] + "\n" for x in xids + ooms) or
+          "no Xid or OOM-killer line since the start\n")
+    try:
+        write("gpus.json", gpu_snapshot(p["gpu_backend"], p["sim_dir"]))
+    except (GpuQueryTimeout, GpuUnavailable) as exc:
+        write("gpus.json", {"error": str(exc)})
+    write("summary.json", {"marker": p["marker"], "collected_at": time.time(),
+                           "py_spy": spy_status, "processes": len(members),
+                           "log_file_on_node": p["log_file"]})
+    module.exit_json(changed=True, path=path, files=files, py_spy=spy_status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_ledger
+short_description: Append a deployment outcome to the controller's ledger
+description:
+  - Appends one JSON line to the ledger on the controller (ready deploys, recoveries and their
+    outcomes) and reports the Rules the ledger now proposes. A configuration that failed the
+    same way twice without a Rule covering it is proposed as a new Rule and written to
+    C(proposed-rules.yml) beside the ledger, for review; nothing is applied automatically.
+  - Runs on the controller through its action plugin; the file is appended atomically, so hosts
+    recording at once never interleave lines.
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  path:
+    description: Ledger file on the controller.
+    type: path
+    required: true
+  entry:
+    description: The outcome to record.
+    type: dict
+    required: true
+attributes:
+  action:
+    support: full
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Record a recovery
+  sglang_ledger:
+    path: /srv/sglang-fleet/ledger.jsonl
+    entry:
+      kind: recovery
+      host: node1
+      verdict: stalled
+"""
+
+RETURN = r"""
+proposed_rules:
+  description: Rules the ledger proposes after this entry.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(path=dict(type="path", required=True),
+                           entry=dict(type="dict", required=True)),
+        supports_check_mode=True,
+    )
+    module.fail_json(msg="sglang_ledger runs on the controller through its action plugin "
+                         "(action_plugins = plugins/action in ansible.cfg)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_stop
+short_description: Stop a deployment's processes and prove its GPUs released
+description:
+  - Stops the service, then every process of the deployment (found by membership, orphans
+    reparented to PID 1 included) with SIGTERM and a bounded wait, or straight to SIGKILL for
+    a server judged hung (SGLang drains on SIGTERM and a hung one may never exit).
+  - Never signals processes of other users or deployments, C(nvidia-persistenced),
+    C(nv-hostengine)/DCGM, C(dcgm-exporter), or this module and its parents. With
+    I(aggressive=true), for dedicated nodes, it also ends every SGLang-looking process and every
+    holder of a GPU device, still sparing that list.
+  - Then polls the GPUs (no fixed sleeps) until none of the stopped processes is on them and
+    memory is back to the pre-deploy baseline. If memory stays held it reports the holders and
+    their states, resets the GPU when I(gpu_reset=true) and nothing else uses it, and otherwise
+    writes I(reboot_mark) so that later deploys refuse the node until it is cleared.
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  marker:
+    description: Deployment marker (C(SGLANG_FLEET_DEPLOYMENT)).
+    type: str
+    required: true
+  state_file:
+    description: The service's state file (supervisor session id, start time).
+    type: path
+    required: true
+  manager:
+    description: Service manager.
+    type: str
+    choices: [systemd, supervisor]
+    default: supervisor
+  unit_name:
+    description: systemd unit, with I(manager=systemd).
+    type: str
+  hung:
+    description: Skip SIGTERM and send SIGKILL at once.
+    type: bool
+    default: false
+  term_timeout:
+    description: Seconds to wait after SIGTERM before SIGKILL.
+    type: float
+    default: 30
+  aggressive:
+    description: Also end SGLang-looking processes and GPU device holders outside the
+      deployment (dedicated nodes only); the protected agents are still spared.
+    type: bool
+    default: false
+  gpu_backend:
+    description: Where GPU facts come from.
+    type: str
+    choices: [nvml, simulated]
+    default: nvml
+  sim_dir:
+    description: Simulated GPU folder.
+    type: path
+  baseline_file:
+    description: GPU memory per device recorded before the server started.
+    type: path
+  verify_timeout:
+    description: Seconds to wait for the GPUs to be released.
+    type: float
+    default: 60
+  gpu_reset:
+    description: Reset a GPU whose memory stays held when nothing else uses it.
+    type: bool
+    default: false
+  reboot_mark:
+    description: File written when memory stays held, marking the node for reboot.
+    type: path
+    required: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Stop a hung server and verify its GPUs are free
+  sglang_stop:
+    marker: "node1:Kimi-K2.5-30000"
+    state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
+    manager: systemd
+    unit_name: sglang-Kimi-K2.5-30000.service
+    hung: true
+    baseline_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.baseline.json
+    reboot_mark: /opt/sglang-fleet/NEEDS_REBOOT
+"""
+
+RETURN = r"""
+killed:
+  description: Processes signalled, with pid, state and command line (secrets masked).
+  returned: always
+  type: list
+  elements: dict
+signals:
+  description: Pids that got SIGTERM and SIGKILL.
+  returned: always
+  type: dict
+spared_protected:
+  description: Protected agents that carried the marker and were left alone.
+  returned: always
+  type: list
+  elements: dict
+released:
+  description: Whether the GPUs were verified free.
+  returned: always
+  type: bool
+seconds_to_free:
+  description: Seconds from the kill decision to verified-free GPUs.
+  returned: always
+  type: float
+held:
+  description: Devices still held, with holders and their states.
+  returned: always
+  type: list
+  elements: dict
+reset:
+  description: GPU reset attempts and their results.
+  returned: always
+  type: list
+  elements: dict
+reboot_needed:
+  description: Whether the node was marked for reboot.
+  returned: always
+  type: bool
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
+from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
+from ansible.module_utils.sglang_fleet_procs import deployment_processes
+from ansible.module_utils.sglang_fleet_stop import (
+    aggressive_targets,
+    device_paths,
+    kill_members,
+    reset_gpu,
+    verify_released,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            marker=dict(type="str", required=True),
+            state_file=dict(type="path", required=True),
+            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
+            unit_name=dict(type="str"),
+            hung=dict(type="bool", default=False),
+            term_timeout=dict(type="float", default=30),
+            aggressive=dict(type="bool", default=False),
+            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
+            sim_dir=dict(type="path"),
+            baseline_file=dict(type="path"),
+            verify_timeout=dict(type="float", default=60),
+            gpu_reset=dict(type="bool", default=False),
+            reboot_mark=dict(type="path", required=True),
+        ),
+        required_if=[("manager", "systemd", ("unit_name",)),
+                     ("gpu_backend", "simulated", ("sim_dir",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    state = read_json(p["state_file"]) or {}
+    session = state.get("pid") if p["manager"] == "supervisor" else None
+    unit = p["unit_name"] if p["manager"] == "systemd" else None
+    try:
+        gpu_count = len(gpu_snapshot(p["gpu_backend"], p["sim_dir"]))
+    except (GpuQueryTimeout, GpuUnavailable) as exc:
+        module.fail_json(msg="cannot read the GPUs before stopping: %s" % exc)
+    extra = aggressive_targets(device_paths(p["gpu_backend"], p["sim_dir"], gpu_count)) \
+        if p["aggressive"] else []
+    members = deployment_processes(p["marker"], session, unit)
+    result = dict(changed=bool(members or extra), killed=[], signals={}, spared_protected=[],
+                  released=True, seconds_to_free=0.0, held=[], reset=[], reboot_needed=False)
+    if module.check_mode:
+        result["killed"] = members + extra
+        module.exit_json(**result)
+
+    decided = time.monotonic()
+    if unit:
+        cmd = ["systemctl", "kill", "--signal=SIGKILL", unit] if p["hung"] else \
+            ["systemctl", "stop", "--no-block", unit]
+        module.run_command(cmd)
+    report = kill_members(p["marker"], session, unit, p["hung"], p["term_timeout"], extra)
+    result.update(killed=report["targets"], spared_protected=report["spared_protected"],
+                  signals={"SIGTERM": report["term_sent"], "SIGKILL": report["kill_sent"]})
+    if state:
+        state.update(pid=None, stopped_at=time.time())
+        write_json_atomic(p["state_file"], state)
+    targeted = set(t["pid"] for t in report["targets"])
+    baseline = read_json(p["baseline_file"]) if p["baseline_file"] else None
+    try:
+        released, _, held = verify_released(p["gpu_backend"], p["sim_dir"], targeted, baseline,
+                                             p["verify_timeout"])
+        if not released and p["gpu_reset"]:
+            for dev in held:
+                others = [h for h in dev["holders"] if h["pid"] not in targeted]
+                if others:
+                    result["reset"].append({"index": dev["index"], "ok": False,
+                                            "message": "not reset: other processes use it",
+                                            "holders": others})
+                    continue
+                ok, message = reset_gpu(p["gpu_backend"], p["sim_dir"], dev["index"])
+                result["reset"].append({"index": dev["index"], "ok": ok, "message": message})
+            released, _, held = verify_released(p["gpu_backend"], p["sim_dir"], targeted,
+                                                baseline, 10)
+    except (GpuQueryTimeout, GpuUnavailable) as exc:
+        released, held = False, [{"error": str(exc)}]
+    result.update(released=released, held=held, seconds_to_free=time.monotonic() - decided)
+    if report["remaining"] or not released:
+        result["reboot_needed"] = True
+        with open(p["reboot_mark"], "w") as f:
+            json.dump({"marked_at": time.time(), "deployment": p["marker"],
+                       "reason": "GPU memory still held after the deployment was killed"
+                       if not released else "processes survived SIGKILL (D state?)",
+                       "held": held, "survivors": report["remaining"]}, f, indent=2)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

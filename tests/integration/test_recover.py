@@ -1,0 +1,179 @@
+"""Recovery through real ansible-playbook runs: the incident end to end, bystanders that must
+survive, orphans, memory that never comes back, the crash-loop guard, concurrent recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from helpers import make_fleet, run_playbook, start_sim, wait_for
+from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
+
+pytestmark = pytest.mark.integration
+
+INCIDENT = {"sglang_server_attention_backend": "flashinfer",
+            "sglang_server_allow_rules": ["flashinfer-mla-sm120-graph-capture-hang"]}
+FAST_GATE = {"sglang_server_gate_stall_windows": {"capturing_cuda_graph": 3,
+                                                  "loading_weights": 3}}
+
+
+def recover_settings(fleet, **more):
+    return {**fleet.extra, **FAST_GATE, "sglang_recover_on_failure": True,
+            "sglang_fleet_ledger": str(fleet.root.parent / "ledger.jsonl"),
+            "sglang_fleet_evidence_dir": str(fleet.root.parent / "evidence"), **more}
+
+
+def ledger(fleet):
+    path = fleet.root.parent / "ledger.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+class Bystanders:
+    """Processes recovery must never touch: an unrelated python3, a stand-in persistence
+    daemon holding every simulated GPU device, and a second deployment on the same node."""
+
+    def __init__(self, tmp, gpu_dir):
+        self.plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        daemon = tmp / "nvidia-persistenced"
+        daemon.symlink_to(sys.executable)
+        holder = ("import sys, time\nfds = [open(p, 'rb') for p in sys.argv[1:]]\n"
+                  "print('holding', flush=True)\ntime.sleep(600)\n")
+        self.daemon = subprocess.Popen([str(daemon), "-c", holder,
+                                        *[str(gpu_dir / f"nvidia{i}") for i in range(8)]],
+                                       stdout=subprocess.PIPE, text=True)
+        assert self.daemon.stdout.readline().strip() == "holding"
+        self.other = start_sim(tmp / "other", "--tp-size", "1", "--attention-backend",
+                               "triton")
+        wait_for(lambda: "fired up" in self.other.log(), timeout=60)
+
+    def alive(self):
+        return (self.plain.poll() is None and self.daemon.poll() is None
+                and self.other.proc.poll() is None
+                and len(procs.deployment_processes(self.other.marker)) == 3)
+
+    def stop(self):
+        for p in (self.plain, self.daemon):
+            p.kill()
+            p.wait()
+        self.other.stop()
+
+
+@pytest.fixture
+def node(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=1)
+    yield fleet
+    run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+    fleet.kill_leftovers()
+
+
+def test_incident_replayed_end_to_end_with_bystanders_spared(node, tmp_path):
+    # First a ready deploy on triton: the ledger's last known good.
+    assert node.deploy().rc == 0
+    by = Bystanders(tmp_path, node.host_root("sim-node-1") / "sim" / "gpus")
+    try:
+        run = run_playbook("deploy.yml", node.inventory, recover_settings(node, **INCIDENT))
+        assert run.rc == 0, run.output[-4000:]
+        out = run.output
+        assert "sim-node-1: stalled in capturing_cuda_graph" in out
+        assert "sim-node-1: recovered:" in out
+        assert "rule flashinfer-mla-sm120-graph-capture-hang" in out
+        assert by.alive(), "recovery touched a bystander"
+        info = requests.get(node.url("sim-node-1") + "/server_info", timeout=5).json()
+        assert info["attention_backend"] == "triton"
+        # The evidence bundle, fetched to the controller.
+        (bundle,) = (tmp_path / "evidence" / "sim-node-1").iterdir()
+        verdict = json.loads((bundle / "verdict.json").read_text())
+        assert verdict["verdict"] == "stalled" and verdict["phase"] == "capturing_cuda_graph"
+        assert "busy_wait" in verdict["evidence"]
+        assert "Capture target decode CUDA graph begin" in (bundle / "log_tail.txt").read_text()
+        assert "capturing_cuda_graph" in (bundle / "phase_timeline.txt").read_text()
+        table = (bundle / "processes.txt").read_text()
+        assert "sglang::scheduler_TP0" in table and "sglang::detokenizer" in table
+        dumps = list(bundle.glob("py-spy-*.txt"))
+        assert len(dumps) >= 10 and any("hang" in d.read_text() for d in dumps)
+        spec = json.loads((bundle / "launch_spec.json").read_text())
+        assert spec["facts"]["attention_backend"] == "flashinfer"
+        assert "No Xid" in (bundle / "kernel.txt").read_text() or \
+            "no Xid" in (bundle / "kernel.txt").read_text()
+        assert json.loads((bundle / "gpus.json").read_text())[0]["memory_used"] > 0
+        # The ledger: the recovery, then the outcome.
+        kinds = [e["kind"] for e in ledger(node)]
+        assert kinds[-3:] == ["recovery", "ready", "recovery_outcome"]
+        rec = [e for e in ledger(node) if e["kind"] == "recovery"][-1]
+        assert rec["next"]["source"] == "rule" and rec["reboot_needed"] is False
+        # Logs of the failed run are still on the node.
+        log = node.log_file("sim-node-1").read_text()
+        assert "Capture target decode CUDA graph begin" in log
+        assert log.count("===== sglang-fleet: start") == 3
+        # GPUs back to one server's worth plus the bystander deployment's.
+        snap = gpu_snapshot("simulated", str(node.host_root("sim-node-1") / "sim" / "gpus"))
+        server_pids = {p["pid"] for p in node.processes("sim-node-1")}
+        assert all(p["pid"] in server_pids | {pp["pid"] for pp in procs.deployment_processes(
+            by.other.marker)} for d in snap for p in d["processes"])
+    finally:
+        by.stop()
+
+
+def test_orphaned_workers_are_found_and_killed(node):
+    run = node.deploy(extra={"sglang_server_sim_fault": "orphan_workers"})
+    assert run.rc == 0, run.output[-3000:]
+    main = next(p for p in node.processes("sim-node-1")
+                if "sglang_fleet.sim.launch_server" in p["cmdline"])
+    workers = [p["pid"] for p in node.processes("sim-node-1")
+               if p["cmdline"].startswith("sglang::")]
+    os.kill(main["pid"], 9)  # the parent dies; its workers are reparented and keep the GPUs
+    wait_for(lambda: all(procs.process_info(w)["ppid"] != main["pid"] for w in workers))
+    run = run_playbook("playbooks/recover.yml", node.inventory,
+                       recover_settings(node, sglang_server_sim_fault="orphan_workers"))
+    assert run.rc == 0, run.output[-4000:]
+    assert "sim-node-1: recovered:" in run.output
+    assert all(procs.process_info(w) is None for w in workers), "orphans survived"
+
+
+def test_memory_never_released_marks_the_node_for_reboot(node):
+    run = run_playbook("deploy.yml", node.inventory, recover_settings(
+        node, sglang_server_sim_fault="leak_memory,hang:capturing_cuda_graph",
+        sglang_recover_verify_timeout=2))
+    assert run.rc != 0
+    assert "GPU memory stayed held after the deployment was killed" in run.output
+    mark = node.host_root("sim-node-1") / "NEEDS_REBOOT"
+    assert mark.exists() and json.loads(mark.read_text())["held"]
+    again = node.deploy()
+    assert again.rc != 0 and "recovery marked this node for reboot" in again.output
+    assert node.server_processes("sim-node-1") == []
+    cleared = run_playbook("playbooks/recover.yml", node.inventory,
+                           {**node.extra, "sglang_recover_clear_reboot_mark": True})
+    assert cleared.rc == 0 and not mark.exists()
+
+
+def test_crash_loop_guard_stops_after_the_configured_attempts(node):
+    settings = recover_settings(node, sglang_server_sim_fault="crash:launching",
+                                sglang_recover_max_attempts=1)
+    first = run_playbook("deploy.yml", node.inventory, settings)
+    assert first.rc != 0 and "and it failed again" in first.output
+    second = run_playbook("playbooks/recover.yml", node.inventory, settings)
+    assert second.rc != 0
+    assert "crash-loop guard: 1 recoveries within 3600 s (limit 1)" in second.output
+    assert [e["kind"] for e in ledger(node)].count("recovery") == 1
+
+
+def test_a_second_concurrent_recovery_is_refused(node):
+    assert node.deploy(extra={"sglang_server_sim_fault": "hang_generation",
+                              "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
+                       ).rc != 0
+    run_dir = node.host_root("sim-node-1") / "run"
+    lock = run_dir / f"Kimi-K2.5-{node.port('sim-node-1')}.recover.lock"
+    lock.write_text(json.dumps({"owner": "another operator's recovery", "at": time.time()}))
+    run = run_playbook("playbooks/recover.yml", node.inventory, recover_settings(
+        node, sglang_server_sim_fault="hang_generation"))
+    assert run.rc != 0
+    assert "another recovery of this deployment is running: another operator's recovery" in \
+        run.output
+    assert len(node.server_processes("sim-node-1")) == 10, "nothing was stopped"
