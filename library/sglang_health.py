@@ -79,6 +79,11 @@ options:
       (the simulated fleet), or C(none).
     type: str
     default: kmsg
+  cuda_graph:
+    description: Whether the server captures CUDA graphs (without, the memory pool's end
+      ends the KV-cache phase).
+    type: bool
+    default: true
   stall_windows:
     description: Seconds without progress after which a phase is stalled, by phase.
     type: dict
@@ -189,6 +194,7 @@ def main():
             sim_dir=dict(type="path"),
             gpu_timeout=dict(type="float", default=10),
             kernel_log=dict(type="str", default="kmsg"),
+            cuda_graph=dict(type="bool", default=True),
             stall_windows=dict(type="dict", required=True),
             ceilings=dict(type="dict", required=True),
         ),

@@ -47,7 +47,11 @@ def split_lines(text):
     return [line for line in re.split(r"[\r\n]+", text) if line.strip()]
 
 
-def parse_log(text):
+# With CUDA graphs disabled nothing is captured: the end of the memory pool ends that phase.
+_POOL_END = re.compile(r"Memory pool end")
+
+
+def parse_log(text, cuda_graph=True):
     """Phase, progress and failures of the current run of one server log."""
     lines = split_lines(current_run(text))
     phase = "launching"
@@ -70,6 +74,8 @@ def parse_log(text):
             if pattern.search(line):
                 phase = name
                 phase_ts = stamp if stamp is not None else phase_ts
+        if not cuda_graph and phase == "allocating_kv_cache" and _POOL_END.search(line):
+            phase, phase_ts = "starting_http", stamp if stamp is not None else phase_ts
         m = _SHARDS.search(line)
         if m:
             shards = [int(m.group(2)), int(m.group(3))]

@@ -169,7 +169,7 @@ def observe(p):
     else:
         main_alive = main_pid is not None and any(m["pid"] == main_pid for m in members)
     text, mtime = read_log(p["log_file"])
-    log = logphase.parse_log(text)
+    log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True))
     # The last thing the server did: a bar redraw has no timestamp, the file's mtime dates it.
     activity = mtime if log["last_line_is_bar"] and mtime else log["last_line_at"]
 

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 
 INCIDENT = {"sglang_server_attention_backend": "flashinfer",
             "sglang_server_allow_rules": ["flashinfer-mla-sm120-graph-capture-hang"]}
-FAST_GATE = {"sglang_server_gate_stall_windows": {"capturing_cuda_graph": 3,
-                                                  "loading_weights": 3}}
+FAST_GATE = {"sglang_server_gate_stall_windows": {
+    "launching": 20, "loading_weights": 3, "allocating_kv_cache": 5,
+    "capturing_cuda_graph": 3, "starting_http": 5, "warming_up": 5}}
 
 
 def recover_settings(fleet, **more):
@@ -177,3 +178,30 @@ def test_a_second_concurrent_recovery_is_refused(node):
     assert "another recovery of this deployment is running: another operator's recovery" in \
         run.output
     assert len(node.server_processes("sim-node-1")) == 10, "nothing was stopped"
+
+
+def test_a_failed_rank_takes_its_whole_multi_node_group_along(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=2)
+    (fleet.inventory / "group_vars" / "tp16.yml").write_text(
+        "sglang_server_group: tp16\nsglang_server_tp: 16\n"
+        "sglang_server_dist_init_host: 127.0.0.1\n"
+        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
+        f"sglang_server_model_path: {tmp_path}/shared-models/Kimi-K2.5\n")
+    hosts = (fleet.inventory / "hosts.yml").read_text()
+    (fleet.inventory / "hosts.yml").write_text(
+        hosts + "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n")
+    marker = {h: f"{h}:Kimi-K2.5-{fleet.port('sim-node-1')}" for h in fleet.hosts}
+    try:
+        assert fleet.deploy().rc == 0
+        rank0_before = {p["pid"] for p in procs.deployment_processes(marker["sim-node-1"])}
+        rank1_main = next(p for p in procs.deployment_processes(marker["sim-node-2"])
+                          if "sglang_fleet.sim.launch_server" in p["cmdline"])
+        os.kill(rank1_main["pid"], 9)  # rank 1 crashes; rank 0 alone looks fine
+        run = run_playbook("playbooks/recover.yml", fleet.inventory, recover_settings(fleet))
+        assert run.rc == 0, run.output[-4000:]
+        assert "sim-node-1: recovered:" in run.output and "sim-node-2: recovered:" in run.output
+        rank0_after = {p["pid"] for p in procs.deployment_processes(marker["sim-node-1"])}
+        assert rank0_after and not rank0_before & rank0_after, "rank 0 was restarted too"
+        assert requests.get(fleet.url("sim-node-1") + "/health", timeout=30).status_code == 200
+    finally:
+        run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)

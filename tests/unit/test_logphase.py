@@ -108,3 +108,9 @@ def test_failure_lines_are_recognised():
     assert kinds >= {"scheduler_exception", "cuda_oom", "child_failed", "warmup_failed",
                      "capture_failed", "health_check_failed", "watchdog_timeout", "traceback"}
     assert any("CUDA out of memory" in line for line in parsed["error_lines"])
+
+
+def test_without_cuda_graphs_the_memory_pool_end_leaves_kv_allocation():
+    text = upto(read("sglang-0.5.23-startup.log"), "Memory pool end")
+    assert parse_log(text)["phase"] == "allocating_kv_cache"
+    assert parse_log(text, cuda_graph=False)["phase"] == "starting_http"
