@@ -1,22 +1,24 @@
 """Real-GPU check of the NVML backend, for a machine with an NVIDIA GPU (not collected by pytest).
 
-    python tests/gpu/nvml_check.py
+    ./bootstrap && .venv/bin/python tests/gpu/nvml_check.py
 
 Reads every GPU through sglang_fleet_gpu's NVML backend (count, names, compute capability,
 memory), then starts a process that allocates 1 GiB through the CUDA driver API (libcuda via
-ctypes, no framework needed) and checks that NVML lists that process with that memory, and
-that the memory is released after the process is killed. Prints what it saw; exit 1 on a miss.
+ctypes, no framework needed) and carries a deployment marker, checks that NVML lists it with
+that memory, kills it through the stop logic recovery uses (membership, SIGKILL) and verifies
+the release by polling NVML. Prints what it saw; exit 1 on a miss.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
-import sglang_fleet_gpu as gpu  # noqa: E402
+from sglang_fleet_node import sglang_fleet_gpu as gpu
+from sglang_fleet_node.sglang_fleet_stop import kill_members, verify_released
+
+MARKER = "gpu-check:nvml-holder"
 
 HOLDER = r"""
 import ctypes, sys, time
@@ -37,25 +39,20 @@ def main() -> int:
         print(f"GPU {d['index']}: {d['name']} cc {d['compute_capability']} "
               f"{d['memory_used'] / 2**30:.1f}/{d['memory_total'] / 2**30:.1f} GiB, "
               f"{len(d['processes'])} processes")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "holding"
-        seen = next((p for p in gpu.gpu_snapshot("nvml")[0]["processes"]
-                     if p["pid"] == holder.pid), None)
-        print(f"holder pid {holder.pid} seen by NVML: {seen}")
-        if not seen or seen["used_memory"] < 1 << 30:
-            return 1
-    finally:
-        holder.kill()
-        holder.wait()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # release is asynchronous: poll, never a fixed sleep
-        if all(p["pid"] != holder.pid for p in gpu.gpu_snapshot("nvml")[0]["processes"]):
-            print("released after kill")
-            return 0
-        time.sleep(0.2)
-    print("memory still held 30 s after kill")
-    return 1
+    env = dict(os.environ, SGLANG_FLEET_DEPLOYMENT=MARKER)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    assert holder.stdout.readline().strip() == "holding"
+    seen = next((p for p in gpu.gpu_snapshot("nvml")[0]["processes"]
+                 if p["pid"] == holder.pid), None)
+    print(f"holder pid {holder.pid} seen by NVML: {seen}")
+    report = kill_members(MARKER, None, None, hung=True, term_timeout=0)
+    holder.wait()
+    released, seconds, held = verify_released("nvml", None, {holder.pid}, {}, timeout=30)
+    print(f"killed {[t['pid'] for t in report['targets']]} by membership; "
+          f"released={released} after {seconds:.2f} s; held={held}")
+    ok = seen is not None and seen["used_memory"] >= 1 << 30 and released
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def node(tmp_path):
 
 
 def test_incident_replayed_end_to_end_with_bystanders_spared(node, tmp_path):
-    # First a ready deploy on triton: the ledger's last known good.
+    # A ready deploy first: it provisions the node's simulated GPUs that the stand-in
+    # persistence daemon holds, and gives the ledger a last known good.
     assert node.deploy().rc == 0
     by = Bystanders(tmp_path, node.host_root("sim-node-1") / "sim" / "gpus")
     try:
