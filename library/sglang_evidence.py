@@ -16,23 +16,10 @@ description:
   - py-spy can leave a process stopped (state T); every dumped process gets SIGCONT after.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang_fleet
+  - sglang_fleet.gpu
 options:
-  marker:
-    description: Deployment marker.
-    type: str
-    required: true
-  state_file:
-    description: The service's state file.
-    type: path
-    required: true
-  manager:
-    description: Service manager.
-    type: str
-    choices: [systemd, supervisor]
-    default: supervisor
-  unit_name:
-    description: systemd unit, with I(manager=systemd).
-    type: str
   log_file:
     description: The server log.
     type: path
@@ -49,14 +36,6 @@ options:
     description: The LaunchSpec (it holds no secret values).
     type: dict
     default: {}
-  gpu_backend:
-    description: Where GPU facts come from.
-    type: str
-    choices: [nvml, simulated]
-    default: nvml
-  sim_dir:
-    description: Simulated GPU folder.
-    type: path
   kernel_log:
     description: C(kmsg), a simulated kernel log file, or C(none).
     type: str
@@ -115,6 +94,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_args import (
+    DEPLOYMENT_REQUIRED_IF,
+    deployment_argument_spec,
+)
 from ansible.module_utils.sglang_fleet_files import read_json
 from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
 from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
@@ -149,22 +132,17 @@ def _dump(py_spy, pid):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            marker=dict(type="str", required=True),
-            state_file=dict(type="path", required=True),
-            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
-            unit_name=dict(type="str"),
+        argument_spec=deployment_argument_spec(
             log_file=dict(type="path", required=True),
             evidence_dir=dict(type="path", required=True),
             verdict=dict(type="dict", default={}),
             launch_spec=dict(type="dict", default={}),
-            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
-            sim_dir=dict(type="path"),
             kernel_log=dict(type="str", default="kmsg"),
             py_spy=dict(type="str", default=""),
             server_python=dict(type="path"),
             tail_lines=dict(type="int", default=200),
         ),
+        required_if=DEPLOYMENT_REQUIRED_IF,
         supports_check_mode=True,
     )
     p = module.params

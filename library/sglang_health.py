@@ -21,15 +21,10 @@ description:
     session for an hour. Observations between calls are kept in I(gate_state_file).
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang_fleet
+  - sglang_fleet.gpu
 options:
-  marker:
-    description: Deployment marker (C(SGLANG_FLEET_DEPLOYMENT)).
-    type: str
-    required: true
-  state_file:
-    description: The service's state file (pid and start time).
-    type: path
-    required: true
   log_file:
     description: The server log.
     type: path
@@ -38,14 +33,6 @@ options:
     description: Where the previous observation is kept between calls.
     type: path
     required: true
-  manager:
-    description: Service manager of the deployment.
-    type: str
-    choices: [systemd, supervisor]
-    default: supervisor
-  unit_name:
-    description: systemd unit, with I(manager=systemd).
-    type: str
   host:
     description: Address to probe the HTTP port on.
     type: str
@@ -62,14 +49,6 @@ options:
     description: Seconds to wait for C(/health); above SGLang's own 20 s generation timeout.
     type: float
     default: 25
-  gpu_backend:
-    description: Where GPU facts come from.
-    type: str
-    choices: [nvml, simulated]
-    default: nvml
-  sim_dir:
-    description: Simulated GPU folder, with I(gpu_backend=simulated).
-    type: path
   gpu_timeout:
     description: Seconds allowed for an NVML query.
     type: float
@@ -171,6 +150,10 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_args import (
+    DEPLOYMENT_REQUIRED_IF,
+    deployment_argument_spec,
+)
 from ansible.module_utils.sglang_fleet_classify import classify
 from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
 from ansible.module_utils.sglang_fleet_logphase import progress_text
@@ -179,27 +162,20 @@ from ansible.module_utils.sglang_fleet_observe import observe
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            marker=dict(type="str", required=True),
-            state_file=dict(type="path", required=True),
+        argument_spec=deployment_argument_spec(
             log_file=dict(type="path", required=True),
             gate_state_file=dict(type="path", required=True),
-            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
-            unit_name=dict(type="str"),
             host=dict(type="str", default="127.0.0.1"),
             port=dict(type="int", required=True),
             serves_http=dict(type="bool", default=True),
             health_timeout=dict(type="float", default=25),
-            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
-            sim_dir=dict(type="path"),
             gpu_timeout=dict(type="float", default=10),
             kernel_log=dict(type="str", default="kmsg"),
             cuda_graph=dict(type="bool", default=True),
             stall_windows=dict(type="dict", required=True),
             ceilings=dict(type="dict", required=True),
         ),
-        required_if=[("manager", "systemd", ("unit_name",)),
-                     ("gpu_backend", "simulated", ("sim_dir",))],
+        required_if=DEPLOYMENT_REQUIRED_IF,
         supports_check_mode=True,
     )
     p = module.params

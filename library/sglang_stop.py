@@ -22,23 +22,10 @@ description:
     writes I(reboot_mark) so that later deploys refuse the node until it is cleared.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang_fleet
+  - sglang_fleet.gpu
 options:
-  marker:
-    description: Deployment marker (C(SGLANG_FLEET_DEPLOYMENT)).
-    type: str
-    required: true
-  state_file:
-    description: The service's state file (supervisor session id, start time).
-    type: path
-    required: true
-  manager:
-    description: Service manager.
-    type: str
-    choices: [systemd, supervisor]
-    default: supervisor
-  unit_name:
-    description: systemd unit, with I(manager=systemd).
-    type: str
   hung:
     description: Skip SIGTERM and send SIGKILL at once.
     type: bool
@@ -52,14 +39,6 @@ options:
       deployment (dedicated nodes only); the protected agents are still spared.
     type: bool
     default: false
-  gpu_backend:
-    description: Where GPU facts come from.
-    type: str
-    choices: [nvml, simulated]
-    default: nvml
-  sim_dir:
-    description: Simulated GPU folder.
-    type: path
   baseline_file:
     description: GPU memory per device recorded before the server started.
     type: path
@@ -137,6 +116,10 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_args import (
+    DEPLOYMENT_REQUIRED_IF,
+    deployment_argument_spec,
+)
 from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
 from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
 from ansible.module_utils.sglang_fleet_procs import deployment_processes
@@ -151,23 +134,16 @@ from ansible.module_utils.sglang_fleet_stop import (
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            marker=dict(type="str", required=True),
-            state_file=dict(type="path", required=True),
-            manager=dict(type="str", default="supervisor", choices=["systemd", "supervisor"]),
-            unit_name=dict(type="str"),
+        argument_spec=deployment_argument_spec(
             hung=dict(type="bool", default=False),
             term_timeout=dict(type="float", default=30),
             aggressive=dict(type="bool", default=False),
-            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
-            sim_dir=dict(type="path"),
             baseline_file=dict(type="path"),
             verify_timeout=dict(type="float", default=60),
             gpu_reset=dict(type="bool", default=False),
             reboot_mark=dict(type="path", required=True),
         ),
-        required_if=[("manager", "systemd", ("unit_name",)),
-                     ("gpu_backend", "simulated", ("sim_dir",))],
+        required_if=DEPLOYMENT_REQUIRED_IF,
         supports_check_mode=True,
     )
     p = module.params
