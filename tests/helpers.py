@@ -235,3 +235,18 @@ def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "
              "--served-model-name", "Kimi-K2.5", "--port", str(port), *flags],
             stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
     return SimProcess(proc, log_path, marker, port, gpu_dir, shm)
+
+
+def make_tp16_group(tmp: Path) -> SimFleet:
+    """Two simulated nodes forming one TP=16 server, sharing model path and port as a real
+    group does (only rank 0 binds the port)."""
+    fleet = make_fleet(tmp, hosts=2)
+    (fleet.inventory / "group_vars" / "tp16.yml").write_text(
+        "sglang_server_group: tp16\nsglang_server_tp: 16\n"
+        "sglang_server_dist_init_host: 127.0.0.1\n"
+        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
+        f"sglang_server_model_path: {tmp}/shared-models/Kimi-K2.5\n")
+    hosts = (fleet.inventory / "hosts.yml").read_text()
+    (fleet.inventory / "hosts.yml").write_text(
+        hosts + "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n")
+    return fleet

@@ -5,8 +5,29 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from sglang_fleet.spec import API_KEY_VAR
+
 MASK = "********"
 HEADER = "# Managed by sglang-fleet: changes here are overwritten by the next deploy."
+
+# SGLang logs its arguments, API key included (0.5.23 redacts only watermark keys). This filter
+# sits between the server and the log: it replaces the key's bytes as they stream, holds back
+# only a tail that could begin a key split across reads, and keeps carriage returns.
+_REDACT = """import os, sys
+key, mask = os.environ[sys.argv[1]].encode(), b"********"
+pending = b""
+while True:
+    chunk = os.read(0, 65536)
+    data = (pending + chunk).replace(key, mask)
+    pending = b""
+    for n in range(min(len(key) - 1, len(data)), 0, -1):
+        if chunk and key.startswith(data[-n:]):
+            data, pending = data[:-n], data[-n:]
+            break
+    os.write(1, data)
+    if not chunk:
+        break
+"""
 
 
 def _argv_word(item: Any) -> str:
@@ -40,10 +61,19 @@ def launch_script(spec: dict[str, Any]) -> str:
         f". {shlex.quote(paths['env_file'])}",
         "set +a",
         f"cd {shlex.quote(paths['root'])}",
+        *_redaction(spec),
         "exec " + " \\\n    ".join(lines_of_argv),
         "",
     ]
     return "\n".join(lines)
+
+
+def _redaction(spec: dict[str, Any]) -> list[str]:
+    if API_KEY_VAR not in spec["secret_env_names"]:
+        return []
+    python = shlex.quote(spec["install"]["server_python"])
+    return ["# SGLang prints its API key in its arguments line: filter it out of the log.",
+            f"exec > >(exec {python} -u -c {shlex.quote(_REDACT)} {API_KEY_VAR}) 2>&1"]
 
 
 def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False) -> str:

@@ -8,19 +8,12 @@ import time
 
 import pytest
 
-from helpers import BIN, REPO, http_status, make_fleet
+from helpers import BIN, REPO, http_status, make_fleet, make_tp16_group
 from sglang_fleet.runner import playbook_run
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def one_node(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=1)
-    yield fleet
-    fleet.stop()
-    fleet.kill_leftovers()
 
 
 def test_leaked_shm_segments_of_the_last_run_are_removed(one_node):
@@ -44,16 +37,7 @@ def test_leaked_shm_segments_of_the_last_run_are_removed(one_node):
 
 
 def test_two_simulated_nodes_form_one_tp16_server(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=2)
-    # Like a real group, both nodes share the model path and the port (only rank 0 binds it).
-    (fleet.inventory / "group_vars" / "tp16.yml").write_text(
-        "sglang_server_group: tp16\nsglang_server_tp: 16\n"
-        "sglang_server_dist_init_host: 127.0.0.1\n"
-        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
-        f"sglang_server_model_path: {tmp_path}/shared-models/Kimi-K2.5\n")
-    hosts = (fleet.inventory / "hosts.yml").read_text()
-    (fleet.inventory / "hosts.yml").write_text(hosts + (
-        "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n"))
+    fleet = make_tp16_group(tmp_path)
     try:
         run = fleet.deploy()
         assert run.rc == 0, run.output[-3000:]

@@ -9,13 +9,6 @@ from helpers import make_fleet
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def one_node(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=1)
-    yield fleet
-    fleet.stop()
-    fleet.kill_leftovers()
-
 
 def test_bad_nccl_name_fails_before_touching_any_node(tmp_path):
     fleet = make_fleet(tmp_path, hosts=2)

@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from helpers import make_fleet, run_playbook, start_sim, wait_for
+from helpers import make_tp16_group, run_playbook, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -38,7 +38,7 @@ def ledger(fleet):
 
 class Bystanders:
     """Processes recovery must never touch: an unrelated python3, a stand-in persistence
-    daemon holding every simulated GPU device, and a second deployment on the same node."""
+    daemon holding every simulated GPU device, and a second deployment on the same one_node."""
 
     def __init__(self, tmp, gpu_dir):
         self.plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -66,28 +66,21 @@ class Bystanders:
         self.other.stop()
 
 
-@pytest.fixture
-def node(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=1)
-    yield fleet
-    run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
-    fleet.kill_leftovers()
 
-
-def test_incident_replayed_end_to_end_with_bystanders_spared(node, tmp_path):
+def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path):
     # A ready deploy first: it provisions the node's simulated GPUs that the stand-in
     # persistence daemon holds, and gives the ledger a last known good.
-    assert node.deploy().rc == 0
-    by = Bystanders(tmp_path, node.host_root("sim-node-1") / "sim" / "gpus")
+    assert one_node.deploy().rc == 0
+    by = Bystanders(tmp_path, one_node.host_root("sim-node-1") / "sim" / "gpus")
     try:
-        run = run_playbook("deploy.yml", node.inventory, recover_settings(node, **INCIDENT))
+        run = run_playbook("deploy.yml", one_node.inventory, recover_settings(one_node, **INCIDENT))
         assert run.rc == 0, run.output[-4000:]
         out = run.output
         assert "sim-node-1: stalled in capturing_cuda_graph" in out
         assert "sim-node-1: recovered:" in out
         assert "rule flashinfer-mla-sm120-graph-capture-hang" in out
         assert by.alive(), "recovery touched a bystander"
-        info = requests.get(node.url("sim-node-1") + "/server_info", timeout=5).json()
+        info = requests.get(one_node.url("sim-node-1") + "/server_info", timeout=5).json()
         assert info["attention_backend"] == "triton"
         # The evidence bundle, fetched to the controller.
         (bundle,) = (tmp_path / "evidence" / "sim-node-1").iterdir()
@@ -106,91 +99,83 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(node, tmp_path):
             "no Xid" in (bundle / "kernel.txt").read_text()
         assert json.loads((bundle / "gpus.json").read_text())[0]["memory_used"] > 0
         # The ledger: the recovery, then the outcome.
-        kinds = [e["kind"] for e in ledger(node)]
+        kinds = [e["kind"] for e in ledger(one_node)]
         assert kinds[-3:] == ["recovery", "ready", "recovery_outcome"]
-        rec = [e for e in ledger(node) if e["kind"] == "recovery"][-1]
+        rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
         assert rec["next"]["source"] == "rule" and rec["reboot_needed"] is False
-        # Logs of the failed run are still on the node.
-        log = node.log_file("sim-node-1").read_text()
+        # Logs of the failed run are still on the one_node.
+        log = one_node.log_file("sim-node-1").read_text()
         assert "Capture target decode CUDA graph begin" in log
         assert log.count("===== sglang-fleet: start") == 3
         # GPUs back to one server's worth plus the bystander deployment's.
-        snap = gpu_snapshot("simulated", str(node.host_root("sim-node-1") / "sim" / "gpus"))
-        server_pids = {p["pid"] for p in node.processes("sim-node-1")}
+        snap = gpu_snapshot("simulated", str(one_node.host_root("sim-node-1") / "sim" / "gpus"))
+        server_pids = {p["pid"] for p in one_node.processes("sim-node-1")}
         assert all(p["pid"] in server_pids | {pp["pid"] for pp in procs.deployment_processes(
             by.other.marker)} for d in snap for p in d["processes"])
     finally:
         by.stop()
 
 
-def test_orphaned_workers_are_found_and_killed(node):
-    run = node.deploy(extra={"sglang_server_sim_fault": "orphan_workers"})
+def test_orphaned_workers_are_found_and_killed(one_node):
+    run = one_node.deploy(extra={"sglang_server_sim_fault": "orphan_workers"})
     assert run.rc == 0, run.output[-3000:]
-    main = next(p for p in node.processes("sim-node-1")
+    main = next(p for p in one_node.processes("sim-node-1")
                 if "sglang_fleet.sim.launch_server" in p["cmdline"])
-    workers = [p["pid"] for p in node.processes("sim-node-1")
+    workers = [p["pid"] for p in one_node.processes("sim-node-1")
                if p["cmdline"].startswith("sglang::")]
     os.kill(main["pid"], 9)  # the parent dies; its workers are reparented and keep the GPUs
     wait_for(lambda: all(procs.process_info(w)["ppid"] != main["pid"] for w in workers))
-    run = run_playbook("playbooks/recover.yml", node.inventory,
-                       recover_settings(node, sglang_server_sim_fault="orphan_workers"))
+    run = run_playbook("playbooks/recover.yml", one_node.inventory,
+                       recover_settings(one_node, sglang_server_sim_fault="orphan_workers"))
     assert run.rc == 0, run.output[-4000:]
     assert "sim-node-1: recovered:" in run.output
     assert all(procs.process_info(w) is None for w in workers), "orphans survived"
 
 
-def test_memory_never_released_marks_the_node_for_reboot(node):
-    run = run_playbook("deploy.yml", node.inventory, recover_settings(
-        node, sglang_server_sim_fault="leak_memory,hang:capturing_cuda_graph",
+def test_memory_never_released_marks_the_node_for_reboot(one_node):
+    run = run_playbook("deploy.yml", one_node.inventory, recover_settings(
+        one_node, sglang_server_sim_fault="leak_memory,hang:capturing_cuda_graph",
         sglang_recover_verify_timeout=2))
     assert run.rc != 0
     assert "GPU memory stayed held after the deployment was killed" in run.output
-    mark = node.host_root("sim-node-1") / "NEEDS_REBOOT"
+    mark = one_node.host_root("sim-node-1") / "NEEDS_REBOOT"
     assert mark.exists() and json.loads(mark.read_text())["held"]
-    again = node.deploy()
+    again = one_node.deploy()
     assert again.rc != 0 and "recovery marked this node for reboot" in again.output
-    assert node.server_processes("sim-node-1") == []
-    cleared = run_playbook("playbooks/recover.yml", node.inventory,
-                           {**node.extra, "sglang_recover_clear_reboot_mark": True})
+    assert one_node.server_processes("sim-node-1") == []
+    cleared = run_playbook("playbooks/recover.yml", one_node.inventory,
+                           {**one_node.extra, "sglang_recover_clear_reboot_mark": True})
     assert cleared.rc == 0 and not mark.exists()
 
 
-def test_crash_loop_guard_stops_after_the_configured_attempts(node):
-    settings = recover_settings(node, sglang_server_sim_fault="crash:launching",
+def test_crash_loop_guard_stops_after_the_configured_attempts(one_node):
+    settings = recover_settings(one_node, sglang_server_sim_fault="crash:launching",
                                 sglang_recover_max_attempts=1)
-    first = run_playbook("deploy.yml", node.inventory, settings)
+    first = run_playbook("deploy.yml", one_node.inventory, settings)
     assert first.rc != 0 and "and it failed again" in first.output
-    second = run_playbook("playbooks/recover.yml", node.inventory, settings)
+    second = run_playbook("playbooks/recover.yml", one_node.inventory, settings)
     assert second.rc != 0
     assert "crash-loop guard: 1 recoveries within 3600 s (limit 1)" in second.output
-    assert [e["kind"] for e in ledger(node)].count("recovery") == 1
+    assert [e["kind"] for e in ledger(one_node)].count("recovery") == 1
 
 
-def test_a_second_concurrent_recovery_is_refused(node):
-    assert node.deploy(extra={"sglang_server_sim_fault": "hang_generation",
+def test_a_second_concurrent_recovery_is_refused(one_node):
+    assert one_node.deploy(extra={"sglang_server_sim_fault": "hang_generation",
                               "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
                        ).rc != 0
-    run_dir = node.host_root("sim-node-1") / "run"
-    lock = run_dir / f"Kimi-K2.5-{node.port('sim-node-1')}.recover.lock"
+    run_dir = one_node.host_root("sim-node-1") / "run"
+    lock = run_dir / f"Kimi-K2.5-{one_node.port('sim-node-1')}.recover.lock"
     lock.write_text(json.dumps({"owner": "another operator's recovery", "at": time.time()}))
-    run = run_playbook("playbooks/recover.yml", node.inventory, recover_settings(
-        node, sglang_server_sim_fault="hang_generation"))
+    run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(
+        one_node, sglang_server_sim_fault="hang_generation"))
     assert run.rc != 0
     assert "another recovery of this deployment is running: another operator's recovery" in \
         run.output
-    assert len(node.server_processes("sim-node-1")) == 10, "nothing was stopped"
+    assert len(one_node.server_processes("sim-node-1")) == 10, "nothing was stopped"
 
 
 def test_a_failed_rank_takes_its_whole_multi_node_group_along(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=2)
-    (fleet.inventory / "group_vars" / "tp16.yml").write_text(
-        "sglang_server_group: tp16\nsglang_server_tp: 16\n"
-        "sglang_server_dist_init_host: 127.0.0.1\n"
-        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
-        f"sglang_server_model_path: {tmp_path}/shared-models/Kimi-K2.5\n")
-    hosts = (fleet.inventory / "hosts.yml").read_text()
-    (fleet.inventory / "hosts.yml").write_text(
-        hosts + "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n")
+    fleet = make_tp16_group(tmp_path)
     marker = {h: f"{h}:Kimi-K2.5-{fleet.port('sim-node-1')}" for h in fleet.hosts}
     try:
         assert fleet.deploy().rc == 0

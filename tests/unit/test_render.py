@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 from helpers import role_defaults
 from sglang_fleet.render import render_files
@@ -40,22 +41,44 @@ def test_script_is_strict_and_execs_the_server(tmp_path):
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
-def test_shell_metacharacters_stay_arguments(tmp_path):
+def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     pwned = tmp_path / "pwned"
+    argv_file = tmp_path / "argv"
+    # A stand-in for the server's Python: records the server argv it gets and prints it;
+    # called as the log filter (-u -c CODE VAR) it runs the real interpreter.
+    fake = tmp_path / "fakepython"
+    fake.write_text("#!/bin/bash\n"
+                    f'if [ "$1" = "-u" ]; then exec {sys.executable} "$@"; fi\n'
+                    f"printf '%s\\n' \"$@\" > {argv_file}\n"
+                    "printf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
     evil_path = f"x; touch {pwned}"
-    spec = spec_for(tmp_path, install_mode="existing", python="/bin/echo", deployment_name="evil",
-                    model_path=evil_path, served_model_name="$(touch " + str(pwned) + ")",
+    key = "k'ey\"$(touch " + str(pwned) + ")"
+    spec = spec_for(tmp_path, install_mode="existing", python=str(fake),
+                    deployment_name="evil", model_path=evil_path,
+                    served_model_name="$(touch " + str(pwned) + ")",
                     extra_args=["--log-level", "`touch " + str(pwned) + "`"],
-                    extra_env={"SGLANG_NOTE": "'; touch " + str(pwned) + " #"},
-                    api_key="k'ey\"$(touch " + str(pwned) + ")")
-    secrets = {"SGLANG_FLEET_API_KEY": "k'ey\"$(touch " + str(pwned) + ")"}
-    materialise(tmp_path, spec, secrets)
-    # The script execs /bin/echo with the server's argv: run it for real.
+                    extra_env={"SGLANG_NOTE": "'; touch " + str(pwned) + " #"}, api_key=key)
+    materialise(tmp_path, spec, {"SGLANG_FLEET_API_KEY": key})
     out = subprocess.run([spec["paths"]["script"]], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"}).stdout
     assert not pwned.exists()
-    assert evil_path in out
-    assert secrets["SGLANG_FLEET_API_KEY"] in out  # expanded at exec time, verbatim
+    received = argv_file.read_text().splitlines()
+    assert evil_path in received
+    assert key in received, "the key reaches the server verbatim, expanded at exec time"
+    assert key not in out and "--api-key\n********" in out, "and never reaches its log"
+
+
+def test_log_filter_masks_a_key_split_across_reads_and_keeps_redraws(tmp_path):
+    from sglang_fleet.render import _REDACT
+    key = "sk-0123456789abcdef"
+    feeder = ("import os, sys, time\n"
+              f"os.write(1, b'a {key[:7]}'); time.sleep(0.2)\n"
+              f"os.write(1, b'{key[7:]} b\\rbar 1/2\\rbar 2/2\\n')\n")
+    proc = subprocess.run(f"{sys.executable} -c \"$FEED\" | {sys.executable} -u -c \"$CODE\" K",
+                          shell=True, capture_output=True,
+                          env={"FEED": feeder, "CODE": _REDACT, "K": key})
+    assert proc.stdout == b"a ******** b\rbar 1/2\rbar 2/2\n"
 
 
 def test_secrets_only_in_the_env_file(tmp_path):

@@ -440,8 +440,9 @@ class SimServer:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = prepare_server_args(argv)  # argparse: exit 2 with SGLang's message on a bad flag
-    shown = {k: ("<hidden>" if k == "api_key" and v else v) for k, v in vars(args).items()}
-    log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
+    # As SGLang 0.5.23 does: every argument, the API key included, goes to the log.
+    log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in vars(args).items())
+        + ")")
     try:
         rt = load_runtime(args)
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
