@@ -46,6 +46,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+entry:
+  description: The entry as recorded.
+  returned: always
+  type: dict
 proposed_rules:
   description: Rules the ledger proposes after this entry.
   returned: always

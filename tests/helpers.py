@@ -25,6 +25,13 @@ _RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\
                     r"\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
 
 
+# Stall windows short enough for a test to see a hang in seconds, long enough for the simulated
+# phases at test time factors.
+FAST_GATE = {"sglang_server_gate_stall_windows": {
+    "launching": 20, "loading_weights": 3, "allocating_kv_cache": 5,
+    "capturing_cuda_graph": 3, "starting_http": 5, "warming_up": 5}}
+
+
 def role_defaults() -> dict[str, Any]:
     return yaml.safe_load(ROLE_DEFAULTS.read_text())
 
@@ -62,6 +69,13 @@ def run_playbook(playbook: str, inventory: Path | str, extra: dict[str, Any] | N
                              "ignored"), map(int, m[1:]), strict=True))
              for m in _RECAP.findall(out)}
     return PlaybookRun(proc.returncode, out, recap)
+
+
+def sglang_fleet(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The sglang-fleet command line, as a user runs it (stdout and stderr together)."""
+    return subprocess.run([str(BIN / "sglang-fleet"), *args], cwd=REPO, env=ansible_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
 
 
 def free_port_block(count: int) -> int:
@@ -105,6 +119,17 @@ class SimFleet:
 
     def stop(self, *args: str) -> PlaybookRun:
         return run_playbook("playbooks/stop.yml", self.inventory, self.extra, *args)
+
+    def with_stores(self, **more: Any) -> dict[str, Any]:
+        """Extra vars that keep the ledger, results store and evidence inside the test's folder."""
+        base = self.root.parent
+        return {**self.extra, "sglang_fleet_ledger": str(base / "ledger.jsonl"),
+                "sglang_fleet_results": str(base / "results.jsonl"),
+                "sglang_fleet_evidence_dir": str(base / "evidence"), **more}
+
+    def read_store(self, name: str) -> list[dict[str, Any]]:
+        path = self.root.parent / name
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
     def set_host_vars(self, host: str, values: dict[str, Any]) -> None:
         path = self.inventory / "host_vars" / f"{host}.yml"

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Appends one outcome to the controller's ledger (JSON lines) and reports Rules the ledger now
-# proposes. Runs on the controller only: the ledger is the fleet's memory, not a node's.
+# Appends one entry to a controller JSON-lines file (the recovery ledger, the benchmark results
+# store) and reports Rules the ledger now proposes. Runs on the controller only: these files
+# are the fleet's memory, not a node's.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -11,7 +12,8 @@ from ansible.plugins.action import ActionBase
 try:
     import yaml
 
-    from sglang_fleet.recovery import append_ledger, proposed_rules, read_ledger
+    from sglang_fleet.recovery import proposed_rules
+    from sglang_fleet.store import append_jsonl, read_jsonl
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -32,14 +34,15 @@ class ActionModule(ActionBase):
         if not path or not isinstance(entry, dict):
             raise AnsibleActionFail("sglang_ledger needs path (str) and entry (dict)")
         if self._task.check_mode:
-            result.update(changed=True, proposed_rules=[])
+            result.update(changed=True, proposed_rules=[], entry=entry)
             return result
-        append_ledger(path, entry)
-        proposals = proposed_rules(read_ledger(path))
+        append_jsonl(path, entry)
+        # Only a recovery can add a proposal; results-store entries skip the ledger scan.
+        proposals = proposed_rules(read_jsonl(path)) if entry.get("kind") == "recovery" else []
         if proposals:
             with open(path.rsplit("/", 1)[0] + "/proposed-rules.yml", "w") as f:
                 f.write("# Proposed by sglang-fleet from repeated failures in the ledger.\n"
                         "# Review, then move into src/sglang_fleet/data/rules.yml.\n")
                 yaml.safe_dump(proposals, f, sort_keys=False)
-        result.update(changed=True, proposed_rules=proposals)
+        result.update(changed=True, proposed_rules=proposals, entry=entry)
         return result

@@ -8,10 +8,12 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_fleet.recovery import choose_next, read_ledger, recent_recoveries
+    from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import render_files
+    from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
     from sglang_fleet.spec import build_launch_spec, group_consistency_errors
+    from sglang_fleet.store import read_jsonl
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -55,13 +57,38 @@ def sim_model_config_filter(spec):
 
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None):
     _need_package()
-    return choose_next(dict(settings), dict(facts), read_ledger(ledger_path), str(host),
+    return choose_next(dict(settings), dict(facts), read_jsonl(ledger_path), str(host),
                        list(fallback_chain or []))
 
 
 def recoveries_in_window(ledger_path, host, window_s):
     _need_package()
-    return recent_recoveries(read_ledger(ledger_path), str(host), float(window_s))
+    return recent_recoveries(read_jsonl(ledger_path), str(host), float(window_s))
+
+
+def bench_result_entry(spec, benchmark, label="", run_id=""):
+    _need_package()
+    return result_entry(dict(spec), dict(benchmark), str(label or ""), str(run_id or ""))
+
+
+def running_config(ledger_path, host):
+    """The host's last ready (re)start from the ledger (config_hash, settings), or {}."""
+    _need_package()
+    entry = last_ready(read_jsonl(ledger_path), str(host)) or {}
+    return {"config_hash": entry.get("config_hash") or "", "settings": entry.get("settings")}
+
+
+def stored_result(results_path, config_hash, spec):
+    """The latest stored measurement of config_hash on the hardware spec describes, or None."""
+    _need_package()
+    found = results_for(read_jsonl(results_path), str(config_hash), hardware_key(dict(spec)))
+    return found[-1] if found else None
+
+
+def canary_gate(current, previous, max_drop_pct):
+    _need_package()
+    return canary_check(dict(previous) if previous else None, dict(current),
+                        float(max_drop_pct))
 
 
 class FilterModule(object):
@@ -74,4 +101,8 @@ class FilterModule(object):
             "sglang_fleet_sim_model_config": sim_model_config_filter,
             "sglang_fleet_next_spec": next_spec,
             "sglang_fleet_recent_recoveries": recoveries_in_window,
+            "sglang_fleet_bench_result_entry": bench_result_entry,
+            "sglang_fleet_running_config": running_config,
+            "sglang_fleet_stored_result": stored_result,
+            "sglang_fleet_canary_gate": canary_gate,
         }

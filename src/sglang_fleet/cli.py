@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
-from sglang_fleet.runner import failures, playbook_run, task_results
+import yaml
+
+from sglang_fleet import experiments
+from sglang_fleet.bisect import find_culprit
+from sglang_fleet.outcomes import HostOutcome, host_outcomes
+from sglang_fleet.report import config_row, markdown_table, write_report
+from sglang_fleet.results import headline_tok_s
+from sglang_fleet.rules import matching_rules
+from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
 
 EXIT_OK = 0
 EXIT_HOSTS_FAILED = 1
@@ -14,6 +26,42 @@ EXIT_INTERNAL = 4
 
 RENDER_TASK = "Show the rendered files (secrets masked)"
 
+
+class UsageError(Exception):
+    pass
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def run_folder(args: argparse.Namespace, command: str) -> Path:
+    if args.run_dir:
+        return Path(args.run_dir).resolve()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return project_dir() / ".sglang-fleet" / "runs" / f"{stamp}-{command}"
+
+
+def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
+    """-e as ansible-playbook takes it: JSON/YAML mappings or key=value pairs."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        text = item.strip()
+        if text.startswith("{"):
+            value = yaml.safe_load(text)
+            if not isinstance(value, dict):
+                raise UsageError(f"-e {item!r}: not a mapping")
+            out.update(value)
+            continue
+        for pair in text.split():
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise UsageError(f"-e {pair!r}: expected key=value or a JSON mapping")
+            out[key] = yaml.safe_load(value) if value else ""
+    return out
+
+
+# ---- render ------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
     with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=args.host) as run:
@@ -29,26 +77,288 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     msg = results[args.host]["msg"]
     spec, files = msg["spec"], msg["files"]
-    print(f"# {spec['host']}: deployment {spec['deployment']}, config {spec['config_hash']}, "
-          f"SGLang {spec['sglang_version']}, install {spec['install']['mode']}, "
-          f"service {spec['service']['manager']}")
-    print(f"# ---- {spec['paths']['script']}")
+    say(f"# {spec['host']}: deployment {spec['deployment']}, config {spec['config_hash']}, "
+        f"SGLang {spec['sglang_version']}, install {spec['install']['mode']}, "
+        f"service {spec['service']['manager']}")
+    say(f"# ---- {spec['paths']['script']}")
     print(files["script"], end="")
-    print(f"# ---- {spec['paths']['env_file']} (mode 0600, secrets masked)")
+    say(f"# ---- {spec['paths']['env_file']} (mode 0600, secrets masked)")
     print(files["env"], end="")
     if files.get("unit"):
-        print(f"# ---- {spec['paths']['unit_file']}")
+        say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")
     return EXIT_OK
+
+
+# ---- bench ---------------------------------------------------------------------------------
+
+def bench_extravars(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in experiments.BENCH_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    folder = run_folder(args, "bench")
+    extra = parse_extra_vars(args.extra_vars)
+    extra.update({f"sglang_bench_{k}": v for k, v in bench_extravars(args).items()})
+    if args.label:
+        extra["sglang_bench_label"] = args.label
+    extra["sglang_bench_run_id"] = folder.name
+    with playbook_run("playbooks/benchmark.yml", inventory=args.inventory, limit=args.limit,
+                      extravars=extra, private_data_dir=str(folder / "artifacts")) as run:
+        outcomes = host_outcomes(list(run.events), run.stats)
+    rows = []
+    for host, o in sorted(outcomes.items()):
+        if o.benchmark is None and o.status == "ok":
+            continue  # a node that does not serve HTTP (rank > 0 of a multi-node server)
+        name = args.label or host
+        rows.append(config_row(f"{name} ({host})" if args.label else name, {},
+                               "measured" if o.benchmark else _failure_text(o),
+                               o.benchmark, None, host=host))
+    if not rows:
+        print("no host measured: check --limit and the inventory", file=sys.stderr)
+        return EXIT_USAGE
+    write_report(rows, folder, "bench", "Benchmark")
+    say(markdown_table(rows, any(r["simulated"] for r in rows)))
+    say(f"report and runner artifacts: {folder}")
+    return EXIT_OK if all(o.status == "ok" for o in outcomes.values()) else EXIT_HOSTS_FAILED
+
+
+def _failure_text(o: HostOutcome) -> str:
+    if o.status == "unreachable":
+        return "unreachable"
+    v = o.verdict or {}
+    text = o.verdict_name
+    if v.get("phase") and text not in ("ready", "not observed"):
+        text += f" in {v['phase']}"
+    if o.recovery:
+        text += "; stopped, GPUs freed" if not o.recovery.get("reboot_needed") else \
+            "; GPUs still held, node marked for reboot"
+    elif text in ("ready", "not observed") and o.message:
+        text = o.message.splitlines()[0][:120]
+    return text
+
+
+# ---- sweep ---------------------------------------------------------------------------------
+
+def _trial_line(index: int, total: int, trial: experiments.Trial) -> str:
+    o = trial.outcome
+    if trial.ready and o.benchmark:
+        level = o.benchmark["benchmark"]["levels"][0]
+        sim = " SIMULATED" if o.benchmark.get("simulated") else ""
+        result = (f"ready, {headline_tok_s(o.benchmark):.1f}{sim} tok/s, "
+                  f"TTFT {level['ttft_s']['median']:.3f} s")
+    elif trial.ready:
+        result = "ready"
+    else:
+        result = _failure_text(o)
+        if o.evidence:
+            result += f" (evidence {o.evidence})"
+    return f"[{index}/{total}] {trial.name}: {result} [{trial.seconds:.0f} s]"
+
+
+def _runner(args: argparse.Namespace, folder: Path, bench: dict[str, Any]
+            ) -> experiments.TrialRunner:
+    if not args.limit:
+        raise UsageError("--limit is required: name the host (or the multi-node group) the "
+                         "experiment deploys to; its server is replaced by each trial")
+    return experiments.TrialRunner(args.inventory, args.limit, folder, folder.name, bench,
+                                   parse_extra_vars(args.extra_vars))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    plan = experiments.load_sweep(args.plan, allow_multiple=args.allow_multiple)
+    folder = run_folder(args, "sweep")
+    bench = dict(plan.bench)
+    bench.update(bench_extravars(args))
+    runner = _runner(args, folder, bench)
+    steps = [("baseline", {}, [])] + [(v.name, v.settings, v.allow_rules) for v in plan.variants]
+    say(f"sweep {args.plan} on {args.limit}: baseline and {len(plan.variants)} variant(s), "
+        f"one trial each; run folder {folder}")
+    trials = []
+    for i, (name, changes, allow) in enumerate(steps, 1):
+        trial = runner.run(name, {**plan.baseline, **changes}, plan.allow_rules + allow)
+        trials.append((trial, changes))
+        say(_trial_line(i, len(steps), trial))
+    base = headline_tok_s(trials[0][0].outcome.benchmark) if trials[0][0].ready and \
+        trials[0][0].outcome.benchmark else None
+    rows = [config_row(t.name, changes, "ready" if t.ready else _failure_text(t.outcome),
+                       t.outcome.benchmark if t.ready else None, base, t.outcome.evidence,
+                       t.outcome.host) for t, changes in trials]
+    title = plan.description or f"Sweep {Path(args.plan).name}"
+    write_report(rows, folder, "sweep", title)
+    (folder / "sweep.json").write_text(json.dumps(
+        {"plan": args.plan, "baseline": plan.baseline, "limit": args.limit, "rows": rows,
+         "trials": [{"name": t.name, "settings": t.settings, "verdict": t.outcome.verdict,
+                     "status": t.outcome.status, "evidence": t.outcome.evidence,
+                     "artifacts": t.artifacts, "seconds": round(t.seconds, 1)}
+                    for t, _ in trials]}, indent=2, default=str) + "\n")
+    say()
+    say(markdown_table(rows, any(r["simulated"] for r in rows), title))
+    say(f"table, chart and trial artifacts: {folder}/sweep.md, sweep.png, sweep.json")
+    code = EXIT_OK
+    if base is None:
+        say("the baseline did not come up ready: deltas are missing")
+        code = EXIT_HOSTS_FAILED
+    if any(not t.ready and not t.outcome.recovery for t, _ in trials):
+        say("a failed trial was not recovered: check its host before using it")
+        code = EXIT_HOSTS_FAILED
+    return _restore(args, runner, code)
+
+
+def _restore(args: argparse.Namespace, runner: experiments.TrialRunner, code: int) -> int:
+    if args.no_restore:
+        say(f"--no-restore: {args.limit} keeps the last trial's configuration")
+        return code
+    trial = runner.restore()
+    if trial.ready:
+        say(f"restored {args.limit} to the inventory's configuration: ready")
+        return code
+    say(f"restoring {args.limit} to the inventory's configuration failed: "
+        f"{_failure_text(trial.outcome)}; runner artifacts {trial.artifacts}")
+    return EXIT_HOSTS_FAILED
+
+
+# ---- bisect --------------------------------------------------------------------------------
+
+def proposed_rule(run_id: str, host: str, culprit: tuple[str, ...], good: dict[str, Any],
+                  recovery: dict[str, Any] | None) -> dict[str, Any]:
+    """A Rule for review, from the culprit's failing trial (or the rule that already covers it)."""
+    facts = {k: v for k, v in ((recovery or {}).get("facts") or {}).items() if v is not None}
+    known = matching_rules(facts) if facts else []
+    if known:
+        return {"known_rule": known[0].id, "note": f"already covered by rule {known[0].id} "
+                                                   f"(allowed for this bisect)"}
+    variable = culprit[0]
+    rule = {
+        "id": f"bisect-{run_id}-{variable.removeprefix('sglang_server_')}",
+        "match": facts,
+        "symptom": f"{(recovery or {}).get('verdict')} in {(recovery or {}).get('phase')}: "
+                   f"{(recovery or {}).get('reason')}",
+        "source": f"sglang-fleet bisect {run_id} on {host}",
+        "fix": {"variable": variable, "value": good.get(variable)},
+    }
+    if len(culprit) > 1:
+        rule["note"] = f"fails only together with {', '.join(culprit[1:])}"
+    return rule
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    good, good_allow = experiments.load_settings(args.good)
+    bad, bad_allow = experiments.load_settings(args.bad)
+    names = experiments.differing(good, bad)
+    if not names:
+        raise UsageError(f"{args.good} and {args.bad} set the same values: nothing to bisect")
+    folder = run_folder(args, "bisect")
+    runner = _runner(args, folder, {})
+    allow = sorted(set(good_allow) | set(bad_allow))
+    say(f"bisect on {args.limit}: {len(names)} differing variable(s): {', '.join(names)}; "
+        f"run folder {folder}")
+    by_subset: dict[frozenset[str], experiments.Trial] = {}
+
+    def trial(subset: tuple[str, ...]) -> bool:
+        settings = {k: v for k, v in good.items() if k not in subset}
+        settings.update({k: bad[k] for k in subset if k in bad})
+        name = "bad values of " + ", ".join(s.removeprefix("sglang_server_") for s in subset)
+        result = runner.run(name, settings, allow, benchmark=False)
+        by_subset[frozenset(subset)] = result
+        say(_trial_line(runner.count, runner.count, result).replace(
+            f"[{runner.count}/{runner.count}]", f"trial {runner.count}:"))
+        return not result.ready
+
+    found = find_culprit(names, trial)
+    culprit_trial = by_subset.get(frozenset(found.culprit))
+    say()
+    summary: dict[str, Any] = {
+        "good": args.good, "bad": args.bad, "limit": args.limit, "differing": names,
+        "trials": [{"bad_values_of": list(s), "failed": f,
+                    "verdict": by_subset[frozenset(s)].outcome.verdict,
+                    "evidence": by_subset[frozenset(s)].outcome.evidence,
+                    "artifacts": by_subset[frozenset(s)].artifacts} for s, f in found.trials],
+        "method": found.method, "culprit": list(found.culprit), "confirmed": found.confirmed,
+    }
+    code = EXIT_OK
+    if found.confirmed and culprit_trial is not None:
+        o = culprit_trial.outcome
+        values = ", ".join(f"{k}={bad.get(k)!r} (good: {good.get(k)!r})" for k in found.culprit)
+        say(f"culprit after {len(found.trials)} trial(s) ({found.method}): {values}")
+        say(f"  fails as: {_failure_text(o)}: {(o.verdict or {}).get('reason', o.message)}")
+        say(f"  evidence: {o.evidence or culprit_trial.artifacts}")
+        rule = proposed_rule(folder.name, o.host, found.culprit, good, o.recovery)
+        summary["rule"] = rule
+        if "known_rule" in rule:
+            say(f"  {rule['note']}")
+        else:
+            (folder / "proposed-rule.yml").write_text(
+                "# Proposed by sglang-fleet bisect. Review, then move into "
+                "src/sglang_fleet/data/rules.yml.\n" + yaml.safe_dump([rule], sort_keys=False))
+            say(f"  proposed rule: {folder / 'proposed-rule.yml'}")
+            say("    " + yaml.safe_dump(rule, sort_keys=False).replace("\n", "\n    ").rstrip())
+    else:
+        say(f"no culprit: the bad configuration did not fail in {len(found.trials)} trial(s)")
+        code = EXIT_HOSTS_FAILED
+    (folder / "bisect.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    say(f"trial record: {folder / 'bisect.json'}")
+    return _restore(args, runner, code)
+
+
+# ---- parser --------------------------------------------------------------------------------
+
+def _common(p: argparse.ArgumentParser, limit_help: str = "hosts to act on") -> None:
+    p.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
+    p.add_argument("-l", "--limit", help=limit_help)
+    p.add_argument("-e", "--extra-vars", action="append", metavar="VARS",
+                   help="extra variables, key=value or JSON, as ansible-playbook takes them")
+    p.add_argument("--run-dir", help="where the report and runner artifacts go (default: "
+                                     ".sglang-fleet/runs/<time>-<command>)")
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens (1024)")
+    p.add_argument("--output-len", dest="output_len", type=int, help="output tokens (256)")
+    p.add_argument("--warmup", type=int, help="warm-up requests (1)")
+    p.add_argument("--repetitions", type=int, help="measured runs per level (3)")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                   help="comma-separated levels (1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-fleet", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
     render = sub.add_parser("render", help="print the launch files deploy would write for HOST")
     render.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
     render.add_argument("host")
     render.set_defaults(func=cmd_render)
+
+    bench = sub.add_parser("bench", help="measure ready servers as bench_one_batch_server does")
+    _common(bench)
+    _bench_args(bench)
+    bench.add_argument("--label", help="name of the configuration in the results store")
+    bench.set_defaults(func=cmd_bench)
+
+    sweep = sub.add_parser("sweep", help="deploy, gate and benchmark a baseline and variants "
+                                         "that each change one variable")
+    sweep.add_argument("plan", help="sweep file (YAML): baseline, variants, benchmark")
+    _common(sweep, "the host (or multi-node group) to experiment on")
+    _bench_args(sweep)
+    sweep.add_argument("--allow-multiple", action="store_true",
+                       help="let a variant change more than one variable")
+    sweep.add_argument("--no-restore", action="store_true",
+                       help="leave the last trial's configuration running")
+    sweep.set_defaults(func=cmd_sweep)
+
+    bisect = sub.add_parser("bisect", help="find the variables that make a configuration fail")
+    bisect.add_argument("--good", required=True, help="YAML of sglang_server_* that works")
+    bisect.add_argument("--bad", required=True, help="YAML of sglang_server_* that fails")
+    _common(bisect, "the host (or multi-node group) to experiment on")
+    bisect.add_argument("--no-restore", action="store_true",
+                        help="leave the last trial's configuration running")
+    bisect.set_defaults(func=cmd_bisect)
     return parser
 
 
@@ -56,6 +366,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
+    except (UsageError, experiments.PlanError) as exc:
+        print(f"sglang-fleet {args.command}: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
     except FileNotFoundError as exc:
         print(f"sglang-fleet: {exc}", file=sys.stderr)
         code = EXIT_USAGE

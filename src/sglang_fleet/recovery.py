@@ -4,10 +4,8 @@ crash-loop guard, and Rules proposed from repeated failures."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from sglang_fleet.rules import matching_rules
@@ -19,44 +17,25 @@ NOT_CONFIGURATION = (PREFIX + "overrides", PREFIX + "allow_rules", PREFIX + "sim
                      PREFIX + "port", PREFIX + "host", PREFIX + "deployment_name")
 
 
-def read_ledger(path: str) -> list[dict[str, Any]]:
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn line from a crash is skipped, not fatal
-    return out
-
-
-def append_ledger(path: str, entry: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    line = (json.dumps(dict(entry, at=entry.get("at", time.time())), sort_keys=True,
-                       default=str) + "\n").encode()
-    # O_APPEND: concurrent writers (forks, one per host) never interleave a line.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
 def recent_recoveries(ledger: list[dict[str, Any]], host: str, window_s: float,
                       now: float | None = None) -> list[dict[str, Any]]:
+    """Recoveries the crash-loop guard counts: not those ending a sweep's or bisect's trial."""
     now = time.time() if now is None else now
     return [e for e in ledger if e.get("kind") == "recovery" and e.get("host") == host
-            and now - float(e.get("at", 0)) <= window_s]
+            and not e.get("experiment") and now - float(e.get("at", 0)) <= window_s]
+
+
+def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None:
+    """The host's last ready (re)start: its config hash is the LaunchSpec running there."""
+    for entry in reversed(ledger):
+        if entry.get("host") == host and entry.get("kind") == "ready":
+            return entry
+    return None
 
 
 def last_known_good(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None:
-    for entry in reversed(ledger):
-        if entry.get("host") == host and entry.get("kind") == "ready":
-            return entry.get("settings")
-    return None
+    entry = last_ready(ledger, host)
+    return entry.get("settings") if entry else None
 
 
 def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],

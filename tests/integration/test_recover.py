@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from helpers import make_tp16_group, run_playbook, start_sim, wait_for
+from helpers import FAST_GATE, make_tp16_group, run_playbook, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -20,9 +20,6 @@ pytestmark = pytest.mark.integration
 
 INCIDENT = {"sglang_server_attention_backend": "flashinfer",
             "sglang_server_allow_rules": ["flashinfer-mla-sm120-graph-capture-hang"]}
-FAST_GATE = {"sglang_server_gate_stall_windows": {
-    "launching": 20, "loading_weights": 3, "allocating_kv_cache": 5,
-    "capturing_cuda_graph": 3, "starting_http": 5, "warming_up": 5}}
 
 
 def recover_settings(fleet, **more):

@@ -6,12 +6,11 @@ import json
 import threading
 
 from sglang_fleet.recovery import (
-    append_ledger,
     choose_next,
     proposed_rules,
-    read_ledger,
     recent_recoveries,
 )
+from sglang_fleet.store import append_jsonl, read_jsonl
 
 INCIDENT_FACTS = {"attention_backend": "flashinfer", "model_family": "MLA",
                   "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,
@@ -52,17 +51,17 @@ def test_fallback_chain_steps_are_tried_in_order_once():
 
 def test_ledger_appends_atomically_from_many_writers(tmp_path):
     path = str(tmp_path / "ledger" / "l.jsonl")
-    threads = [threading.Thread(target=append_ledger, args=(path, {"kind": "x", "n": i}))
+    threads = [threading.Thread(target=append_jsonl, args=(path, {"kind": "x", "n": i}))
                for i in range(40)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    entries = read_ledger(path)
+    entries = read_jsonl(path)
     assert sorted(e["n"] for e in entries) == list(range(40))
     with open(path, "a") as f:
         f.write('{"torn": ')  # a crash mid-line is skipped, not fatal
-    assert len(read_ledger(path)) == 40
+    assert len(read_jsonl(path)) == 40
 
 
 def test_crash_loop_window_counts_only_recent_recoveries_of_the_host():

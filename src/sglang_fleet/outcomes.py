@@ -1,0 +1,85 @@
+"""What happened to each host in one playbook run, read from ansible-runner's events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_OK = ("runner_on_ok", "runner_on_failed")
+_SET_FACT = ("set_fact", "ansible.builtin.set_fact")
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    status: str = "ok"  # ok, failed, unreachable
+    verdict: dict[str, Any] | None = None  # the last health observation
+    message: str = ""  # the last failure's message
+    failed_task: str = ""
+    benchmark: dict[str, Any] | None = None  # results-store entry
+    recovery: dict[str, Any] | None = None  # ledger entry
+    canary: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict_name(self) -> str:
+        if self.status == "unreachable":
+            return "unreachable"
+        if self.verdict:
+            return str(self.verdict.get("verdict"))
+        return "failed" if self.status == "failed" else "not observed"
+
+    @property
+    def evidence(self) -> str | None:
+        return (self.recovery or {}).get("evidence")
+
+
+def _message(res: dict[str, Any]) -> str:
+    msg = res.get("msg")
+    if msg is None:
+        msg = res.get("stderr") or res.get("module_stderr") or ""
+    return str(msg).strip()
+
+
+def host_outcomes(events: list[dict[str, Any]],
+                  stats: dict[str, Any] | None) -> dict[str, HostOutcome]:
+    out: dict[str, HostOutcome] = {}
+
+    def get(host: str) -> HostOutcome:
+        return out.setdefault(host, HostOutcome(host))
+
+    for event in events:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        if not host:
+            continue
+        res = data.get("res") or {}
+        action = data.get("task_action") or ""
+        if kind == "runner_on_unreachable":
+            o = get(host)
+            o.status, o.message, o.failed_task = "unreachable", _message(res), data.get("task", "")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            o = get(host)
+            o.message, o.failed_task = _message(res), data.get("task", "")
+        if kind not in _OK:
+            continue
+        if action == "sglang_health" and "verdict" in res:
+            get(host).verdict = {k: res.get(k) for k in
+                                 ("verdict", "phase", "reason", "progress_text", "evidence")}
+        elif action in _SET_FACT:
+            facts = res.get("ansible_facts") or {}
+            if "sglang_bench_result" in facts:
+                get(host).benchmark = facts["sglang_bench_result"]
+            if "sglang_bench_canary" in facts:
+                get(host).canary = facts["sglang_bench_canary"]
+        elif action == "sglang_ledger" and (res.get("entry") or {}).get("kind") == "recovery":
+            get(host).recovery = res["entry"]
+        elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
+            get(host).notes.append(res["msg"])
+    for key, status in (("failures", "failed"), ("dark", "unreachable")):
+        for host in (stats or {}).get(key) or {}:
+            get(host).status = status
+    for host in (stats or {}).get("ok") or {}:
+        get(host)
+    return out

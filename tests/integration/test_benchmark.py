@@ -1,0 +1,108 @@
+"""The benchmark against the simulator's known speed, `sglang-fleet bench`, and the canary's
+performance gate stopping a slower rollout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import http_status, make_fleet, sglang_fleet, start_sim, wait_for
+from sglang_fleet.catalog import sim_profile
+from sglang_fleet_node.sglang_fleet_benchclient import run_benchmark
+
+pytestmark = pytest.mark.integration
+
+PROFILE = sim_profile("kimi-k2.5-rtxpro6000-tp8")
+TUNED_TOK_S = PROFILE["decode_tok_s"]["base"] * PROFILE["decode_tok_s"]["nccl_tuned_multiplier"]
+NCCL = {"sglang_server_nccl_profile": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}}
+
+
+@pytest.fixture(scope="module")
+def tuned_sim(tmp_path_factory):
+    sim = start_sim(tmp_path_factory.mktemp("bench-sim"), time_factor=0.002,
+                    env={"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"})
+    wait_for(lambda: http_status(sim.url + "/health") == 200, timeout=60)
+    yield sim
+    sim.stop()
+
+
+def test_benchmark_is_within_one_percent_of_the_simulators_speed(tuned_sim):
+    assert 89.9 < TUNED_TOK_S < 90.1  # the incident's 90 tok/s
+    result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=1024, output_len=256,
+                           warmup=1, repetitions=2, concurrency=[1])
+    level = result["levels"][0]
+    assert level["output_tok_s"]["n"] == 2
+    assert level["output_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.01)
+    assert level["decode_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.01)
+    assert level["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.02)
+    assert level["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
+    assert level["itl_s"]["n"] == 2 * 255
+
+
+def test_concurrency_levels_run_their_requests_at_once(tuned_sim):
+    result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=16, output_len=32,
+                           warmup=0, repetitions=1, concurrency=[1, 3])
+    one, three = result["levels"]
+    assert (one["concurrency"], three["concurrency"]) == (1, 3)
+    assert three["output_tok_s"]["n"] == 3
+    # Three streams side by side: about three times the aggregate throughput of one.
+    assert three["aggregate_tok_s"]["median"] > 2.5 * one["aggregate_tok_s"]["median"]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    fleet = make_fleet(tmp_path_factory.mktemp("canary"), hosts=2, time_factor=0.005)
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def bench_args(fleet, **more):
+    return ["-i", str(fleet.inventory), "-e", json.dumps(fleet.with_stores(**more))]
+
+
+def test_bench_command_measures_and_files_each_server(fleet, tmp_path):
+    assert fleet.deploy(extra=fleet.with_stores()).rc == 0
+    run = sglang_fleet("bench", *bench_args(fleet), "--output-len", "64", "--repetitions", "2",
+                       "--run-dir", str(tmp_path / "run"))
+    assert run.returncode == 0, run.stdout
+    assert "output tok/s (simulated)" in run.stdout and "SIMULATED" in run.stdout
+    results = [r for r in fleet.read_store("results.jsonl") if r["kind"] == "benchmark"]
+    assert {r["host"] for r in results} == set(fleet.hosts)
+    for r in results:
+        assert r["simulated"] is True and r["sglang_version"] == "0.5.23"
+        assert r["config_hash"] and r["hardware"]["gpu_model"] == "RTX PRO 6000 Blackwell"
+        assert r["benchmark"]["levels"][0]["output_tok_s"]["median"] == pytest.approx(
+            PROFILE["decode_tok_s"]["base"] * 64 / 63, rel=0.02)
+    assert (tmp_path / "run" / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| sim-node-1 |" in (tmp_path / "run" / "bench.md").read_text()
+
+
+def test_canary_gate_passes_a_faster_spec_and_stops_a_slower_one(fleet):
+    # The fleet runs untuned (63.6 simulated tok/s). Roll out NCCL tuning with a canary: the
+    # canary's running spec has no stored result yet, so it is measured first, then the
+    # canary deploys, measures faster, and the rest of the fleet follows.
+    assert fleet.deploy(extra=fleet.with_stores()).rc == 0  # no change if already deployed
+    gate = {"sglang_fleet_canary": "sim-node-1", "sglang_bench_output_len": 64,
+            "sglang_bench_repetitions": 2, "sglang_bench_canary_max_drop_pct": 5}
+    faster = fleet.deploy(extra=fleet.with_stores(**NCCL, **gate))
+    assert faster.rc == 0, faster.output[-3000:]
+    assert "canary gate passed" in faster.output
+    labels = [r.get("config_hash") for r in fleet.read_store("results.jsonl")
+              if r["host"] == "sim-node-1"]
+    assert len(set(labels)) == 2, "the previous spec and the canary's were both measured"
+    pid_before = fleet.main_pid("sim-node-2")
+    log_before = fleet.log_file("sim-node-2").read_text()
+    assert log_before.count("===== sglang-fleet: start") == 2, "sim-node-2 followed the canary"
+
+    # Rolling back the tuning drops decode speed by ~29%: the canary stops the rollout.
+    slower = fleet.deploy(extra=fleet.with_stores(**gate))
+    assert slower.rc != 0
+    assert "sim-node-1: canary gate: decode speed" in slower.output
+    assert "(-29." in slower.output and "beyond the allowed 5% drop" in slower.output
+    assert "Rollout stopped; the other hosts keep their running LaunchSpec" in slower.output
+    assert "sim-node-2" not in slower.recap, "the rollout never reached sim-node-2"
+    assert fleet.main_pid("sim-node-2") == pid_before, "the rest of the fleet is untouched"
+    assert fleet.log_file("sim-node-2").read_text() == log_before
+    assert http_status(fleet.url("sim-node-2") + "/health") == 200
