@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.results import headline_tok_s
+from sglang_fleet.runner import project_dir
 
 SIMULATED_NOTE = ("SIMULATED: measured on sglang-sim, whose decode speeds come from its "
                   "profile, not from GPUs.")
@@ -29,6 +30,16 @@ def change_text(changes: dict[str, Any]) -> str:
                      for k, v in changes.items())
 
 
+def short_path(path: str | None) -> str:
+    """A path inside the project folder, relative to it (how the README and tables show it)."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(project_dir()))
+    except (ValueError, FileNotFoundError):
+        return path
+
+
 def config_row(name: str, changes: dict[str, Any], verdict: str, entry: dict[str, Any] | None,
                baseline_tok_s: float | None, evidence: str | None = None,
                host: str = "") -> dict[str, Any]:
@@ -45,7 +56,7 @@ def config_row(name: str, changes: dict[str, Any], verdict: str, entry: dict[str
         "ttft_s": (level.get("ttft_s") or {}).get("median"),
         "itl_p50_ms": _ms((level.get("itl_s") or {}).get("p50")),
         "itl_p99_ms": _ms((level.get("itl_s") or {}).get("p99")),
-        "delta_pct": delta, "evidence": evidence or "",
+        "delta_pct": delta, "evidence": short_path(evidence),
         "config_hash": (entry or {}).get("config_hash", ""),
         "simulated": bool((entry or {}).get("simulated")),
     }
