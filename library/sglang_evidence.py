@@ -102,7 +102,7 @@ from ansible.module_utils.sglang_fleet_files import read_json
 from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
 from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
 from ansible.module_utils.sglang_fleet_observe import kernel_lines, read_log, xids_and_ooms
-from ansible.module_utils.sglang_fleet_procs import deployment_processes
+from ansible.module_utils.sglang_fleet_procs import MASK, deployment_processes, secret_values
 
 
 def _find_py_spy(p):
@@ -118,6 +118,7 @@ def _find_py_spy(p):
 
 
 def _dump(py_spy, pid):
+    secrets = secret_values(pid)  # py-spy prints the command line, API key included
     try:
         proc = subprocess.run([py_spy, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=30)
@@ -127,6 +128,8 @@ def _dump(py_spy, pid):
     finally:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)  # py-spy can leave the target stopped
+    for secret in secrets:
+        text = text.replace(secret, MASK)
     return text
 
 

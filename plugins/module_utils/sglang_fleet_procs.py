@@ -43,6 +43,21 @@ def mask_argv(args):
     return out
 
 
+def secret_values(pid):
+    """The values given to secret flags on a live process's command line (to mask them in
+    anything that prints the command line, such as a py-spy dump)."""
+    raw = _read("/proc/%d/cmdline" % pid, "rb") or b""
+    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    values = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if eq and flag in SECRET_FLAGS:
+            values.append(value)
+        elif arg in SECRET_FLAGS and i + 1 < len(args):
+            values.append(args[i + 1])
+    return [v for v in values if v]
+
+
 def process_info(pid):
     stat = _read("/proc/%d/stat" % pid)
     if stat is None:

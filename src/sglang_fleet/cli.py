@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +15,25 @@ import yaml
 
 from sglang_fleet import experiments
 from sglang_fleet.bisect import find_culprit
+from sglang_fleet.metrics import prometheus_text, write_textfile
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
+from sglang_fleet.progress import Progress
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
-
-EXIT_OK = 0
-EXIT_HOSTS_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 4
+from sglang_fleet.spec import SECRET_SETTINGS
+from sglang_fleet.summary import (
+    EXIT_HOSTS_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    build_summary,
+    exit_code,
+    host_table,
+    judge_readiness,
+    write_summary,
+)
 
 RENDER_TASK = "Show the rendered files (secrets masked)"
 
@@ -58,7 +69,73 @@ def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
             if not sep or not key:
                 raise UsageError(f"-e {pair!r}: expected key=value or a JSON mapping")
             out[key] = yaml.safe_load(value) if value else ""
+    secret = sorted(set(out) & set(SECRET_SETTINGS))
+    if secret:
+        raise UsageError(f"-e {', '.join(secret)}: a secret on the command line ends up in "
+                         f"the runner artifacts and the shell history. Fix: keep it in the "
+                         f"inventory, encrypted with ansible-vault")
     return out
+
+
+def check_inventory(args: argparse.Namespace) -> None:
+    if args.inventory and not Path(args.inventory).exists():
+        raise UsageError(f"--inventory {args.inventory}: no such file or folder")
+
+
+def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
+                         extra: dict[str, Any], require_ready: bool = False
+                         ) -> tuple[int, dict[str, HostOutcome], dict[str, Any]]:
+    """Run one playbook with live progress; write summary.json and junit.xml; print the
+    host table. Returns the exit code, the outcomes and the summary."""
+    check_inventory(args)
+    folder = run_folder(args, command)
+    started = time.time()
+    with playbook_run(playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
+                      private_data_dir=str(folder / "runner"),
+                      event_handler=Progress()) as run:
+        outcomes = host_outcomes(list(run.events), run.stats)
+        rc = run.rc
+    if require_ready:
+        judge_readiness(outcomes)
+    summary = build_summary(command, rc, outcomes, started, time.time(), folder,
+                            inventory=args.inventory, limit=args.limit)
+    json_path = Path(args.json) if getattr(args, "json", None) else folder / "summary.json"
+    junit_path = Path(args.junit) if getattr(args, "junit", None) else folder / "junit.xml"
+    write_summary(summary, outcomes, json_path, junit_path)
+    say()
+    say(host_table(summary) if outcomes else "no host ran: check --limit and the inventory")
+    say(f"result: {summary['result']} (exit {summary['exit_code']}); summary {json_path}, "
+        f"JUnit {junit_path}, runner artifacts {folder / 'runner'}")
+    return summary["exit_code"], outcomes, summary
+
+
+# ---- deploy, health, recover ----------------------------------------------------------------
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    extra = parse_extra_vars(args.extra_vars)
+    if args.serial:
+        extra["sglang_fleet_serial"] = args.serial
+    if args.max_fail_percentage is not None:
+        extra["sglang_fleet_max_fail_percentage"] = args.max_fail_percentage
+    if args.canary:
+        extra["sglang_fleet_canary"] = args.canary
+    if args.benchmark:
+        extra["sglang_fleet_benchmark"] = True
+    if args.recover:
+        extra["sglang_recover_on_failure"] = True
+    return run_playbook_command(args, "deploy", "deploy.yml", extra)[0]
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    return run_playbook_command(args, "health", "playbooks/health.yml",
+                                parse_extra_vars(args.extra_vars), require_ready=True)[0]
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    extra = parse_extra_vars(args.extra_vars)
+    if args.clear_reboot_mark:
+        extra["sglang_recover_clear_reboot_mark"] = True
+    return run_playbook_command(args, "recover", "playbooks/recover.yml", extra)[0]
 
 
 # ---- render ------------------------------------------------------------------------------
@@ -90,6 +167,86 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- watch -------------------------------------------------------------------------------
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Observe the fleet every interval, export verdicts as Prometheus text, and recover hosts
+    that turn failed when --recover allows it; stop on SIGINT/SIGTERM, --count or --duration."""
+    check_inventory(args)
+    extra = parse_extra_vars(args.extra_vars)
+    folder = run_folder(args, "watch")
+    metrics_path = Path(args.metrics_file) if args.metrics_file else folder / "sglang_fleet.prom"
+    stop = {"signal": None}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["signal"] = signal.Signals(signum).name
+
+    def finish_first() -> bool:
+        return False  # a signal stops the watch after the observation or recovery in flight
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    deadline = time.monotonic() + args.duration if args.duration else None
+    recoveries: dict[str, int] = {}
+    observations, code = 0, EXIT_OK
+    policy = "of " + ",".join(args.recover_verdicts) if args.recover else "off"
+    say(f"watching {args.limit or 'sglang_servers'} every {args.interval:g} s; metrics "
+        f"{metrics_path}; recovery {policy}")
+    try:
+        while stop["signal"] is None:
+            with playbook_run("playbooks/health.yml", inventory=args.inventory,
+                              limit=args.limit, extravars=extra,
+                              private_data_dir=str(folder / "runner"),
+                              rotate_artifacts=args.keep_artifacts,
+                              cancel_callback=finish_first) as run:
+                outcomes = host_outcomes(list(run.events), run.stats)
+                rc = run.rc
+            observations += 1
+            failed = sorted(h for h, o in outcomes.items()
+                            if o.verdict_name in args.recover_verdicts)
+            stamp = time.strftime("%H:%M:%S")
+            say(f"[{stamp}] #{observations} " + "; ".join(
+                f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
+            if args.recover and failed and stop["signal"] is None:
+                say(f"[{stamp}] recovering {', '.join(failed)}")
+                with playbook_run("playbooks/recover.yml", inventory=args.inventory,
+                                  limit=",".join(failed), extravars={
+                                      **extra, "sglang_recover_verdicts": args.recover_verdicts},
+                                  private_data_dir=str(folder / "runner"),
+                                  rotate_artifacts=args.keep_artifacts,
+                                  cancel_callback=finish_first) as rec:
+                    recovered = host_outcomes(list(rec.events), rec.stats)
+                for host, o in sorted(recovered.items()):
+                    if o.recovery:
+                        recoveries[host] = recoveries.get(host, 0) + 1
+                    result = "recovered" if o.status == "ok" and o.recovery else \
+                        f"not recovered: {_first(o.message)}"
+                    say(f"[{time.strftime('%H:%M:%S')}] {host}: {result}"
+                        + (f" (evidence {o.evidence})" if o.evidence else ""))
+                    if o.status == "ok" and o.recovery:
+                        outcomes[host] = o  # its verdict after the redeploy
+            write_textfile(metrics_path, prometheus_text(outcomes, time.time(), observations,
+                                                         recoveries))
+            judge_readiness(outcomes)
+            code = exit_code(rc, outcomes)
+            if args.count and observations >= args.count:
+                break
+            if deadline and time.monotonic() >= deadline:
+                break
+            end = time.monotonic() + args.interval
+            while stop["signal"] is None and time.monotonic() < end:
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    reason = f"stopped by {stop['signal']}" if stop["signal"] else "done"
+    say(f"watch {reason} after {observations} observation(s); metrics {metrics_path}")
+    return code
+
+
+def _first(text: str) -> str:
+    return text.strip().splitlines()[0][:160] if text and text.strip() else "failed"
+
+
 # ---- bench ---------------------------------------------------------------------------------
 
 def bench_extravars(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,30 +259,27 @@ def bench_extravars(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    folder = run_folder(args, "bench")
     extra = parse_extra_vars(args.extra_vars)
     extra.update({f"sglang_bench_{k}": v for k, v in bench_extravars(args).items()})
     if args.label:
         extra["sglang_bench_label"] = args.label
+    folder = run_folder(args, "bench")
+    args.run_dir = str(folder)
     extra["sglang_bench_run_id"] = folder.name
-    with playbook_run("playbooks/benchmark.yml", inventory=args.inventory, limit=args.limit,
-                      extravars=extra, private_data_dir=str(folder / "artifacts")) as run:
-        outcomes = host_outcomes(list(run.events), run.stats)
+    code, outcomes, _ = run_playbook_command(args, "bench", "playbooks/benchmark.yml", extra)
     rows = []
     for host, o in sorted(outcomes.items()):
         if o.benchmark is None and o.status == "ok":
             continue  # a node that does not serve HTTP (rank > 0 of a multi-node server)
-        name = args.label or host
-        rows.append(config_row(f"{name} ({host})" if args.label else name, {},
-                               "measured" if o.benchmark else _failure_text(o),
+        name = f"{args.label} ({host})" if args.label else host
+        rows.append(config_row(name, {}, "measured" if o.benchmark else _failure_text(o),
                                o.benchmark, None, host=host))
-    if not rows:
-        print("no host measured: check --limit and the inventory", file=sys.stderr)
-        return EXIT_USAGE
-    write_report(rows, folder, "bench", "Benchmark")
-    say(markdown_table(rows, any(r["simulated"] for r in rows)))
-    say(f"report and runner artifacts: {folder}")
-    return EXIT_OK if all(o.status == "ok" for o in outcomes.values()) else EXIT_HOSTS_FAILED
+    if rows:
+        write_report(rows, folder, "bench", "Benchmark")
+        say()
+        say(markdown_table(rows, any(r["simulated"] for r in rows)))
+        say(f"report: {folder}/bench.md, bench.png, bench.json")
+    return code
 
 
 def _failure_text(o: HostOutcome) -> str:
@@ -317,6 +471,11 @@ def _common(p: argparse.ArgumentParser, limit_help: str = "hosts to act on") -> 
                                      ".sglang-fleet/runs/<time>-<command>)")
 
 
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", help="write the JSON summary here too (default: run folder)")
+    p.add_argument("--junit", help="write the JUnit XML here (default: run folder)")
+
+
 def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens (1024)")
     p.add_argument("--output-len", dest="output_len", type=int, help="output tokens (256)")
@@ -327,8 +486,58 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglang-fleet", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sglang-fleet", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 every host ready (or the command succeeded), 1 some hosts failed, "
+               "2 usage or inventory error (no node touched), 3 unreachable hosts, 4 internal "
+               "error.\nEach run writes summary.json, junit.xml and the ansible-runner artifacts "
+               "to .sglang-fleet/runs/<time>-<command>/ (--run-dir moves it).")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    deploy = sub.add_parser("deploy", help="deploy and gate servers (the rollout)")
+    _common(deploy)
+    _report_args(deploy)
+    deploy.add_argument("--serial", help="hosts per batch, a number or a percentage")
+    deploy.add_argument("--max-fail-percentage", dest="max_fail_percentage", type=int,
+                        help="stop the rollout when more than this share of a batch fails")
+    deploy.add_argument("--canary", help="deploy and benchmark this host first; stop the "
+                                         "rollout when its decode speed drops")
+    deploy.add_argument("--benchmark", action="store_true", help="benchmark each ready server")
+    deploy.add_argument("--recover", action="store_true",
+                        help="recover hosts the gate judges failed")
+    deploy.set_defaults(func=cmd_deploy)
+
+    health = sub.add_parser("health", help="one observation and verdict per host")
+    _common(health)
+    _report_args(health)
+    health.set_defaults(func=cmd_health)
+
+    recover = sub.add_parser("recover", help="recover the hosts whose verdict is failed")
+    _common(recover)
+    _report_args(recover)
+    recover.add_argument("--clear-reboot-mark", action="store_true",
+                         help="after rebooting a node marked for reboot, clear its mark")
+    recover.set_defaults(func=cmd_recover)
+
+    watch = sub.add_parser("watch", help="observe the fleet every interval, export Prometheus "
+                                         "metrics, recover failed hosts if allowed")
+    _common(watch)
+    watch.add_argument("--interval", type=float, default=30.0, help="seconds between "
+                                                                    "observations (30)")
+    watch.add_argument("--count", type=int, help="stop after this many observations")
+    watch.add_argument("--duration", type=float, help="stop after this many seconds")
+    watch.add_argument("--metrics-file", help="Prometheus textfile to write, e.g. "
+                       "/var/lib/node_exporter/textfile_collector/sglang_fleet.prom")
+    watch.add_argument("--recover", action="store_true",
+                       help="recover hosts whose verdict turns to one of --recover-verdicts "
+                            "(the crash-loop guard still applies)")
+    watch.add_argument("--recover-verdicts", type=lambda s: s.split(","),
+                       default=["stalled", "crashed", "unhealthy"],
+                       help="comma-separated (stalled,crashed,unhealthy)")
+    watch.add_argument("--keep-artifacts", type=int, default=20,
+                       help="runner artifact folders to keep (20)")
+    watch.set_defaults(func=cmd_watch)
 
     render = sub.add_parser("render", help="print the launch files deploy would write for HOST")
     render.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
@@ -337,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure ready servers as bench_one_batch_server does")
     _common(bench)
+    _report_args(bench)
     _bench_args(bench)
     bench.add_argument("--label", help="name of the configuration in the results store")
     bench.set_defaults(func=cmd_bench)
@@ -372,4 +582,9 @@ def main(argv: list[str] | None = None) -> None:
     except FileNotFoundError as exc:
         print(f"sglang-fleet: {exc}", file=sys.stderr)
         code = EXIT_USAGE
+    except Exception:  # a bug: say so, with the traceback, and exit with the internal code
+        traceback.print_exc()
+        print(f"sglang-fleet {args.command}: internal error (exit {EXIT_INTERNAL})",
+              file=sys.stderr)
+        code = EXIT_INTERNAL
     sys.exit(code)

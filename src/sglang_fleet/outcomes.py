@@ -7,6 +7,24 @@ from typing import Any
 
 _OK = ("runner_on_ok", "runner_on_failed")
 _SET_FACT = ("set_fact", "ansible.builtin.set_fact")
+_RAN = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
+# Stages a host goes through, named after the role task files that implement them.
+STAGES = ("spec", "deploy", "health", "benchmark", "recover")
+_STAGE_OF_FILE = {"spec.yml": "spec", "install.yml": "deploy", "preflight.yml": "deploy",
+                  "argcheck.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
+                  "gate.yml": "health", "observe.yml": "health"}
+
+
+def stage_of(data: dict[str, Any]) -> str | None:
+    """The stage of a task event, from the role and task file it came from."""
+    path = str(data.get("task_path") or "")
+    if "/roles/sglang_recover/" in path:
+        return "recover"
+    if "/roles/sglang_bench/" in path:
+        return "benchmark"
+    if "/roles/sglang_server/" in path:
+        return _STAGE_OF_FILE.get(path.rsplit("/", 1)[-1].split(":")[0])
+    return None
 
 
 @dataclass
@@ -20,6 +38,8 @@ class HostOutcome:
     recovery: dict[str, Any] | None = None  # ledger entry
     canary: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # stage -> None when it ran and passed, else the failure message (rescued or not)
+    stages: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def verdict_name(self) -> str:
@@ -56,6 +76,13 @@ def host_outcomes(events: list[dict[str, Any]],
             continue
         res = data.get("res") or {}
         action = data.get("task_action") or ""
+        stage = stage_of(data)
+        if stage and kind in _RAN:
+            stages = get(host).stages
+            if kind != "runner_on_ok" and not data.get("ignore_errors"):
+                stages[stage] = _message(res) or data.get("task", "failed")
+            else:
+                stages.setdefault(stage, None)
         if kind == "runner_on_unreachable":
             o = get(host)
             o.status, o.message, o.failed_task = "unreachable", _message(res), data.get("task", "")

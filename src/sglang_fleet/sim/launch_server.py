@@ -374,6 +374,9 @@ class SimServer:
     def _serve(self) -> int:
         rt, args, st = self.rt, self.rt.args, self.state
         signal.signal(signal.SIGTERM, lambda *_: self.term.set())
+        # SIGUSR1 makes a running server hang in generation from now on: a hang after start,
+        # for watch mode's tests (real servers have no such switch).
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(st, "hang_generation", True))
         if not args.attention_backend:
             log(f"Attention backend not specified. Use {effective_backend(rt)} backend by "
                 f"default.")

@@ -1,0 +1,140 @@
+"""The CLI's contract with CI: exit codes, the JSON summary, JUnit XML and the host table."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from sglang_fleet.outcomes import STAGES, HostOutcome
+
+EXIT_OK = 0  # every host ready (or its command succeeded)
+EXIT_HOSTS_FAILED = 1  # some hosts failed: verdicts and evidence in the summary
+EXIT_USAGE = 2  # bad command line, unreadable or invalid inventory: no node touched
+EXIT_UNREACHABLE = 3  # some hosts could not be reached
+EXIT_INTERNAL = 4  # a bug or an interrupted run: see the runner artifacts
+EXIT_CODES = {EXIT_OK: "ok", EXIT_HOSTS_FAILED: "hosts failed", EXIT_USAGE: "usage error",
+              EXIT_UNREACHABLE: "unreachable hosts", EXIT_INTERNAL: "internal error"}
+
+
+def judge_readiness(outcomes: dict[str, HostOutcome]) -> None:
+    """For commands that observe (health, watch): a server that is not ready fails its host."""
+    for o in outcomes.values():
+        if o.status == "ok" and o.verdict and o.verdict_name != "ready":
+            v = o.verdict
+            o.status = "failed"
+            o.message = o.message or f"{v.get('verdict')} in {v.get('phase')}: {v.get('reason')}"
+            o.stages["health"] = o.message
+
+
+def exit_code(rc: int, outcomes: dict[str, HostOutcome]) -> int:
+    failed = [o for o in outcomes.values() if o.status == "failed"]
+    if not outcomes:
+        return EXIT_USAGE  # nothing ran: a parse error, a bad path, or no host matched
+    if any(o.status == "unreachable" for o in outcomes.values()):
+        return EXIT_UNREACHABLE
+    if failed and all(o.stages.get("spec") for o in failed):
+        return EXIT_USAGE  # the inventory was refused before any node was touched
+    if failed:
+        return EXIT_HOSTS_FAILED
+    return EXIT_OK if rc == 0 else EXIT_INTERNAL
+
+
+def host_record(o: HostOutcome) -> dict[str, Any]:
+    v = o.verdict or {}
+    record = {
+        "status": o.status, "verdict": o.verdict_name, "phase": v.get("phase"),
+        "reason": v.get("reason"), "progress": v.get("progress_text"),
+        "evidence": o.evidence, "message": o.message if o.status != "ok" else "",
+        "failed_task": o.failed_task if o.status != "ok" else "",
+        "stages": {s: ("passed" if msg is None else "failed") for s, msg in o.stages.items()},
+    }
+    if o.benchmark:
+        level = o.benchmark["benchmark"]["levels"][0]
+        record["benchmark"] = {"output_tok_s": level["output_tok_s"]["median"],
+                               "ttft_s": level["ttft_s"]["median"],
+                               "simulated": o.benchmark.get("simulated"),
+                               "config_hash": o.benchmark.get("config_hash")}
+    if o.canary:
+        record["canary"] = o.canary
+    if o.recovery:
+        record["recovery"] = {k: o.recovery.get(k) for k in
+                              ("verdict", "phase", "evidence", "seconds_to_free",
+                               "reboot_needed", "next")}
+    return record
+
+
+def build_summary(command: str, rc: int, outcomes: dict[str, HostOutcome], started: float,
+                  finished: float, run_dir: Path, **extra: Any) -> dict[str, Any]:
+    code = exit_code(rc, outcomes)
+    return {
+        "command": command, "exit_code": code, "result": EXIT_CODES[code],
+        "ansible_rc": rc, "started": started, "finished": finished,
+        "seconds": round(finished - started, 1), "run_dir": str(run_dir),
+        "hosts": {h: host_record(o) for h, o in sorted(outcomes.items())}, **extra,
+    }
+
+
+def _failure_text(host: str, stage: str, o: HostOutcome, message: str) -> str:
+    v = o.verdict or {}
+    lines = [f"{host}: {stage} failed"]
+    if v and stage in ("health", "recover"):
+        lines.append(f"verdict: {v.get('verdict')} in {v.get('phase')}: {v.get('reason')}")
+    if o.evidence:
+        lines.append(f"evidence: {o.evidence}")
+    lines.append(message)
+    return "\n".join(lines)
+
+
+def junit_xml(summary: dict[str, Any], outcomes: dict[str, HostOutcome]) -> str:
+    """One test case per host and stage; a failed stage carries its verdict and evidence."""
+    suite = ET.Element("testsuite", name=f"sglang-fleet {summary['command']}",
+                       time=str(summary["seconds"]))
+    tests = failures = 0
+    for host, o in sorted(outcomes.items()):
+        cases = [(s, o.stages[s]) for s in STAGES if s in o.stages]
+        if o.status == "unreachable":
+            cases.append(("connect", o.message or "unreachable"))
+        elif o.status == "failed" and all(msg is None for _, msg in cases):
+            cases.append((o.failed_task or "run", o.message or "failed"))
+        for stage, message in cases:
+            tests += 1
+            case = ET.SubElement(suite, "testcase", classname=f"sglang-fleet.{host}",
+                                 name=stage)
+            if message is not None:
+                failures += 1
+                short = (o.verdict_name if stage == "health" else message.splitlines()[0])
+                failure = ET.SubElement(case, "failure", message=short[:200])
+                failure.text = _failure_text(host, stage, o, message)
+    suite.set("tests", str(tests))
+    suite.set("failures", str(failures))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def host_table(summary: dict[str, Any]) -> str:
+    rows = [("HOST", "STATUS", "VERDICT", "DETAIL", "EVIDENCE")]
+    for host, r in summary["hosts"].items():
+        detail = r["progress"] or ""
+        if r["status"] != "ok" or r["verdict"] not in ("ready", "not observed"):
+            detail = (f"{r['phase']}: {r['reason']}" if r["reason"] else
+                      (r["message"] or "").splitlines()[0] if r["message"] else detail)
+        if r.get("benchmark"):
+            b = r["benchmark"]
+            detail = (f"{b['output_tok_s']:.1f}{' SIMULATED' if b['simulated'] else ''} tok/s, "
+                      f"TTFT {b['ttft_s']:.3f} s")
+        rows.append((host, r["status"], r["verdict"], detail[:70], r["evidence"] or ""))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+def write_summary(summary: dict[str, Any], outcomes: dict[str, HostOutcome], json_path: Path,
+                  junit_path: Path) -> None:
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    junit_path.parent.mkdir(parents=True, exist_ok=True)
+    junit_path.write_text(junit_xml(summary, outcomes))

@@ -1,0 +1,198 @@
+"""The sglang-fleet command line through ansible-runner, as CI uses it: exit codes, the JSON
+summary, the JUnit file, live progress, secrets kept out of every artifact, and watch mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import BIN, FAST_GATE, REPO, ansible_env, make_fleet, sglang_fleet, wait_for
+
+pytestmark = pytest.mark.integration
+
+API_KEY = "sk-cli-secret-7f3a9c"
+HF_TOKEN = "hf_cli_secret_b81d2e"
+SHELL_TOKEN = "shell-secret-44c0de"  # an operator's unrelated secret in the environment
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    fleet = make_fleet(tmp_path_factory.mktemp("cli"), hosts=2, time_factor=0.005)
+    group_vars = fleet.inventory / "group_vars" / "sglang_servers.yml"
+    settings = yaml.safe_load(group_vars.read_text())
+    settings.update(sglang_server_api_key=API_KEY, sglang_server_hf_token=HF_TOKEN)
+    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "hang:loading_weights"})
+    fleet.outputs = []
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def cli(fleet, command: str, run_dir: Path, *more: str) -> subprocess.CompletedProcess:
+    env = dict(ansible_env(), MY_SERVICE_TOKEN=SHELL_TOKEN)
+    proc = subprocess.run(
+        [str(BIN / "sglang-fleet"), command, "-i", str(fleet.inventory), "--run-dir",
+         str(run_dir), "-e", json.dumps(fleet.with_stores(**FAST_GATE)), *more],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=600)
+    fleet.outputs.append(proc.stdout)
+    return proc
+
+
+def junit_cases(path: Path) -> dict[tuple[str, str], ET.Element | None]:
+    suite = ET.parse(path).getroot().find("testsuite")
+    return {(c.get("classname").removeprefix("sglang-fleet."), c.get("name")): c.find("failure")
+            for c in suite.findall("testcase")}
+
+
+def test_deploy_reports_each_host_and_exits_1_when_one_fails(fleet):
+    run_dir = fleet.root.parent / "runs" / "deploy"
+    proc = cli(fleet, "deploy", run_dir, "--recover")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    # Live progress, line by line when stdout is not a terminal.
+    assert "GATE [sim-node-1] progressing: loading_weights" in proc.stdout
+    assert "[sim-node-1] ready at http://127.0.0.1:" in proc.stdout
+    assert "FAILED [sim-node-2]" in proc.stdout
+    # The table of hosts and verdicts.
+    table = proc.stdout[proc.stdout.index("HOST "):]
+    assert "sim-node-1  ok      ready" in table and "sim-node-2  failed  stalled" in table
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 1 and summary["result"] == "hosts failed"
+    one, two = summary["hosts"]["sim-node-1"], summary["hosts"]["sim-node-2"]
+    assert one["status"] == "ok" and one["verdict"] == "ready"
+    assert two["status"] == "failed" and two["verdict"] == "stalled"
+    assert two["phase"] == "loading_weights" and Path(two["evidence"]).is_dir()
+    assert one["stages"] == {"spec": "passed", "deploy": "passed", "health": "passed"}
+    cases = junit_cases(run_dir / "junit.xml")
+    assert cases[("sim-node-1", "health")] is None
+    failure = cases[("sim-node-2", "health")]
+    assert failure is not None and failure.get("message") == "stalled"
+    assert "stalled in loading_weights" in failure.text and two["evidence"] in failure.text
+    assert cases[("sim-node-2", "recover")] is not None, "recovery redeployed and failed again"
+    assert list(run_dir.glob("runner/artifacts/*/job_events/*.json"))
+
+
+def test_health_exits_1_while_a_server_is_not_ready(fleet):
+    run_dir = fleet.root.parent / "runs" / "health"
+    proc = cli(fleet, "health", run_dir)
+    assert proc.returncode == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["hosts"]["sim-node-1"]["verdict"] == "ready"
+    assert summary["hosts"]["sim-node-2"]["verdict"] == "stalled"
+    cases = junit_cases(run_dir / "junit.xml")
+    assert cases[("sim-node-1", "health")] is None
+    assert "stalled in loading_weights" in cases[("sim-node-2", "health")].text
+
+
+def test_recover_brings_the_failed_host_back_and_exits_0(fleet):
+    fleet.set_host_vars("sim-node-2", {})  # the cause is fixed; recovery redeploys
+    run_dir = fleet.root.parent / "runs" / "recover"
+    proc = cli(fleet, "recover", run_dir, "--limit", "sim-node-2")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    two = summary["hosts"]["sim-node-2"]
+    assert two["verdict"] == "ready" and two["recovery"]["verdict"] == "stalled"
+    assert Path(two["evidence"]).is_dir()
+    cases = junit_cases(run_dir / "junit.xml")
+    assert cases[("sim-node-2", "recover")] is None
+    health = cli(fleet, "health", fleet.root.parent / "runs" / "health-2")
+    assert health.returncode == 0
+
+
+def test_usage_and_inventory_errors_exit_2_before_any_node_is_touched(fleet, tmp_path):
+    missing = sglang_fleet("deploy", "-i", str(tmp_path / "nope"), "--run-dir", str(tmp_path))
+    assert missing.returncode == 2 and "no such file or folder" in missing.stdout
+    secret = sglang_fleet("deploy", "-i", str(fleet.inventory), "-e",
+                          "sglang_server_api_key=oops")
+    assert secret.returncode == 2 and "ansible-vault" in secret.stdout
+    pid = fleet.main_pid("sim-node-1")
+    invalid = cli(fleet, "deploy", tmp_path / "invalid", "-e", "sglang_server_tp=100")
+    assert invalid.returncode == 2, invalid.stdout[-2000:]
+    summary = json.loads((tmp_path / "invalid" / "summary.json").read_text())
+    assert summary["result"] == "usage error"
+    assert "sglang_server_tp" in summary["hosts"]["sim-node-1"]["message"]
+    assert fleet.main_pid("sim-node-1") == pid
+
+
+def test_unreachable_hosts_exit_3(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": {
+        "gone-node": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1",
+                      "ansible_port": 9, "ansible_ssh_common_args": "-o ConnectTimeout=3"}}}}}}))
+    proc = sglang_fleet("health", "-i", str(inventory), "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["hosts"]["gone-node"]["status"] == "unreachable"
+    assert junit_cases(tmp_path / "run" / "junit.xml")[("gone-node", "connect")] is not None
+
+
+def test_no_secret_in_any_artifact_output_or_log(fleet):
+    """Runs after the commands above: every file they left, and everything they printed."""
+    roots = [fleet.root.parent / "runs", fleet.root.parent / "evidence"]
+    files = [p for r in roots for p in r.rglob("*") if p.is_file()]
+    files += [fleet.root.parent / n for n in ("ledger.jsonl", "results.jsonl")]
+    files += list(fleet.root.glob("*/logs/*"))
+    assert any(p.name == "command" for p in files), "the runner's command record is checked"
+    for path in files:
+        if not path.exists():
+            continue
+        data = path.read_bytes()
+        for secret in (API_KEY, HF_TOKEN, SHELL_TOKEN):
+            assert secret.encode() not in data, f"{secret} found in {path}"
+    for output in fleet.outputs:
+        for secret in (API_KEY, HF_TOKEN, SHELL_TOKEN):
+            assert secret not in output
+    # The node's env file is where the key must be: 0600, read by the launch script only.
+    env_file = next(fleet.root.glob("sim-node-1/conf/*.env"))
+    assert API_KEY in env_file.read_text() and env_file.stat().st_mode & 0o777 == 0o600
+
+
+def server_main_pid(fleet) -> int:
+    procs = fleet.server_processes("sim-node-1")
+    pids = {p["pid"] for p in procs}
+    return next(p["pid"] for p in procs if p["ppid"] not in pids)
+
+
+def test_watch_recovers_a_server_that_hangs_after_start_and_exports_metrics(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005)
+    extra = fleet.with_stores(**FAST_GATE, sglang_server_extra_env={
+        "SGLANG_HEALTH_CHECK_TIMEOUT": 1})
+    metrics = tmp_path / "textfile" / "sglang_fleet.prom"
+    try:
+        assert fleet.deploy(extra=extra).rc == 0
+        watch = subprocess.Popen(
+            [str(BIN / "sglang-fleet"), "watch", "-i", str(fleet.inventory), "--interval", "1",
+             "--recover", "--metrics-file", str(metrics), "--run-dir", str(tmp_path / "watch"),
+             "-e", json.dumps(extra)],
+            cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        try:
+            wait_for(lambda: metrics.exists() and
+                     'sglang_fleet_server_ready{host="sim-node-1"} 1' in metrics.read_text(),
+                     timeout=60)
+            hung_pid = server_main_pid(fleet)
+            os.kill(hung_pid, signal.SIGUSR1)  # generation hangs from now on
+            wait_for(lambda: 'sglang_fleet_watch_recoveries_total{host="sim-node-1"} 1'
+                     in metrics.read_text(), timeout=120)
+            text = metrics.read_text()
+            assert 'sglang_fleet_server_ready{host="sim-node-1"} 1' in text
+            assert 'sglang_fleet_server_verdict{host="sim-node-1",verdict="ready"} 1' in text
+            assert "# TYPE sglang_fleet_watch_recoveries_total counter" in text
+            assert server_main_pid(fleet) != hung_pid
+        finally:
+            watch.send_signal(signal.SIGTERM)
+            out, _ = watch.communicate(timeout=60)
+        assert watch.returncode == 0, out[-3000:]
+        assert "sim-node-1 unhealthy" in out and "sim-node-1: recovered" in out
+        assert "watch stopped by SIGTERM" in out
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
