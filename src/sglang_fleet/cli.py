@@ -32,6 +32,7 @@ from sglang_fleet.summary import (
     exit_code,
     host_table,
     judge_readiness,
+    junit_document,
     write_summary,
 )
 
@@ -345,6 +346,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        t.outcome.host) for t, changes in trials]
     title = plan.description or f"Sweep {Path(args.plan).name}"
     write_report(rows, folder, "sweep", title)
+    (folder / "junit.xml").write_text(junit_document(
+        f"sglang-fleet sweep {Path(args.plan).name}", round(sum(t.seconds for t, _ in trials), 1),
+        [(f"sglang-fleet.sweep.{t.outcome.host}", t.name,
+          None if t.ready else f"{_failure_text(t.outcome)}\nevidence: {t.outcome.evidence}\n"
+                               f"{t.outcome.message}", _failure_text(t.outcome))
+         for t, _ in trials]))
     (folder / "sweep.json").write_text(json.dumps(
         {"plan": args.plan, "baseline": plan.baseline, "limit": args.limit, "rows": rows,
          "trials": [{"name": t.name, "settings": t.settings, "verdict": t.outcome.verdict,
@@ -353,7 +360,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     for t, _ in trials]}, indent=2, default=str) + "\n")
     say()
     say(markdown_table(rows, any(r["simulated"] for r in rows), title))
-    say(f"table, chart and trial artifacts: {folder}/sweep.md, sweep.png, sweep.json")
+    say(f"table, chart, JUnit and trial artifacts: {folder}/sweep.md, sweep.png, sweep.json, "
+        f"junit.xml")
     code = EXIT_OK
     if base is None:
         say("the baseline did not come up ready: deltas are missing")

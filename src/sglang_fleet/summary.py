@@ -87,32 +87,41 @@ def _failure_text(host: str, stage: str, o: HostOutcome, message: str) -> str:
     return "\n".join(lines)
 
 
-def junit_xml(summary: dict[str, Any], outcomes: dict[str, HostOutcome]) -> str:
-    """One test case per host and stage; a failed stage carries its verdict and evidence."""
-    suite = ET.Element("testsuite", name=f"sglang-fleet {summary['command']}",
-                       time=str(summary["seconds"]))
-    tests = failures = 0
-    for host, o in sorted(outcomes.items()):
-        cases = [(s, o.stages[s]) for s in STAGES if s in o.stages]
-        if o.status == "unreachable":
-            cases.append(("connect", o.message or "unreachable"))
-        elif o.status == "failed" and all(msg is None for _, msg in cases):
-            cases.append((o.failed_task or "run", o.message or "failed"))
-        for stage, message in cases:
-            tests += 1
-            case = ET.SubElement(suite, "testcase", classname=f"sglang-fleet.{host}",
-                                 name=stage)
-            if message is not None:
-                failures += 1
-                short = (o.verdict_name if stage == "health" else message.splitlines()[0])
-                failure = ET.SubElement(case, "failure", message=short[:200])
-                failure.text = _failure_text(host, stage, o, message)
-    suite.set("tests", str(tests))
+def junit_document(suite_name: str, seconds: float,
+                   cases: list[tuple[str, str, str | None, str]]) -> str:
+    """JUnit XML: (classname, name, failure text or None, failure message) per test case."""
+    suite = ET.Element("testsuite", name=suite_name, time=str(seconds))
+    failures = 0
+    for classname, name, text, message in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name)
+        if text is not None:
+            failures += 1
+            ET.SubElement(case, "failure", message=message[:200]).text = text
+    suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def junit_xml(summary: dict[str, Any], outcomes: dict[str, HostOutcome]) -> str:
+    """One test case per host and stage; a failed stage carries its verdict and evidence."""
+    cases: list[tuple[str, str, str | None, str]] = []
+    for host, o in sorted(outcomes.items()):
+        stages = [(s, o.stages[s]) for s in STAGES if s in o.stages]
+        if o.status == "unreachable":
+            stages.append(("connect", o.message or "unreachable"))
+        elif o.status == "failed" and all(msg is None for _, msg in stages):
+            stages.append((o.failed_task or "run", o.message or "failed"))
+        for stage, message in stages:
+            if message is None:
+                cases.append((f"sglang-fleet.{host}", stage, None, ""))
+                continue
+            short = o.verdict_name if stage == "health" else message.splitlines()[0]
+            cases.append((f"sglang-fleet.{host}", stage,
+                          _failure_text(host, stage, o, message), short))
+    return junit_document(f"sglang-fleet {summary['command']}", summary["seconds"], cases)
 
 
 def host_table(summary: dict[str, Any]) -> str:

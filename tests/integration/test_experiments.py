@@ -4,6 +4,7 @@ deploys through ansible-runner, the gate, benchmarks, and recovery between trial
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,11 @@ def test_sweep_reproduces_the_incident(node, tmp_path):
     assert "| flashinfer | attention_backend=flashinfer | stalled in capturing_cuda_graph" in table
     assert "SIMULATED" in table and "SIMULATED" in run.stdout
     assert (run_dir / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    # CI sees one test case per variant; the hung one fails with its evidence.
+    cases = {c.get("name"): c.find("failure") for c in
+             ET.parse(run_dir / "junit.xml").getroot().iter("testcase")}
+    assert cases["baseline"] is None and cases["triton + NCCL tuning"] is None
+    assert hung["evidence"] in cases["flashinfer"].text
     # Each trial's runner artifacts are kept for the record.
     assert len(list(run_dir.glob("0*-*/artifacts/*/job_events/*.json"))) > 50
     # The hung variant's recovery is an experiment's: the crash-loop guard ignores it.
