@@ -18,6 +18,8 @@ _STAGE_OF_FILE = {"spec.yml": "spec", "install.yml": "deploy", "preflight.yml": 
 def stage_of(data: dict[str, Any]) -> str | None:
     """The stage of a task event, from the role and task file it came from."""
     path = str(data.get("task_path") or "")
+    if str(data.get("task_action")).endswith("validate_argument_spec"):
+        return "spec"  # the role's argument_specs: the inventory's types
     if "/roles/sglang_recover/" in path:
         return "recover"
     if "/roles/sglang_bench/" in path:

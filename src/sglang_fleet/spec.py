@@ -33,6 +33,8 @@ INTERCONNECTS = ("pcie", "nvlink")
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
+_NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # Flags the toolkit renders from its own variables: setting them in extra_args would fight them.
 _RENDERED_FLAGS = {
@@ -78,10 +80,10 @@ class SpecError:
     fix: str
 
     def __str__(self) -> str:
-        return (
-            f"host {self.host}: {self.variable}={self.value!r}: {self.problem}. "
-            f"Fix: {self.fix}"
-        )
+        shown = repr(self.value)
+        if len(shown) > 120:  # a huge value is named, not pasted
+            shown = f"{shown[:100]}... ({len(shown)} characters)"
+        return f"host {self.host}: {self.variable}={shown}: {self.problem}. Fix: {self.fix}"
 
 
 class _Checker:
@@ -228,6 +230,9 @@ def build_launch_spec(
                     "set sglang_server_dist_init_host or ansible_host on the first member")
         elif port:
             dist_init_addr = f"{dist_init_host}:{port}"
+    elif c.get("node_rank") is not None:
+        c.error("node_rank", "a node rank without a multi-node group contradicts itself",
+                "set sglang_server_group to the group's inventory name, or unset node_rank")
 
     if tp and dp and gpu_count:
         if tp % nnodes:
@@ -318,6 +323,9 @@ def build_launch_spec(
             guess = nccl_did_you_mean(name)
             fix = f"did you mean {guess}?" if guess else "check the NCCL environment docs"
             c.error("nccl_profile", f"{name} is not a known NCCL variable", fix, value=name)
+        elif not _NCCL_VALUE.fullmatch(_env_value(value)):
+            c.error("nccl_profile", f"{name}={value!r} is not a plain NCCL value",
+                    "use a word or number such as SYS, LL or 8", value=value)
         else:
             env[name] = _env_value(value)
     extra_env = c.get("extra_env") or {}
