@@ -265,13 +265,18 @@ def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "
 def make_tp16_group(tmp: Path) -> SimFleet:
     """Two simulated nodes forming one TP=16 server, sharing model path and port as a real
     group does (only rank 0 binds the port)."""
-    fleet = make_fleet(tmp, hosts=2)
+    return add_tp16_group(make_fleet(tmp, hosts=2), tmp)
+
+
+def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
+    """Make the fleet's first two hosts one TP=16 server (inventory group tp16)."""
+    first, second = fleet.hosts[:2]
     (fleet.inventory / "group_vars" / "tp16.yml").write_text(
         "sglang_server_group: tp16\nsglang_server_tp: 16\n"
         "sglang_server_dist_init_host: 127.0.0.1\n"
-        f"sglang_server_port: {fleet.port('sim-node-1')}\n"
+        f"sglang_server_port: {fleet.port(first)}\n"
         f"sglang_server_model_path: {tmp}/shared-models/Kimi-K2.5\n")
     hosts = (fleet.inventory / "hosts.yml").read_text()
     (fleet.inventory / "hosts.yml").write_text(
-        hosts + "    tp16:\n      hosts:\n        sim-node-1:\n        sim-node-2:\n")
+        hosts + f"    tp16:\n      hosts:\n        {first}:\n        {second}:\n")
     return fleet

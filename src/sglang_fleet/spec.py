@@ -64,11 +64,15 @@ _RENDERED_FLAGS = {
 SECRET_SETTINGS = (PREFIX + "api_key", PREFIX + "hf_token")
 
 
+# Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
+OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
+
+
 def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The sglang_server_* settings without the secrets: safe for facts, ledgers, reports."""
     return {k: v for k, v in settings.items()
             if k.startswith(PREFIX) and k not in SECRET_SETTINGS
-            and not k.startswith(PREFIX + "_")}
+            and k not in OUTPUT_FACTS and not k.startswith(PREFIX + "_")}
 
 
 @dataclass(frozen=True)

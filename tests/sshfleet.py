@@ -1,0 +1,153 @@
+"""A simulated fleet reached over real SSH: one sshd per node, started by the tests, each on
+its own loopback address (127.0.0.11, .12, ...) and port, with a non-root login user that
+becomes root through sudo, so that the transport, privilege escalation, file permissions and
+pipelining are the real ones. Needs root (to run sshd and create the user), openssh-server and
+sudo; ./bootstrap installs the packages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from helpers import REPO, SimFleet, free_port_block, wait_for
+
+LOGIN_USER = "sglfleet"
+SUDOERS = Path("/etc/sudoers.d/sglang-fleet-tests")
+SSHD = Path("/usr/sbin/sshd")
+
+
+def unavailable() -> str | None:
+    """Why an SSH fleet cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to run sshd and create the login user"
+    if not SSHD.exists() or not shutil.which("sudo"):
+        return "needs openssh-server and sudo (./bootstrap installs them)"
+    return None
+
+
+def ensure_login_user() -> None:
+    """The non-root user Ansible logs in as; sudo without a password, as on a fleet."""
+    if subprocess.run(["id", LOGIN_USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", LOGIN_USER],
+                       check=True)
+    # No password, but not a locked account: sshd (without PAM) refuses locked ones.
+    subprocess.run(["usermod", "-p", "*", LOGIN_USER], check=True)
+    if not SUDOERS.exists():
+        SUDOERS.write_text(f"{LOGIN_USER} ALL=(ALL) NOPASSWD: ALL\n")
+        SUDOERS.chmod(0o440)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation folder
+
+
+@dataclass
+class SshNode:
+    host: str
+    address: str
+    port: int
+    config: Path
+    log: Path
+    proc: subprocess.Popen | None = None
+
+
+@dataclass
+class SshFleet(SimFleet):
+    nodes: dict[str, SshNode] = field(default_factory=dict)
+    public_dir: Path | None = None
+
+    def start_sshd(self, host: str) -> None:
+        node = self.nodes[host]
+        with open(node.log, "ab") as log:
+            node.proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(node.config)],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: _listening(node.address, node.port), timeout=15)
+
+    def stop_sshd(self, host: str) -> None:
+        """The node becomes unreachable: its sshd (started by this fleet) ends."""
+        node = self.nodes[host]
+        if node.proc and node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGTERM)
+            node.proc.wait(10)
+
+    def close(self) -> None:
+        for host in self.nodes:
+            self.stop_sshd(host)
+        if self.public_dir:
+            shutil.rmtree(self.public_dir, ignore_errors=True)
+
+
+def _listening(address: str, port: int) -> bool:
+    import socket
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((address, port)) == 0
+
+
+def make_ssh_fleet(tmp: Path, hosts: int = 3, time_factor: float = 0.005,
+                   tp: int | None = None) -> SshFleet:
+    """Copy the default inventory, then reach each node over its own sshd."""
+    ensure_login_user()
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventory" / "local", inventory)
+    keys = tmp / "ssh"
+    keys.mkdir()
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                        str(keys / name)], check=True)
+    # sshd reads the authorized keys as the login user, who cannot enter root's temp folders.
+    public = Path(tempfile.mkdtemp(prefix="sglang-fleet-ssh-keys-"))
+    public.chmod(0o755)
+    authorized = public / "authorized_keys"
+    authorized.write_text((keys / "client_key.pub").read_text())
+    authorized.chmod(0o644)
+    names = [f"ssh-node-{i}" for i in range(1, hosts + 1)]
+    ssh_ports = free_port_block(hosts)
+    base = free_port_block(hosts)
+    nodes, members = {}, {}
+    for i, name in enumerate(names):
+        address, port = f"127.0.0.{11 + i}", ssh_ports + i
+        config = keys / f"{name}.sshd_config"
+        config.write_text("\n".join([
+            f"ListenAddress {address}:{port}", f"HostKey {keys / 'host_key'}",
+            f"AuthorizedKeysFile {authorized}", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+            f"AllowUsers {LOGIN_USER}", f"PidFile {keys / name}.pid", "LogLevel ERROR",
+            "MaxStartups 100:30:200", ""]))
+        nodes[name] = SshNode(name, address, port, config, keys / f"{name}.sshd.log")
+        members[name] = {"sglang_sim_node_index": i, "ansible_host": address,
+                         "ansible_port": port}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"sglang_servers": {"hosts": members}}}}))
+    group_vars = inventory / "group_vars" / "sglang_servers.yml"
+    settings = yaml.safe_load(group_vars.read_text())
+    settings.update(
+        ansible_connection="ssh", ansible_user=LOGIN_USER,
+        ansible_ssh_private_key_file=str(keys / "client_key"),
+        ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                                "-o ConnectTimeout=5",
+        ansible_become=True,
+        # The node's Python: this checkout's environment, reached as root through sudo.
+        ansible_python_interpreter=sys.executable,
+        sglang_server_python=sys.executable,
+        sglang_server_sim_time_factor=time_factor, sglang_server_gate_poll_interval=1)
+    if tp:
+        settings.update(sglang_server_tp=tp, sglang_server_sim_gpu_count=tp,
+                        sglang_server_gpu_count=tp)
+    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base}
+    fleet = SshFleet(inventory, tmp / "nodes", base, names, extra, nodes, public)
+    try:
+        for name in names:
+            fleet.start_sshd(name)
+    except Exception:
+        fleet.close()
+        raise
+    time.sleep(0)  # sshd accepts connections once listening
+    return fleet
