@@ -22,7 +22,7 @@ from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
-from sglang_fleet.spec import SECRET_SETTINGS
+from sglang_fleet.spec import FACT_OF_SETTING, SECRET_SETTINGS
 from sglang_fleet.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
@@ -404,8 +404,17 @@ def proposed_rule(run_id: str, host: str, culprit: tuple[str, ...], good: dict[s
         "source": f"sglang-fleet bisect {run_id} on {host}",
         "fix": {"variable": variable, "value": good.get(variable)},
     }
+    notes = []
     if len(culprit) > 1:
-        rule["note"] = f"fails only together with {', '.join(culprit[1:])}"
+        notes.append(f"fails only together with {', '.join(culprit[1:])}")
+    unmatched = [v for v in culprit if v not in FACT_OF_SETTING]
+    if unmatched:
+        # Rules match LaunchSpec facts only: this match is every configuration on this
+        # hardware and backend, far wider than the culprit. Narrow it before adopting it.
+        notes.append(f"Rules cannot match on {', '.join(unmatched)}: as written this Rule "
+                     f"matches every configuration with these facts; narrow it by hand")
+    if notes:
+        rule["note"] = "; ".join(notes)
     return rule
 
 

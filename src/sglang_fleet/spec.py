@@ -64,6 +64,15 @@ _RENDERED_FLAGS = {
 SECRET_SETTINGS = (PREFIX + "api_key", PREFIX + "hf_token")
 
 
+# The inventory variable behind each LaunchSpec fact that Rules match on.
+FACT_OF_SETTING = {
+    PREFIX + "attention_backend": "attention_backend", PREFIX + "model_family": "model_family",
+    PREFIX + "gpu_compute_capability": "compute_capability",
+    PREFIX + "interconnect": "interconnect", PREFIX + "tp": "tp",
+    PREFIX + "disable_custom_all_reduce": "custom_all_reduce",
+    PREFIX + "cuda_graph": "cuda_graph", PREFIX + "version": "sglang_version",
+}
+
 # Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
 OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
 

@@ -99,3 +99,17 @@ def test_report_labels_simulated_figures(tmp_path):
     md, png, js = write_report(rows, tmp_path, "sweep", "t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "SIMULATED" in md.read_text() and js.exists()
+
+
+def test_a_proposed_rule_says_when_rules_cannot_match_the_culprit():
+    from sglang_fleet.cli import proposed_rule
+    recovery = {"facts": {"attention_backend": "triton", "model_family": "MLA",
+                          "compute_capability": "12.0", "tp": 8, "cuda_graph": True},
+                "verdict": "stalled", "phase": "capturing_cuda_graph", "reason": "no progress"}
+    nccl = proposed_rule("run1", "n1", ("sglang_server_nccl_profile",), {}, recovery)
+    assert nccl["fix"]["variable"] == "sglang_server_nccl_profile"
+    assert "Rules cannot match on sglang_server_nccl_profile" in nccl["note"]
+    backend = proposed_rule("run1", "n1", ("sglang_server_cuda_graph",),
+                            {"sglang_server_cuda_graph": False}, recovery)
+    assert backend["fix"] == {"variable": "sglang_server_cuda_graph", "value": False}
+    assert "note" not in backend and backend["symptom"].startswith("stalled in capturing")
