@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import http_status, start_sim, wait_for  # noqa: E402
-from sglang_fleet.catalog import sim_profile  # noqa: E402
+from sglang_fleet.reviewed import sim_profile  # noqa: E402
 from sglang_fleet_node.sglang_fleet_benchclient import (  # noqa: E402
     fixed_input_ids,
     flush_cache,

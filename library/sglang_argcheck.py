@@ -88,6 +88,11 @@ def main():
         module.fail_json(msg="parsing the arguments took over %ss" % p["timeout"])
     if proc.returncode != 0:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
+        if tail and tail[-1].startswith(("ModuleNotFoundError", "ImportError")):
+            module.fail_json(
+                msg="the server Python %s cannot import SGLang's argument parser %s: %s. Fix: "
+                    "install SGLang into that environment, or use install_mode pip"
+                    % (p["python"], p["parser"], tail[-1]), rc=proc.returncode)
         module.fail_json(msg="SGLang rejected the rendered arguments: %s" % " | ".join(tail),
                          rc=proc.returncode)
     module.exit_json(changed=False, parser=p["parser"])

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet.catalog import _data_text
+from sglang_fleet.reviewed import data_text
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def parse_rules(raw: list[dict[str, Any]]) -> list[Rule]:
 
 @cache
 def load_rules() -> tuple[Rule, ...]:
-    return tuple(parse_rules(yaml.safe_load(_data_text("rules.yml"))))
+    return tuple(parse_rules(yaml.safe_load(data_text("rules.yml"))))
 
 
 def matching_rules(facts: dict[str, Any]) -> list[Rule]:

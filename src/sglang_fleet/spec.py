@@ -1,80 +1,61 @@
 """The LaunchSpec: everything needed to start one server on one node, built in this one place.
 
 Input is the host's `sglang_server_*` variables (role defaults already applied by Ansible, or
-loaded from the role's defaults file by tests). Output is a plain dict, so that Ansible facts,
-the CLI and the simulator all carry the same structure, plus a list of errors that each name the
-host, the variable, the bad value and the fix.
+loaded from the role's defaults by tests); sglang_server_overrides win over them. The settings
+table (sglang_fleet.settings) says what each variable is; the pinned release's flag catalogue
+(sglang_fleet.catalogue) says what SGLang accepts. The builder runs in stages, each returning a
+typed value: validate -> topology -> server command (argv, env, Rule facts) -> paths -> gate.
+Output is a plain dict (Ansible facts, the CLI and the simulator carry the same structure), plus
+every error at once, each naming the host, the variable, its value and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_fleet.catalog import nccl_did_you_mean, nccl_variable_names, sglang_versions
-from sglang_fleet.rules import matching_rules
+from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
+from sglang_fleet.reviewed import Release, nccl_did_you_mean, nccl_variable_names, releases
+from sglang_fleet.rules import Rule, matching_rules
+from sglang_fleet.settings import (
+    BY_VARIABLE,
+    FACT_OF_SETTING,
+    OUTPUT_FACTS,
+    PREFIX,
+    SECRET_SETTINGS,
+    SETTINGS,
+    Setting,
+    owners_by_dest,
+)
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
-PREFIX = "sglang_server_"
+__all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
+           "OUTPUT_FACTS", "PREFIX", "SECRET_SETTINGS", "SpecError", "build_launch_spec",
+           "config_hash", "describe_value", "group_consistency_errors", "public_settings"]
+
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
 API_KEY_VAR = "SGLANG_FLEET_API_KEY"
 HF_TOKEN_VAR = "HF_TOKEN"
-
-INSTALL_MODES = ("pip", "existing", "simulator")
-SERVICE_MANAGERS = ("systemd", "supervisor")
-MODEL_FAMILIES = ("MLA", "MHA")
-INTERCONNECTS = ("pcie", "nvlink")
+API_KEY_MIN_LENGTH = 16
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# Environment names that carry secrets: they have one way in, their own settings.
+_SECRET_ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)$")
 # NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
 _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-# Flags the toolkit renders from its own variables: setting them in extra_args would fight them.
-_RENDERED_FLAGS = {
-    "--model-path": "model_path",
-    "--served-model-name": "served_model_name",
-    "--tp-size": "tp",
-    "--tp": "tp",
-    "--dp-size": "dp",
-    "--dp": "dp",
-    "--nnodes": "group",
-    "--node-rank": "group",
-    "--dist-init-addr": "group",
-    "--host": "host",
-    "--port": "port",
-    "--attention-backend": "attention_backend",
-    "--num-continuous-decode-steps": "num_continuous_decode_steps",
-    "--disable-custom-all-reduce": "disable_custom_all_reduce",
-    "--mem-fraction-static": "mem_fraction_static",
-    "--kv-cache-dtype": "kv_cache_dtype",
-    "--api-key": "api_key",
-    "--enable-metrics": "enable_metrics",
-    "--trust-remote-code": "trust_remote_code",
-    "--quantization": "quantization",
-}
-
-
-SECRET_SETTINGS = (PREFIX + "api_key", PREFIX + "hf_token")
-
-
-# The inventory variable behind each LaunchSpec fact that Rules match on.
-FACT_OF_SETTING = {
-    PREFIX + "attention_backend": "attention_backend", PREFIX + "model_family": "model_family",
-    PREFIX + "gpu_compute_capability": "compute_capability",
-    PREFIX + "interconnect": "interconnect", PREFIX + "tp": "tp",
-    PREFIX + "disable_custom_all_reduce": "custom_all_reduce",
-    PREFIX + "cuda_graph": "cuda_graph", PREFIX + "version": "sglang_version",
-}
-
-# Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
-OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
+# An HTTP bearer token (RFC 6750 token68): what SGLang compares the Authorization header with.
+_TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+_SECRET_FLAGS = ("--api-key", "--admin-api-key")
+_PREVIEW_NODES = 64  # a value is summarised by walking at most this many of its parts
 
 
 def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -84,86 +65,363 @@ def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
             and k not in OUTPUT_FACTS and not k.startswith(PREFIX + "_")}
 
 
+def describe_value(value: Any) -> str:
+    """A short, bounded description of any value: never renders a huge or self-referencing
+    value whole (a YAML alias bomb expands exponentially when printed)."""
+    if isinstance(value, str):
+        if len(value) > 120:
+            return f"{value[:60]!r}... ({len(value)} characters)"
+        return repr(value)
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, list | tuple | dict):
+        budget = [_PREVIEW_NODES]
+        shown = _preview(value, budget)
+        kind = "mapping" if isinstance(value, dict) else "list"
+        if budget[0] <= 0 or len(shown) > 120:
+            return f"<a {kind} of {len(value)} top-level items>"
+        return shown
+    return f"<{type(value).__name__}>"
+
+
+def _preview(value: Any, budget: list[int]) -> str:
+    budget[0] -= 1
+    if budget[0] <= 0:
+        return "..."
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            if budget[0] <= 0:
+                break
+            parts.append(f"{key!r}: {_preview(item, budget)}")
+        return "{" + ", ".join(parts) + "}"
+    if isinstance(value, list | tuple):
+        parts = []
+        for item in value:
+            if budget[0] <= 0:
+                break
+            parts.append(_preview(item, budget))
+        return "[" + ", ".join(parts) + "]"
+    return describe_value(value)
+
+
 @dataclass(frozen=True)
 class SpecError:
     host: str
     variable: str
-    value: Any
+    value: str  # already described (describe_value), never the raw value
     problem: str
     fix: str
 
     def __str__(self) -> str:
-        shown = repr(self.value)
-        if len(shown) > 120:  # a huge value is named, not pasted
-            shown = f"{shown[:100]}... ({len(shown)} characters)"
-        return f"host {self.host}: {self.variable}={shown}: {self.problem}. Fix: {self.fix}"
+        return f"host {self.host}: {self.variable}={self.value}: {self.problem}. Fix: {self.fix}"
 
 
-class _Checker:
-    """Collects every error at once so an operator fixes an inventory in one pass."""
+class _Problems:
+    """Every error and warning of one host, so an operator fixes an inventory in one pass."""
 
-    def __init__(self, host: str, settings: dict[str, Any]):
+    def __init__(self, host: str):
         self.host = host
-        self.settings = settings
         self.errors: list[SpecError] = []
         self.warnings: list[str] = []
 
-    def get(self, short: str) -> Any:
-        return self.settings.get(PREFIX + short)
+    def error(self, variable: str, value: Any, problem: str, fix: str,
+              described: str | None = None) -> None:
+        name = variable if variable.startswith(PREFIX) or variable.isupper() else (
+            PREFIX + variable)
+        self.errors.append(SpecError(self.host, name, described or describe_value(value),
+                                     problem, fix))
 
-    def error(self, short: str, problem: str, fix: str, value: Any = None) -> None:
-        name = short if short.startswith(PREFIX) or short.isupper() else PREFIX + short
-        shown = self.get(short) if value is None else value
-        self.errors.append(SpecError(self.host, name, shown, problem, fix))
+    def warn(self, text: str) -> None:
+        self.warnings.append(f"host {self.host}: {text}")
 
-    def integer(self, short: str, low: int, high: int) -> int | None:
-        value = self.get(short)
+
+# ---- stage 1: validate -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Validated:
+    """Every setting, coerced to its type (short names), with the release it pins."""
+
+    values: dict[str, Any]
+    effective: dict[str, Any]  # the sglang_server_* settings with the overrides applied
+    release: Release
+    catalogue: Catalogue
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+
+def _coerce(setting: Setting, raw: Any, p: _Problems) -> Any:
+    """The value in its type, or None after reporting the problem."""
+    var = setting.variable
+    if raw is None or (raw == "" and setting.nullable):
+        if setting.kind in ("list", "dict"):
+            return [] if setting.kind == "list" else {}
+        if setting.nullable or setting.secret or setting.kind == "str" and setting.default == "":
+            return None
+        p.error(var, raw, "is required", f"set {var} in the inventory")
+        return None
+    kind = setting.kind
+    if kind == "bool":
+        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[raw.lower()]
+        if not isinstance(raw, bool):
+            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
+            return None
+        return raw
+    if kind == "int":
+        value = raw
         # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
         if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.error(short, "must be an integer", f"set an integer between {low} and {high}")
+            p.error(var, raw, "must be an integer",
+                    f"set an integer between {setting.low:g} and {setting.high:g}")
             return None
-        if not low <= value <= high:
-            self.error(short, f"out of range {low}..{high}", f"set a value in {low}..{high}")
-            return None
-        return value
-
-    def boolean(self, short: str) -> bool:
-        value = self.get(short)
-        if isinstance(value, str) and value.lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[value.lower()]
-        if not isinstance(value, bool):
-            self.error(short, "must be a boolean", "set true or false (unquoted)")
-            return False
-        return value
-
-    def text(self, short: str, required: bool = True) -> str | None:
-        value = self.get(short)
-        if value is None or value == "":
-            if required:
-                self.error(short, "is required", "set it in the inventory")
-            return None
-        if not isinstance(value, str):
-            self.error(short, f"must be a string, got {type(value).__name__}", "quote the value")
-            return None
-        if "\n" in value or "\x00" in value:
-            self.error(short, "contains a newline or NUL byte", "remove control characters")
+        if not setting.low <= value <= setting.high:
+            p.error(var, raw, f"out of range {setting.low:g}..{setting.high:g}",
+                    f"set a value in {setting.low:g}..{setting.high:g}")
             return None
         return value
-
-    def choice(self, short: str, choices: tuple[str, ...] | list[str]) -> str | None:
-        value = self.get(short)
-        if value not in choices:
-            self.error(short, "is not a valid choice", f"use one of: {', '.join(choices)}")
+    if kind == "float":
+        value = raw
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not setting.low < float(value) < setting.high:
+            p.error(var, raw, f"must be a number between {setting.low:g} and {setting.high:g} "
+                    "(exclusive)", f"e.g. {setting.default if setting.default else 0.85}, or "
+                    "null for SGLang's default" if setting.nullable else
+                    f"e.g. {setting.default}")
             return None
-        return value
+        return float(value)
+    if kind in ("str", "path"):
+        if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
+                isinstance(raw, int | float) and not isinstance(raw, bool):
+            raw = str(raw)
+        if raw == "" and setting.default not in ("", None) and not setting.secret:
+            p.error(var, raw, "is required", f"set {var} in the inventory")
+            return None
+        if not isinstance(raw, str):
+            p.error(var, raw, f"must be a string, got {type(raw).__name__}", "quote the value")
+            return None
+        if len(raw) > setting.max_length:
+            p.error(var, raw, f"is {len(raw)} characters long, the limit is "
+                    f"{setting.max_length}", "shorten it")
+            return None
+        if "\n" in raw or "\x00" in raw or "\r" in raw:
+            p.error(var, raw, "contains a newline or NUL byte", "remove control characters")
+            return None
+        if kind == "path" and not raw.startswith("/"):
+            p.error(var, raw, "must be an absolute path", f"e.g. {setting.default}")
+            return None
+        if setting.choices and raw not in setting.choices:
+            p.error(var, raw, "is not a valid choice",
+                    f"use one of: {', '.join(setting.choices)}")
+            return None
+        return raw
+    if kind == "list":
+        if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+            p.error(var, raw, "must be a list of strings", 'e.g. ["--log-level", "info"]')
+            return None
+        return list(raw)
+    if kind == "dict":
+        if not isinstance(raw, dict):
+            p.error(var, raw, "must be a mapping", "e.g. {NAME: value}")
+            return None
+        return dict(raw)
+    raise ValueError(f"settings table: unknown kind {kind!r} for {var}")
 
 
-def _compute_capability(value: Any) -> str:
-    # "12.0", 12.0 and 12 all mean SM120; normalise to "major.minor".
-    text = str(value)
-    return text if "." in text else f"{text}.0"
+def _unknown_variables(settings: dict[str, Any], p: _Problems, where: str = "") -> None:
+    """An sglang_server_* variable the role does not have is a typo, never ignored."""
+    for name in sorted(settings):
+        if not name.startswith(PREFIX) or name in BY_VARIABLE or name in OUTPUT_FACTS \
+                or name.startswith(PREFIX + "_"):
+            continue
+        close = difflib.get_close_matches(name, list(BY_VARIABLE), n=1, cutoff=0.75)
+        fix = (f"did you mean {close[0]}?" if close else
+               "remove it; `ansible-doc -t role -r roles sglang_server` lists the settings")
+        p.error(name, settings[name], f"is not a setting of the sglang_server role{where}", fix)
+
+
+def validate(settings: dict[str, Any], p: _Problems) -> Validated | None:
+    _unknown_variables(settings, p)
+    overrides = settings.get(PREFIX + "overrides") or {}
+    if not isinstance(overrides, dict):
+        p.error("overrides", overrides, "must be a mapping of sglang_server_* variables",
+                "e.g. {sglang_server_attention_backend: triton}")
+        overrides = {}
+    for name in overrides:
+        if name in SECRET_SETTINGS:
+            p.error("overrides", None, f"carries the secret {name}: a secret has one way in",
+                    f"set {name} itself (encrypted with ansible-vault), never inside "
+                    f"sglang_server_overrides", described=f"{{{name}: <secret>}}")
+        elif name == PREFIX + "overrides":
+            p.error("overrides", None, "contains sglang_server_overrides itself",
+                    "list the variables to override directly", described="<nested>")
+    _unknown_variables({k: v for k, v in overrides.items() if k not in SECRET_SETTINGS},
+                       p, " (inside sglang_server_overrides)")
+    effective = dict(settings)
+    effective.update({k: v for k, v in overrides.items()
+                      if k in BY_VARIABLE and k not in SECRET_SETTINGS})
+    effective[PREFIX + "overrides"] = overrides
+
+    version = effective.get(PREFIX + "version")
+    known = [v for v in shipped_versions() if v in releases()]
+    if not isinstance(version, str) or version not in known:
+        p.error("version", version, "is not a SGLang release this toolkit has catalogued",
+                f"pin one of: {', '.join(reversed(known))} (README: adding a release)")
+        return None
+    cat = catalogue(version)
+
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        raw = effective.get(setting.variable, setting.default)
+        values[setting.name] = _coerce(setting, raw, p)
+        if setting.catalogue_choices and values[setting.name] is not None:
+            _catalogue_choice(setting, values[setting.name], cat, effective, p)
+    _check_secrets(values, cat, p)
+    return Validated(values, effective, releases()[version], cat)
+
+
+def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: dict[str, Any],
+                      p: _Problems) -> None:
+    option = cat.by_flag.get(setting.flag or "")
+    choices = option.choices if option else None
+    if choices is None or value in choices or value == setting.omit:
+        return
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    if close and setting.fact:
+        # A suggestion a Rule refuses on this host is no fix: say so, and name the Rule's.
+        facts = {**_facts_guess(effective), setting.fact: close[0]}
+        allowed = effective.get(PREFIX + "allow_rules") or []
+        refusing = [r for r in matching_rules(facts) if r.id not in allowed]
+        if refusing:
+            rule = refusing[0]
+            hint = (f"{close[0]!r} is the closest, but rule {rule.id} refuses it on this "
+                    f"hardware: set {rule.fix_variable}: {rule.fix_value!r}. ")
+    p.error(setting.variable, value, f"is not one of SGLang {cat.version}'s choices for "
+            f"{setting.flag}",
+            f"{hint}valid: {', '.join(str(c) for c in choices)}"
+            + ("; or null for SGLang's default" if setting.nullable else ""))
+
+
+def _facts_guess(effective: dict[str, Any]) -> dict[str, Any]:
+    """Rule facts from raw settings, for vetting a suggestion before validation finished."""
+    cc = effective.get(PREFIX + "gpu_compute_capability")
+    text = str(cc)
+    return {
+        "model_family": effective.get(PREFIX + "model_family"),
+        "compute_capability": text if "." in text else f"{text}.0",
+        "interconnect": effective.get(PREFIX + "interconnect"),
+        "tp": effective.get(PREFIX + "tp"),
+        "custom_all_reduce": not effective.get(PREFIX + "disable_custom_all_reduce"),
+        "cuda_graph": effective.get(PREFIX + "cuda_graph"),
+        "sglang_version": effective.get(PREFIX + "version"),
+    }
+
+
+def _check_secrets(values: dict[str, Any], cat: Catalogue, p: _Problems) -> None:
+    key = values.get("api_key")
+    if key:
+        problem = None
+        if len(key) < API_KEY_MIN_LENGTH:
+            problem = f"is {len(key)} characters long: too short to keep out of logs safely"
+        elif not _TOKEN68.match(key):
+            problem = "has characters an HTTP bearer token cannot carry (spaces, quotes, ...)"
+        elif len(set(key)) < 8 or _in_sglang_vocabulary(key, cat):
+            problem = "is too common a string to mask safely in SGLang's logs"
+        if problem:
+            p.error("api_key", None, problem,
+                    f"use a random key of at least {API_KEY_MIN_LENGTH} characters, e.g. "
+                    "`openssl rand -hex 24`, kept in ansible-vault", described="<secret>")
+    token = values.get("hf_token")
+    if token and not re.fullmatch(r"\S+", token):
+        p.error("hf_token", None, "contains whitespace", "paste the token alone",
+                described="<secret>")
+
+
+def _in_sglang_vocabulary(key: str, cat: Catalogue) -> bool:
+    lowered = key.lower()
+    words = {w for o in cat.options for f in o.flags for w in (f.lstrip("-"), o.dest)}
+    words |= {str(c) for o in cat.options for c in (o.choices or ())}
+    return any(lowered in w.lower() for w in words)
+
+
+# ---- stage 2: topology -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Topology:
+    group: str | None
+    nnodes: int
+    node_rank: int
+    dist_init_addr: str | None
+    gpus_per_node: int  # GPUs the server uses on each of its nodes
+
+    @property
+    def serves_http(self) -> bool:
+        return self.node_rank == 0
+
+
+def topology(v: Validated, host: str, members: list[str] | None, dist_host: str | None,
+             p: _Problems) -> Topology:
+    nnodes, node_rank, addr = 1, 0, None
+    group = v["group"]
+    if group:
+        members = list(members or [])
+        if host not in members:
+            p.error("group", group, f"host is not a member of inventory group {group!r}",
+                    "add the host to that group or unset sglang_server_group")
+        else:
+            nnodes = len(members)
+            explicit = v["node_rank"]
+            node_rank = members.index(host) if explicit is None else explicit
+            if not 0 <= node_rank < nnodes:
+                p.error("node_rank", node_rank, f"must be in 0..{nnodes - 1} for a "
+                        f"{nnodes}-node group", "unset it to derive ranks from group order")
+        if not dist_host:
+            p.error("dist_init_host", dist_host, "no address for the group's rank 0",
+                    "set sglang_server_dist_init_host or ansible_host on the first member")
+        elif v["dist_init_port"]:
+            addr = f"{dist_host}:{v['dist_init_port']}"
+    elif v["node_rank"] is not None:
+        p.error("node_rank", v["node_rank"], "a node rank without a multi-node group "
+                "contradicts itself", "set sglang_server_group to the group's inventory "
+                "name, or unset node_rank")
+    tp, dp, pp, gpus = v["tp"], v["dp"], v["pp"], v["gpu_count"]
+    per_node = 0
+    if tp and dp and pp and gpus:
+        if (tp * pp) % nnodes:
+            p.error("tp", tp, f"tp x pp = {tp * pp} is not divisible by the group's {nnodes} "
+                    "nodes", f"use a multiple of {nnodes}")
+        else:
+            per_node = tp * pp // nnodes * dp
+            if per_node > gpus:
+                p.error("tp", tp, f"tp x pp x dp = {tp * pp * dp} needs {per_node} GPUs per "
+                        f"node but sglang_server_gpu_count is {gpus} (nodes in group: "
+                        f"{nnodes})", f"lower tp/pp/dp, or add nodes to sglang_server_group "
+                        f"(tp x pp x dp <= {gpus * nnodes})")
+            elif per_node < gpus:
+                p.warn(f"tp x pp x dp uses {per_node} of {gpus} GPUs per node")
+    return Topology(group or None, nnodes, node_rank, addr, per_node)
+
+
+# ---- stage 3: the server command ---------------------------------------------------------
+
+@dataclass
+class ServerCommand:
+    args: list[Any] = field(default_factory=list)  # str, or {"env": NAME} for a secret
+    env: dict[str, str] = field(default_factory=dict)
+    secret_env_names: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    allowed_rules: list[str] = field(default_factory=list)
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _env_value(value: Any) -> str:
@@ -171,6 +429,252 @@ def _env_value(value: Any) -> str:
         return "1" if value else "0"
     return str(value)
 
+
+def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
+    """The flags the settings render, in table order, named by the release's catalogue."""
+    cat, release = v.catalogue, v.release
+    args: list[Any] = []
+    for s in SETTINGS:
+        value = v[s.name]
+        if s.render == "value" and value is not None and value != s.omit:
+            args += [s.flag, str(value)]
+        elif s.render == "switch" and value:
+            args.append(s.flag)
+        elif s.render != "custom":
+            continue
+        elif s.name in ("served_model_name", "tp"):
+            args += [s.flag, served if s.name == "served_model_name" else str(value)]
+        elif s.name == "group" and topo.nnodes > 1:
+            args += ["--nnodes", str(topo.nnodes), "--node-rank", str(topo.node_rank),
+                     "--dist-init-addr", topo.dist_init_addr]
+        elif s.name == "cuda_graph" and value is False:
+            for flag, wanted in release.cuda_graph_disable.items():
+                args += [flag, str(wanted)] if cat.by_flag[flag].takes_values else [flag]
+        elif s.name == "cuda_graph_max_bs" and value is not None:
+            args += [release.cuda_graph_max_bs_flag, str(value)]
+        elif s.name == "api_key" and value:
+            # A reference, expanded by the launch script from the 0600 env file: the key never
+            # appears in the script, the spec, Ansible output or the runner artifacts.
+            args += [s.flag, {"env": API_KEY_VAR}]
+    return args
+
+
+def _masked_tokens(tokens: list[str]) -> list[str]:
+    out, hide = [], False
+    for token in tokens:
+        flag = token.partition("=")[0]
+        if hide:
+            out.append("<secret>")
+        elif flag in _SECRET_FLAGS and "=" in token:
+            out.append(flag + "=<secret>")
+        else:
+            out.append(token)
+        hide = not hide and token in _SECRET_FLAGS
+    return out
+
+
+def _check_extra_args(v: Validated, p: _Problems) -> list[str]:
+    """Each token of extra_args against the catalogue; options the settings own are refused,
+    whatever alias spells them."""
+    extra = v["extra_args"] or []
+    cat = v.catalogue
+    shown = _masked_tokens(extra)
+    for token, display in zip(extra, shown, strict=True):
+        if "\n" in token or "\x00" in token:
+            p.error("extra_args", None, "an argument contains a newline or NUL byte",
+                    "remove control characters", described=describe_value(display))
+    check = cat.check_args(extra)
+    owners = owners_by_dest(cat)
+    for problem in check.problems:
+        token = _masked_tokens(problem.token.split(" ", 1))
+        p.error("extra_args", None, problem.problem, problem.fix,
+                described=describe_value(" ".join(token)))
+    for dest, flag in check.dests.items():
+        owner = owners.get(dest)
+        if owner is not None:
+            p.error("extra_args", None, f"{flag} sets SGLang's {dest}, which the toolkit "
+                    f"renders from {owner.variable}", f"set {owner.variable} instead",
+                    described=describe_value(flag))
+    for warning in check.warnings:
+        p.warn(warning)
+    return extra
+
+
+def _environment(v: Validated, p: _Problems) -> dict[str, str]:
+    env: dict[str, str] = {}
+    known = nccl_variable_names()
+    for name, value in (v["nccl_profile"] or {}).items():
+        if not str(name).startswith("NCCL_"):
+            p.error("nccl_profile", name, f"{name} is not an NCCL variable",
+                    "move it to sglang_server_extra_env")
+        elif name not in known:
+            guess = nccl_did_you_mean(name)
+            p.error("nccl_profile", name, f"{name} is not a known NCCL variable",
+                    f"did you mean {guess}?" if guess else "check the NCCL environment docs")
+        elif not _scalar(value) or not _NCCL_VALUE.fullmatch(_env_value(value)):
+            p.error("nccl_profile", value, f"{name}={describe_value(value)} is not a plain "
+                    "NCCL value", "use a word or number such as SYS, LL or 8")
+        else:
+            env[name] = _env_value(value)
+    for name, value in (v["extra_env"] or {}).items():
+        text = str(name)
+        if not _ENV_NAME.match(text) or text in (MARKER_VAR, CONFIG_VAR, API_KEY_VAR):
+            p.error("extra_env", name, f"{describe_value(name)} is not a usable environment "
+                    "variable name", "use UPPER_CASE names; the SGLANG_FLEET_* names are "
+                    "reserved")
+        elif text.startswith("NCCL_"):
+            p.error("extra_env", name, f"{name} belongs in the NCCL profile",
+                    "move it to sglang_server_nccl_profile")
+        elif text == HF_TOKEN_VAR or _SECRET_ENV_NAME.search(text):
+            p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
+                    "and extra_env is written into facts, ledgers and reports",
+                    "set sglang_server_hf_token or sglang_server_api_key (ansible-vault)")
+        elif not _scalar(value):
+            p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
+                    "quote it as one string")
+        elif "\n" in str(value) or "\x00" in str(value):
+            p.error("extra_env", name, f"value of {name} contains a newline or NUL byte",
+                    "remove control characters")
+        else:
+            env[name] = _env_value(value)
+    return env
+
+
+def server_command(v: Validated, topo: Topology, host: str, served: str, p: _Problems
+                   ) -> ServerCommand:
+    cmd = ServerCommand()
+    clean = not p.errors
+    cmd.args = _render_settings(v, topo, served) + _check_extra_args(v, p)
+    if clean and not p.errors:
+        # The whole command line through SGLang's own parser, rebuilt from the catalogue.
+        try:
+            v.catalogue.parse([a if isinstance(a, str) else "<secret>" for a in cmd.args])
+        except ParseError as exc:
+            p.error("extra_args", None, f"SGLang {v.catalogue.version} refuses the command "
+                    f"line: {exc}", "correct the flags named",
+                    described="<the rendered command line>")
+    cmd.env = _environment(v, p)
+    if v["api_key"]:
+        cmd.secret_env_names.append(API_KEY_VAR)
+    if v["hf_token"]:
+        cmd.secret_env_names.append(HF_TOKEN_VAR)
+
+    family, cc = v["model_family"], _compute_capability(v["gpu_compute_capability"])
+    backend = v["attention_backend"] or (
+        v.release.default_backend(family, cc) if family and cc else None)
+    cmd.facts = {
+        "attention_backend": backend,
+        "model_family": family,
+        "compute_capability": cc,
+        "interconnect": v["interconnect"],
+        "tp": v["tp"],
+        "custom_all_reduce": not v["disable_custom_all_reduce"],
+        "cuda_graph": v["cuda_graph"],
+        "sglang_version": v.release.version,
+    }
+    allowed = v["allow_rules"] or []
+    matched = matching_rules(cmd.facts)
+    for rule in matched:
+        if rule.id in allowed:
+            p.warn(f"deploying despite {rule.id} (allowed by sglang_server_allow_rules)")
+        else:
+            _refuse_rule(rule, v, p)
+    cmd.allowed_rules = [r.id for r in matched]
+    return cmd
+
+
+def _refuse_rule(rule: Rule, v: Validated, p: _Problems) -> None:
+    short = rule.fix_variable.removeprefix(PREFIX)
+    note = ""
+    if short == "attention_backend" and v["attention_backend"] is None:
+        note = " (SGLang's default on this hardware)"
+    p.error(rule.fix_variable, v.values.get(short), f"matches known-bad {rule.describe()}{note}",
+            f"set {rule.fix_variable}: {rule.fix_value!r}, or deploy anyway with "
+            f"sglang_server_allow_rules: [{rule.id}]")
+
+
+def _compute_capability(value: Any) -> str | None:
+    # "12.0", 12.0 and 12 all mean SM120; normalise to "major.minor".
+    if value is None:
+        return None
+    text = str(value)
+    return text if "." in text else f"{text}.0"
+
+
+# ---- stage 4: paths ----------------------------------------------------------------------
+
+def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, Any]:
+    unit_name = f"sglang-{deployment}.service"
+    return {
+        "root": root,
+        "conf_dir": f"{root}/conf",
+        "run_dir": f"{root}/run",
+        "log_dir": f"{root}/logs",
+        "script": f"{root}/conf/{deployment}.launch.sh",
+        "env_file": f"{root}/conf/{deployment}.env",
+        "pid_file": f"{root}/run/{deployment}.pid",
+        "log_file": f"{root}/logs/{deployment}.log",
+        "venv": f"{root}/venv",
+        "baseline_file": f"{root}/run/{deployment}.baseline.json",
+        "recover_lock": f"{root}/run/{deployment}.recover.lock",
+        "evidence_dir": f"{root}/evidence",
+        # Written when GPU memory stays held after a kill; deploys refuse the node until it
+        # is cleared (playbooks/recover.yml -e sglang_recover_clear_reboot_mark=true).
+        "reboot_mark": f"{root}/NEEDS_REBOOT",
+        "shm_dir": shm_dir,
+        "unit_file": f"/etc/systemd/system/{unit_name}" if manager == "systemd" else None,
+    }
+
+
+def _deployment_name(v: Validated, served: str | None, p: _Problems) -> str | None:
+    explicit = v["deployment_name"]
+    name = explicit or (f"{served}-{v['port']}" if served and v["port"] else None)
+    if name is not None and not _DEPLOYMENT_NAME.match(name):
+        if explicit:
+            p.error("deployment_name", explicit, "must be 1-63 characters of letters, digits, "
+                    "'.', '_', '-'", "rename it")
+        else:
+            # Name the variable the operator set, not the name derived from it.
+            source = "served_model_name" if v["served_model_name"] else "model_path"
+            p.error(source, v[source], f"names the deployment {describe_value(name)}, which "
+                    "must be 1-63 characters of letters, digits, '.', '_', '-'",
+                    "set sglang_server_deployment_name explicitly, or a served model name "
+                    "of letters, digits, '.', '_', '-'")
+        return None
+    return name
+
+
+# ---- stage 5: the gate -------------------------------------------------------------------
+
+def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated: bool,
+         p: _Problems) -> dict[str, Any]:
+    windows, ceilings = default_windows(v["model_size_b"])
+    for short, target in (("gate_stall_windows", windows), ("gate_ceilings", ceilings)):
+        for phase, seconds in (v[short] or {}).items():
+            if phase not in PHASES[:-1]:
+                p.error(short, phase, f"{describe_value(phase)} is not a start-up phase",
+                        f"use one of: {', '.join(PHASES[:-1])}")
+            elif isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+                    or seconds <= 0:
+                p.error(short, seconds, f"{phase} must be a positive number of seconds",
+                        "e.g. 300")
+            else:
+                target[phase] = seconds
+    poll = v["gate_poll_interval"] or 10
+    return {
+        "stall_windows": windows,
+        "ceilings": ceilings,
+        "poll_interval": poll,
+        # Enough polls to outlast every phase's ceiling back to back.
+        "max_polls": int(sum(ceilings.values()) // poll) + 1,
+        "health_timeout": v["health_timeout"],
+        "kernel_log": f"{root}/sim/kmsg" if simulated else (v["kernel_log"] or "kmsg"),
+        "state_file": f"{root}/run/{deployment}.gate.json",
+        "host": connect_host,
+    }
+
+
+# ---- assembly ----------------------------------------------------------------------------
 
 def config_hash(spec_core: dict[str, Any]) -> str:
     """A stable name for a configuration: same inputs, same hash, secrets excluded."""
@@ -191,383 +695,106 @@ def build_launch_spec(
     `sglang_server_group` (None for a single-node server); dist_init_host is the address of
     the group's rank 0.
     """
-    c = _Checker(host, settings)
+    p = _Problems(host)
+    v = validate(settings, p)
+    if v is None:
+        return _result(p, None)
+    topo = topology(v, host, group_members, dist_init_host, p)
+    served = v["served_model_name"] or (
+        v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
+    cmd = server_command(v, topo, host, served or "", p)
+    deployment = _deployment_name(v, served, p)
+    root = v["root"]
+    simulated = v["install_mode"] == "simulator"
+    listen_host = v["host"] or "127.0.0.1"
+    connect_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    gate_spec = gate(v, root or "", deployment or "", connect_host, simulated, p)
+    if p.errors:
+        return _result(p, None)
+    assert root and deployment and served  # narrowed by the checks above
 
-    version = str(c.get("version"))
-    catalog = sglang_versions()
-    if version not in catalog:
-        c.error("version", "is not a SGLang release this toolkit knows",
-                f"pin one of: {', '.join(catalog)}")
-        return _result(c, None)
-    release = catalog[version]
-
-    model_path = c.text("model_path")
-    served = c.text("served_model_name", required=False)
-    if served is None and model_path:
-        served = model_path.rstrip("/").split("/")[-1]
-    family = c.choice("model_family", MODEL_FAMILIES)
-    c.integer("model_size_b", 1, 100_000)
-    trust_remote_code = c.boolean("trust_remote_code")
-    quantization = c.text("quantization", required=False)
-
-    c.text("gpu_model")
-    cc_raw = c.get("gpu_compute_capability")
-    cc = _compute_capability(cc_raw)
-    if not re.fullmatch(r"\d{1,2}\.\d", cc):
-        c.error("gpu_compute_capability", "is not a compute capability",
-                'write it as "major.minor", e.g. "12.0" for RTX PRO 6000 Blackwell')
-    gpu_count = c.integer("gpu_count", 1, 64)
-    interconnect = c.choice("interconnect", INTERCONNECTS)
-
-    tp = c.integer("tp", 1, 1024)
-    dp = c.integer("dp", 1, 1024)
-    nnodes = 1
-    node_rank = 0
-    dist_init_addr = None
-    group = c.get("group")
-    if group:
-        members = list(group_members or [])
-        if host not in members:
-            c.error("group", f"host is not a member of inventory group {group!r}",
-                    "add the host to that group or unset sglang_server_group")
-        else:
-            nnodes = len(members)
-            explicit_rank = c.get("node_rank")
-            node_rank = members.index(host) if explicit_rank is None else explicit_rank
-            if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
-                c.error("node_rank", f"must be in 0..{nnodes - 1} for a {nnodes}-node group",
-                        "unset it to derive ranks from group order")
-        port = c.integer("dist_init_port", 1, 65535)
-        if not dist_init_host:
-            c.error("dist_init_host", "no address for the group's rank 0",
-                    "set sglang_server_dist_init_host or ansible_host on the first member")
-        elif port:
-            dist_init_addr = f"{dist_init_host}:{port}"
-    elif c.get("node_rank") is not None:
-        c.error("node_rank", "a node rank without a multi-node group contradicts itself",
-                "set sglang_server_group to the group's inventory name, or unset node_rank")
-
-    if tp and dp and gpu_count:
-        if tp % nnodes:
-            c.error("tp", f"is not divisible by the group's {nnodes} nodes",
-                    f"use a multiple of {nnodes}")
-        elif (tp // nnodes) * dp > gpu_count:
-            c.error("tp", f"tp x dp = {tp * dp} needs {(tp // nnodes) * dp} GPUs per node but "
-                    f"sglang_server_gpu_count is {gpu_count} (nodes in group: {nnodes})",
-                    f"lower tp/dp, or add nodes to sglang_server_group "
-                    f"(tp x dp <= {gpu_count * nnodes})")
-        elif (tp // nnodes) * dp < gpu_count:
-            c.warnings.append(f"host {host}: tp x dp uses {(tp // nnodes) * dp} of "
-                              f"{gpu_count} GPUs per node")
-
-    backend = c.get("attention_backend")
-    if backend is not None:
-        backends = release["attention_backends"]
-        if backend not in backends:
-            import difflib
-
-            close = difflib.get_close_matches(str(backend), backends, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            c.error("attention_backend", f"is not an attention backend of SGLang {version}",
-                    f"{hint}valid: {', '.join(backends)}; or null for SGLang's default")
-    # SGLang's own default: MLA models get triton (SM120 and elsewhere safe), MHA get flashinfer.
-    effective_backend = backend or ("triton" if family == "MLA" else "flashinfer")
-
-    steps = c.integer("num_continuous_decode_steps", 1, 64)
-    disable_car = c.boolean("disable_custom_all_reduce")
-    cuda_graph = c.boolean("cuda_graph")
-    max_bs = c.get("cuda_graph_max_bs")
-    if max_bs is not None:
-        max_bs = c.integer("cuda_graph_max_bs", 1, 4096)
-    mem_frac = c.get("mem_fraction_static")
-    if isinstance(mem_frac, str):
-        with contextlib.suppress(ValueError):
-            mem_frac = float(mem_frac)
-    if mem_frac is not None and (
-        isinstance(mem_frac, bool) or not isinstance(mem_frac, int | float)
-        or not 0 < float(mem_frac) < 1
-    ):
-        c.error("mem_fraction_static", "must be a number between 0 and 1",
-                "e.g. 0.85, or null for SGLang's default")
-        mem_frac = None
-    kv_dtype = c.text("kv_cache_dtype")
-    listen_host = c.text("host")
-    port = c.integer("port", 1, 65535)
-    enable_metrics = c.boolean("enable_metrics")
-    api_key = c.get("api_key") or ""
-    hf_token = c.get("hf_token") or ""
-    for secret in ("api_key", "hf_token"):
-        value = c.get(secret)
-        if value not in (None, "") and (not isinstance(value, str) or "\n" in value):
-            c.error(secret, "must be a one-line string", "quote the secret (use ansible-vault)",
-                    value="<secret>")
-
-    extra_args = c.get("extra_args") or []
-    if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
-        c.error("extra_args", "must be a list of strings", 'e.g. ["--log-level", "info"]')
-        extra_args = []
-    for arg in extra_args:
-        flag = arg.split("=", 1)[0]
-        if "\n" in arg or "\x00" in arg:
-            c.error("extra_args", "an argument contains a newline or NUL byte",
-                    "remove control characters", value=arg)
-        elif flag in release["removed_flags"]:
-            c.error("extra_args", f"{flag} was removed in SGLang {version}",
-                    release["removed_flags"][flag], value=arg)
-        elif flag in release["deprecated_flags"]:
-            c.warnings.append(f"host {host}: {flag} is deprecated in SGLang {version}: "
-                              f"{release['deprecated_flags'][flag]}")
-        elif flag in _RENDERED_FLAGS:
-            c.error("extra_args", f"{flag} is rendered by the toolkit",
-                    f"set {PREFIX}{_RENDERED_FLAGS[flag]} instead", value=arg)
-
-    env: dict[str, str] = {}
-    nccl = c.get("nccl_profile") or {}
-    if not isinstance(nccl, dict):
-        c.error("nccl_profile", "must be a mapping of NCCL_* variables",
-                "e.g. {NCCL_P2P_LEVEL: SYS}")
-        nccl = {}
-    known = nccl_variable_names()
-    for name, value in nccl.items():
-        if not str(name).startswith("NCCL_"):
-            c.error("nccl_profile", f"{name} is not an NCCL variable",
-                    "move it to sglang_server_extra_env", value=name)
-        elif name not in known:
-            guess = nccl_did_you_mean(name)
-            fix = f"did you mean {guess}?" if guess else "check the NCCL environment docs"
-            c.error("nccl_profile", f"{name} is not a known NCCL variable", fix, value=name)
-        elif not _NCCL_VALUE.fullmatch(_env_value(value)):
-            c.error("nccl_profile", f"{name}={value!r} is not a plain NCCL value",
-                    "use a word or number such as SYS, LL or 8", value=value)
-        else:
-            env[name] = _env_value(value)
-    extra_env = c.get("extra_env") or {}
-    if not isinstance(extra_env, dict):
-        c.error("extra_env", "must be a mapping", "e.g. {SGLANG_ENABLE_JIT_DEEPGEMM: 0}")
-        extra_env = {}
-    for name, value in extra_env.items():
-        if not _ENV_NAME.match(str(name)) or name in (MARKER_VAR, CONFIG_VAR, API_KEY_VAR):
-            c.error("extra_env", f"{name!r} is not a usable environment variable name",
-                    "use UPPER_CASE names; the SGLANG_FLEET_* names are reserved", value=name)
-        elif name.startswith("NCCL_"):
-            c.error("extra_env", f"{name} belongs in the NCCL profile",
-                    "move it to sglang_server_nccl_profile", value=name)
-        elif "\n" in str(value) or "\x00" in str(value):
-            c.error("extra_env", f"value of {name} contains a newline or NUL byte",
-                    "remove control characters", value=name)
-        else:
-            env[name] = _env_value(value)
-
-    install_mode = c.choice("install_mode", INSTALL_MODES)
-    manager = c.choice("service_manager", SERVICE_MANAGERS)
-    root = c.text("root")
-    if root and not root.startswith("/"):
-        c.error("root", "must be an absolute path", "e.g. /opt/sglang-fleet")
-    python = c.text("python")
-    stop_timeout = c.integer("stop_timeout", 1, 3600)
-    deployment = c.get("deployment_name") or (f"{served}-{port}" if served and port else None)
-    if deployment is not None and not _DEPLOYMENT_NAME.match(str(deployment)):
-        c.error("deployment_name", "must be 1-63 characters of letters, digits, '.', '_', '-'",
-                "set sglang_server_deployment_name explicitly", value=deployment)
-
-    facts = {
-        "attention_backend": effective_backend,
-        "model_family": family,
-        "compute_capability": cc,
-        "interconnect": interconnect,
-        "tp": tp,
-        "custom_all_reduce": not disable_car,
-        "cuda_graph": cuda_graph,
-        "sglang_version": version,
-    }
-    allowed = c.get("allow_rules") or []
-    matched = matching_rules(facts)
-    for rule in matched:
-        if rule.id not in allowed:
-            c.error(rule.fix_variable, f"matches known-bad {rule.describe()}",
-                    f"set {rule.fix_variable}: {rule.fix_value!r}, or deploy anyway with "
-                    f"sglang_server_allow_rules: [{rule.id}]",
-                    value=c.get(rule.fix_variable.removeprefix(PREFIX)))
-        else:
-            c.warnings.append(f"host {host}: deploying despite {rule.id} "
-                              f"(allowed by sglang_server_allow_rules)")
-
-    windows, ceilings = default_windows(c.get("model_size_b"))
-    for short, target in (("gate_stall_windows", windows), ("gate_ceilings", ceilings)):
-        overrides = c.get(short) or {}
-        if not isinstance(overrides, dict):
-            c.error(short, "must map phases to seconds", "e.g. {capturing_cuda_graph: 900}")
-            continue
-        for phase, seconds in overrides.items():
-            if phase not in PHASES[:-1]:
-                c.error(short, f"{phase!r} is not a start-up phase",
-                        f"use one of: {', '.join(PHASES[:-1])}", value=phase)
-            elif isinstance(seconds, bool) or not isinstance(seconds, int | float) \
-                    or seconds <= 0:
-                c.error(short, f"{phase} must be a positive number of seconds",
-                        "e.g. 300", value=seconds)
-            else:
-                target[phase] = seconds
-    poll = c.integer("gate_poll_interval", 1, 300)
-    health_timeout = c.integer("health_timeout", 21, 600)
-
-    if c.errors:
-        return _result(c, None)
-
-    assert root and python and served and port and deployment  # narrowed by the checks above
-    paths = {
-        "root": root,
-        "conf_dir": f"{root}/conf",
-        "run_dir": f"{root}/run",
-        "log_dir": f"{root}/logs",
-        "script": f"{root}/conf/{deployment}.launch.sh",
-        "env_file": f"{root}/conf/{deployment}.env",
-        "pid_file": f"{root}/run/{deployment}.pid",
-        "log_file": f"{root}/logs/{deployment}.log",
-        "venv": f"{root}/venv",
-        "baseline_file": f"{root}/run/{deployment}.baseline.json",
-        "recover_lock": f"{root}/run/{deployment}.recover.lock",
-        "evidence_dir": f"{root}/evidence",
-        # Written when GPU memory stays held after a kill; deploys refuse the node until it
-        # is cleared (playbooks/recover.yml -e sglang_recover_clear_reboot_mark=true).
-        "reboot_mark": f"{root}/NEEDS_REBOOT",
-        "shm_dir": c.get("shm_dir") or "/dev/shm",
-    }
-    unit_name = f"sglang-{deployment}.service"
-    paths["unit_file"] = (
-        f"/etc/systemd/system/{unit_name}" if manager == "systemd" else None
-    )
-
-    if install_mode == "pip":
-        server_python = f"{paths['venv']}/bin/python"
-        launch = [server_python, "-m", release["launch_module"]]
-        args_parser = release["args_parser"]
-    elif install_mode == "existing":
-        server_python = python
-        launch = [python, "-m", release["launch_module"]]
-        args_parser = release["args_parser"]
+    layout = paths(root, deployment, v["service_manager"], v["shm_dir"])
+    mode = v["install_mode"]
+    if mode == "pip":
+        server_python = f"{layout['venv']}/bin/python"
+        launch = [server_python, "-m", v.release.launch_module]
+        args_parser = v.release.args_parser
+    elif mode == "existing":
+        server_python = v["python"]
+        launch = [server_python, "-m", v.release.launch_module]
+        args_parser = v.release.args_parser
     else:
-        server_python = python
-        launch = [python, "-m", "sglang_fleet.sim.launch_server"]
+        server_python = v["python"]
+        launch = [server_python, "-m", "sglang_fleet.sim.launch_server"]
         args_parser = "sglang_fleet.sim.server_args:prepare_server_args"
 
-    args: list[Any] = ["--model-path", model_path, "--served-model-name", served,
-                       "--tp-size", str(tp)]
-    if dp != 1:
-        args += ["--dp-size", str(dp)]
-    if nnodes > 1:
-        args += ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
-                 "--dist-init-addr", dist_init_addr]
-    args += ["--host", listen_host, "--port", str(port)]
-    if backend:
-        args += ["--attention-backend", backend]
-    if steps != 1:
-        args += ["--num-continuous-decode-steps", str(steps)]
-    if disable_car:
-        args.append("--disable-custom-all-reduce")
-    if not cuda_graph:
-        args += list(release["disable_cuda_graph_args"])
-    if max_bs is not None:
-        args += [release["cuda_graph_max_bs_flag"], str(max_bs)]
-    if mem_frac is not None:
-        args += ["--mem-fraction-static", str(mem_frac)]
-    if kv_dtype and kv_dtype != "auto":
-        args += ["--kv-cache-dtype", kv_dtype]
-    if quantization:
-        args += ["--quantization", quantization]
-    if trust_remote_code:
-        args.append("--trust-remote-code")
-    if enable_metrics:
-        args.append("--enable-metrics")
-    if api_key:
-        # A reference, expanded by the launch script from the 0600 env file: the key never
-        # appears in the script, the spec, Ansible output or the runner artifacts.
-        args += ["--api-key", {"env": API_KEY_VAR}]
-    args += list(extra_args)
-
     marker = f"{host}:{deployment}"
+    env = dict(cmd.env)
     env[MARKER_VAR] = marker
     # SGLang renames its workers with setproctitle, which by default reuses the environ area
     # and so erases the marker from /proc/PID/environ; SPT_NOENV keeps the environment intact.
     env["SPT_NOENV"] = "1"
-    if install_mode == "simulator":
+    if simulated:
         env.update({
             "SGLANG_SIM_GPU_DIR": f"{root}/sim/gpus",
-            "SGLANG_SIM_SHM_DIR": paths["shm_dir"],
-            "SGLANG_SIM_PROFILE": str(c.get("sim_profile")),
-            "SGLANG_SIM_TIME_FACTOR": _env_value(c.get("sim_time_factor")),
-            "SGLANG_SIM_FAULT": str(c.get("sim_fault") or ""),
+            "SGLANG_SIM_SHM_DIR": layout["shm_dir"],
+            "SGLANG_SIM_PROFILE": str(v["sim_profile"]),
+            "SGLANG_SIM_TIME_FACTOR": _env_value(v["sim_time_factor"]),
+            "SGLANG_SIM_FAULT": str(v["sim_fault"] or ""),
+            # The simulator parses with the pinned release's catalogue, as that release would.
+            "SGLANG_SIM_VERSION": v.release.version,
         })
-    secret_env_names = []
-    if api_key:
-        secret_env_names.append(API_KEY_VAR)
-    if hf_token:
-        secret_env_names.append(HF_TOKEN_VAR)
-
-    core = {
-        "argv": launch + args,
-        "env": env,
-        "secret_env_names": secret_env_names,
-        "service": {"manager": manager, "unit_name": unit_name, "stop_timeout": stop_timeout,
-                    "user": c.get("user") or "root"},
-    }
+    service = {"manager": v["service_manager"], "unit_name": f"sglang-{deployment}.service",
+               "stop_timeout": v["stop_timeout"], "user": v["user"] or "root"}
+    core = {"argv": launch + cmd.args, "env": env, "secret_env_names": cmd.secret_env_names,
+            "service": service}
     chash = config_hash(core)
     env[CONFIG_VAR] = chash
-    connect_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    sim = v["sim_compute_capability"]
     spec = {
         "host": host,
         "deployment": deployment,
         "marker": marker,
         "config_hash": chash,
-        "sglang_version": version,
-        "argv": launch + args,
+        "sglang_version": v.release.version,
+        "argv": launch + cmd.args,
         # The server's own arguments with secrets masked: for parsing checks and display.
-        "server_args": [a if isinstance(a, str) else "********" for a in args],
+        "server_args": [a if isinstance(a, str) else "********" for a in cmd.args],
         "env": env,
-        "secret_env_names": secret_env_names,
-        "service": core["service"],
-        "paths": paths,
+        "secret_env_names": cmd.secret_env_names,
+        "service": service,
+        "paths": layout,
         "install": {
-            "mode": install_mode,
-            "python": python,
+            "mode": mode,
+            "python": v["python"],
             "server_python": server_python,
-            "pip_requirements": [f"{c.get('pip_package')}=={version}",
-                                 *list(c.get("pip_extra_packages") or [])],
+            "pip_requirements": [f"{v['pip_package']}=={v.release.version}",
+                                 *list(v["pip_extra_packages"] or [])],
             "args_parser": args_parser,
         },
-        "gpu": {"backend": "simulated" if install_mode == "simulator" else "nvml",
-                "count": gpu_count, "compute_capability": cc, "model": c.get("gpu_model"),
-                "used_per_node": (tp // nnodes) * dp,
-                "sim_dir": f"{root}/sim/gpus" if install_mode == "simulator" else None},
-        "model": {"path": model_path, "served_name": served, "family": family,
-                  "size_b": c.get("model_size_b")},
-        "group": {"name": group or None, "nnodes": nnodes, "node_rank": node_rank,
-                  "dist_init_addr": dist_init_addr, "serves_http": node_rank == 0},
-        "http": {"url": f"http://{connect_host}:{port}", "port": port},
-        "facts": facts,
-        # The inputs, secrets left out: what recovery compares with the last known good.
-        "settings": public_settings(settings),
-        "gate": {
-            "stall_windows": windows,
-            "ceilings": ceilings,
-            "poll_interval": poll,
-            # Enough polls to outlast every phase's ceiling back to back.
-            "max_polls": int(sum(ceilings.values()) // poll) + 1,
-            "health_timeout": health_timeout,
-            "kernel_log": (f"{root}/sim/kmsg" if install_mode == "simulator"
-                           else c.get("kernel_log") or "kmsg"),
-            "state_file": f"{root}/run/{deployment}.gate.json",
-            "host": connect_host,
-        },
-        "allowed_rules": [r.id for r in matched],
+        "gpu": {"backend": "simulated" if simulated else "nvml",
+                "count": v["gpu_count"], "compute_capability": cmd.facts["compute_capability"],
+                "model": v["gpu_model"], "used_per_node": topo.gpus_per_node,
+                "sim_dir": f"{root}/sim/gpus" if simulated else None},
+        "model": {"path": v["model_path"], "served_name": served, "family": v["model_family"],
+                  "size_b": v["model_size_b"]},
+        "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
+                  "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
+        "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},
+        "facts": cmd.facts,
+        # The inputs with the overrides applied, secrets left out: what recovery compares with
+        # the last known good.
+        "settings": public_settings(v.effective),
+        "gate": gate_spec,
+        "allowed_rules": cmd.allowed_rules,
         # The simulated node's own hardware, independent of what the inventory claims, so
         # that preflight's comparison means the same on a simulated node as on a real one.
-        "sim": {"gpu_count": c.get("sim_gpu_count"),
-                "compute_capability": _compute_capability(c.get("sim_compute_capability")),
-                "profile": str(c.get("sim_profile"))} if install_mode == "simulator" else None,
+        "sim": {"gpu_count": v["sim_gpu_count"],
+                "compute_capability": _compute_capability(sim),
+                "profile": str(v["sim_profile"])} if simulated else None,
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
-    return _result(c, spec)
+    return _result(p, spec)
 
 
 def _group_view(spec: dict[str, Any]) -> dict[str, Any]:
@@ -613,11 +840,12 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
     return errors
 
 
-def _result(c: _Checker, spec: dict[str, Any] | None) -> dict[str, Any]:
+def _result(p: _Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
     return {
-        "ok": not c.errors,
-        "errors": [str(e) for e in c.errors],
-        "error_details": [asdict(e) for e in c.errors],
-        "warnings": c.warnings,
+        "ok": not p.errors,
+        "errors": [str(e) for e in p.errors],
+        "error_details": [asdict(e) for e in p.errors],
+        "warnings": p.warnings,
         "spec": spec,
     }
+

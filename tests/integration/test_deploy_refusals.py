@@ -36,13 +36,40 @@ def test_gpu_count_mismatch_is_caught_by_preflight(one_node):
     assert one_node.processes("sim-node-1") == []
 
 
-def test_installed_sglang_rejects_a_bad_flag_in_seconds(one_node):
+def test_a_flag_sglang_lacks_is_refused_before_any_node(one_node):
     run = one_node.deploy(extra={"sglang_server_extra_args": ["--no-such-flag"]})
     assert run.rc != 0
-    assert "SGLang rejected the rendered arguments" in run.output
-    assert "unrecognized arguments: --no-such-flag" in run.output
-    assert one_node.processes("sim-node-1") == []
-    assert not one_node.log_file("sim-node-1").exists()
+    assert ("sglang_server_extra_args='--no-such-flag': --no-such-flag is not an option of "
+            "SGLang 0.5.23") in run.output
+    assert not one_node.root.exists()
+
+
+def test_the_node_parser_is_the_last_word(tmp_path):
+    """After the controller's catalogue check, the node's installed SGLang parses the command
+    line itself: an environment that cannot import SGLang's parser, or refuses a flag, fails
+    in seconds with the reason."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import BIN, REPO, ansible_env
+
+    def argcheck(parser: str, args: list[str]) -> dict:
+        module_args = json.dumps({"python": sys.executable, "parser": parser, "args": args})
+        proc = subprocess.run([str(BIN / "ansible"), "localhost", "-c", "local", "-o",
+                               "-m", "sglang_argcheck", "-a", module_args,
+                               "-e", f"ansible_python_interpreter={sys.executable}"],
+                              cwd=REPO, env=ansible_env(), capture_output=True, text=True,
+                              timeout=120)
+        return json.loads(proc.stdout.split("=>", 1)[1])
+
+    missing = argcheck("sglang.srt.server_args:prepare_server_args", ["--model-path", "m"])
+    assert "cannot import SGLang's argument parser" in missing["msg"]
+    assert "No module named 'sglang'" in missing["msg"]
+    refused = argcheck("sglang_fleet.sim.server_args:prepare_server_args",
+                       ["--model-path", "m", "--no-such-flag"])
+    assert "SGLang rejected the rendered arguments" in refused["msg"]
+    assert "unrecognized arguments: --no-such-flag" in refused["msg"]
 
 
 def test_api_key_stays_out_of_output_script_and_log(one_node):

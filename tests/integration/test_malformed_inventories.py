@@ -37,25 +37,43 @@ CASES = {
     "env-name-space": ({"sglang_server_extra_env": {"BAD NAME": 1}}, "sglang_server_extra_env",
                        "not a usable environment variable name"),
     "name-unicode": ({"sglang_server_served_model_name": "Kimi-K2.5-\u6a21\u578b"},
-                     "sglang_server_deployment_name", "letters, digits"),
+                     "sglang_server_served_model_name", "letters, digits"),
     "name-shell": ({"sglang_server_deployment_name": "kimi;reboot"},
                    "sglang_server_deployment_name", "letters, digits"),
     "name-traversal": ({"sglang_server_deployment_name": "../../etc"},
                        "sglang_server_deployment_name", "letters, digits"),
     "name-huge": ({"sglang_server_served_model_name": "x" * 100000},
-                  "sglang_server_deployment_name", "characters): must be 1-63"),
+                  "sglang_server_served_model_name", "100000 characters long, the limit"),
     "model-path-newline": ({"sglang_server_model_path": "/models/kimi\n--api-key x"},
                            "sglang_server_model_path", "newline or NUL"),
     "root-relative": ({"sglang_server_root": "opt/x"}, "sglang_server_root",
                       "must be an absolute path"),
     "backend-typo": ({"sglang_server_attention_backend": "flashinfer2"},
-                     "sglang_server_attention_backend", "did you mean 'flashinfer'"),
+                     "sglang_server_attention_backend",
+                     "rule flashinfer-mla-sm120-graph-capture-hang refuses it on this hardware"),
+    "backend-typo-mha": ({"sglang_server_attention_backend": "flashinfer2",
+                          "sglang_server_model_family": "MHA"},
+                         "sglang_server_attention_backend", "did you mean 'flashinfer'"),
+    "variable-typo": ({"sglang_server_attention_backnd": "flashinfer"},
+                      "sglang_server_attention_backnd",
+                      "did you mean sglang_server_attention_backend?"),
+    "extra-args-alias": ({"sglang_server_extra_args": ["--tensor-parallel-size", "4"]},
+                         "sglang_server_extra_args", "set sglang_server_tp instead"),
+    "extra-args-unknown": ({"sglang_server_extra_args": ["--enable-torch-compiel"]},
+                           "sglang_server_extra_args", "did you mean --enable-torch-compile"),
+    "kv-dtype-choice": ({"sglang_server_kv_cache_dtype": "fp8"}, "sglang_server_kv_cache_dtype",
+                        "choices for --kv-cache-dtype"),
+    "secret-in-overrides": ({"sglang_server_overrides": {
+                                "sglang_server_api_key": "overridden-key-0123456789"}},
+                            "sglang_server_overrides", "a secret has one way in"),
+    "api-key-short": ({"sglang_server_api_key": "ready"}, "sglang_server_api_key",
+                      "too short to keep out of logs"),
     "version-unknown": ({"sglang_server_version": "0.5.99"}, "sglang_server_version",
                         "pin one of"),
     "window-negative": ({"sglang_server_gate_stall_windows": {"loading_weights": -5}},
                         "sglang_server_gate_stall_windows", "positive number of seconds"),
     "tp-beyond-gpus": ({"sglang_server_tp": 16}, "sglang_server_tp", "needs 16 GPUs per node"),
-    "tp-times-dp": ({"sglang_server_dp": 2}, "sglang_server_tp", "tp x dp = 16"),
+    "tp-times-dp": ({"sglang_server_dp": 2}, "sglang_server_tp", "tp x pp x dp = 16"),
     "rank-without-group": ({"sglang_server_node_rank": 1}, "sglang_server_node_rank",
                            "contradicts itself"),
     "group-missing": ({"sglang_server_group": "nope"}, "sglang_server_group",
@@ -91,6 +109,12 @@ def test_every_malformed_value_is_refused_with_its_variable_and_fix(tmp_path):
         assert f"host {name}: {variable}=" in host["message"], (name, host["message"])
         assert words in host["message"] and "Fix:" in host["message"], (name, host["message"])
     assert len(max((h["message"] for h in summary["hosts"].values()), key=len)) < 2000
+    # A refused secret is named, never shown: not in the output nor in any run artifact.
+    secret = CASES["secret-in-overrides"][0]["sglang_server_overrides"]["sglang_server_api_key"]
+    assert secret not in run.stdout
+    for path in (tmp_path / "malformed").rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
     # Nothing reached a node: no node folder, no process.
     assert not (tmp_path / "nodes").exists()
 

@@ -167,7 +167,9 @@ def test_secret_flags_are_masked_in_reported_command_lines():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
                              "--api-key", "sk-visible"])
     try:
-        info = wait_for(lambda: procs.process_info(proc.pid))
+        # Poll until the child has exec'd: between fork and exec its cmdline is not yet its own.
+        info = wait_for(lambda: (i := procs.process_info(proc.pid)) and "--api-key" in
+                        i["cmdline"] and i)
         assert "sk-visible" not in info["cmdline"] and "--api-key ********" in info["cmdline"]
     finally:
         proc.kill()

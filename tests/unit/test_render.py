@@ -53,12 +53,14 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
                     "printf '%s\\n' \"$@\"\n")
     fake.chmod(0o755)
     evil_path = f"x; touch {pwned}"
+    # Validation refuses such a key; the rendering must still quote whatever it is given.
     key = "k'ey\"$(touch " + str(pwned) + ")"
     spec = spec_for(tmp_path, install_mode="existing", python=str(fake),
                     deployment_name="evil", model_path=evil_path,
                     served_model_name="$(touch " + str(pwned) + ")",
                     extra_args=["--log-level", "`touch " + str(pwned) + "`"],
-                    extra_env={"SGLANG_NOTE": "'; touch " + str(pwned) + " #"}, api_key=key)
+                    extra_env={"SGLANG_NOTE": "'; touch " + str(pwned) + " #"},
+                    api_key="a-valid-key-0123456789")
     materialise(tmp_path, spec, {"SGLANG_FLEET_API_KEY": key})
     out = subprocess.run([spec["paths"]["script"]], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"}).stdout
@@ -82,12 +84,12 @@ def test_log_filter_masks_a_key_split_across_reads_and_keeps_redraws(tmp_path):
 
 
 def test_secrets_only_in_the_env_file(tmp_path):
-    spec = spec_for(tmp_path, api_key="sk-live-abc", hf_token="hf_xyz")
-    secrets = {"SGLANG_FLEET_API_KEY": "sk-live-abc", "HF_TOKEN": "hf_xyz"}
+    spec = spec_for(tmp_path, api_key="sk-live-abc-0123456789", hf_token="hf_xyz")
+    secrets = {"SGLANG_FLEET_API_KEY": "sk-live-abc-0123456789", "HF_TOKEN": "hf_xyz"}
     files = render_files(spec, secrets)
     assert "sk-live-abc" not in files["script"] and "hf_xyz" not in files["script"]
     assert "sk-live-abc" not in (files["unit"] or "")
-    assert "SGLANG_FLEET_API_KEY=sk-live-abc" in files["env"]
+    assert "SGLANG_FLEET_API_KEY=sk-live-abc-0123456789" in files["env"]
     masked = render_files(spec, masked=True)
     assert "sk-live-abc" not in masked["env"] and "********" in masked["env"]
     assert '--api-key "${SGLANG_FLEET_API_KEY}"' in files["script"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.catalog import nccl_did_you_mean, sglang_versions, sim_profile
+from sglang_fleet.catalogue import catalogue
+from sglang_fleet.reviewed import nccl_did_you_mean, releases, sim_profile
 from sglang_fleet.rules import load_rules, matching_rules, parse_rules
 
 INCIDENT = {"attention_backend": "flashinfer", "model_family": "MLA",
@@ -39,9 +40,20 @@ def test_duplicate_rule_ids_are_refused():
 
 
 def test_releases_know_their_backends_and_removed_flags():
-    versions = sglang_versions()
-    assert "cutlass_mla" not in versions["0.5.23"]["attention_backends"]
-    assert "--cuda-graph-max-bs" in versions["0.5.23"]["removed_flags"]
+    assert "cutlass_mla" not in catalogue("0.5.23").choices_of("attention_backend")
+    assert "cutlass_mla" in catalogue("0.5.4.post3").choices_of("attention_backend")
+    # Removed: in the older shipped catalogue, not in this one; its successors are named.
+    assert catalogue("0.5.23").removed["--cuda-graph-max-bs"] == [
+        "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
+
+
+def test_default_attention_backend_follows_the_release_source():
+    r = releases()["0.5.23"]
+    assert r.default_backend("MLA", "12.0") == "triton"
+    assert r.default_backend("MLA", "9.0") == "fa3"
+    assert r.default_backend("MLA", "10.0") == "flashinfer"
+    assert r.default_backend("MHA", "10.0") == "trtllm_mha"
+    assert r.default_backend("MHA", "12.0") == "flashinfer"
 
 
 def test_nccl_did_you_mean():

@@ -54,12 +54,19 @@ def test_unknown_version_names_the_known_ones():
 
 
 def test_attention_backend_checked_against_pinned_release_with_did_you_mean():
-    text = only_error(build(attention_backend="flashinfr"),
+    text = only_error(build(attention_backend="flashinfr", model_family="MHA"),
                       "host node1", "sglang_server_attention_backend='flashinfr'",
                       "did you mean 'flashinfer'")
     assert "0.5.23" in text
+    # On SM120 with an MLA model a Rule refuses flashinfer: the suggestion says so.
+    text = only_error(build(attention_backend="flashinfr"),
+                      "'flashinfer' is the closest, but rule "
+                      "flashinfer-mla-sm120-graph-capture-hang refuses it on this hardware",
+                      "set sglang_server_attention_backend: 'triton'")
+    assert "did you mean" not in text
     # cutlass_mla existed in 0.5.4 and is gone in 0.5.23
-    only_error(build(attention_backend="cutlass_mla"), "not an attention backend of SGLang 0.5.23")
+    only_error(build(attention_backend="cutlass_mla"),
+               "not one of SGLang 0.5.23's choices for --attention-backend")
     assert build(attention_backend="cutlass_mla", version="0.5.4.post3")["ok"]
 
 
@@ -83,13 +90,17 @@ def test_disabled_cuda_graph_uses_the_release_spelling():
 
 def test_flag_rendered_by_the_toolkit_is_refused_in_extra_args():
     only_error(build(attention_backend="triton", extra_args=["--tp-size=4"]),
-               "--tp-size is rendered by the toolkit", "set sglang_server_tp instead")
+               "--tp-size sets SGLang's tp_size, which the toolkit renders from "
+               "sglang_server_tp", "set sglang_server_tp instead")
+    # An alias cannot slip past: it resolves to the same option.
+    only_error(build(attention_backend="triton", extra_args=["--tensor-parallel-size", "4"]),
+               "--tensor-parallel-size sets SGLang's tp_size", "set sglang_server_tp instead")
 
 
 def test_parallel_sizes_against_gpus():
     only_error(build(attention_backend="triton", tp=16),
                "sglang_server_tp=16", "needs 16 GPUs per node", "sglang_server_gpu_count is 8")
-    only_error(build(attention_backend="triton", tp=4, dp=4), "tp x dp = 16")
+    only_error(build(attention_backend="triton", tp=4, dp=4), "tp x pp x dp = 16")
     ok = build(attention_backend="triton", tp=4)
     assert ok["ok"] and "uses 4 of 8 GPUs" in ok["warnings"][0]
 
@@ -172,7 +183,8 @@ def test_trtllm_mla_on_sm120_is_refused():
 
 
 def test_secrets_never_enter_the_spec():
-    result = build(attention_backend="triton", api_key="sk-very-secret", hf_token="hf_tok_123")
+    result = build(attention_backend="triton", api_key="sk-very-secret-0123456789",
+                   hf_token="hf_tok_123")
     blob = json.dumps(result)
     assert "sk-very-secret" not in blob and "hf_tok_123" not in blob
     spec = result["spec"]
@@ -180,7 +192,8 @@ def test_secrets_never_enter_the_spec():
     assert spec["secret_env_names"] == ["SGLANG_FLEET_API_KEY", "HF_TOKEN"]
     assert "********" in spec["server_args"]
     # The key changes what runs, not the configuration's name.
-    assert spec["config_hash"] == build(attention_backend="triton", api_key="other",
+    assert spec["config_hash"] == build(attention_backend="triton",
+                                        api_key="another-key-0123456789",
                                         hf_token="x")["spec"]["config_hash"]
 
 
@@ -221,3 +234,145 @@ def test_multi_node_needs_divisible_tp_and_an_address():
                                  ["a01", "a02"], None), "no address for the group's rank 0")
     only_error(build_launch_spec(settings(attention_backend="triton", group="g"), "zz",
                                  ["a01"], "h"), "not a member of inventory group")
+
+
+# ---- settings table and catalogue (real SGLang as the reference) ------------------------
+
+def test_unknown_sglang_server_variable_is_refused_with_did_you_mean():
+    s = settings(attention_backend="triton")
+    s["sglang_server_attention_backnd"] = "flashinfer"
+    text = only_error(build_launch_spec(s, "node1"),
+                      "sglang_server_attention_backnd='flashinfer'",
+                      "is not a setting of the sglang_server role",
+                      "did you mean sglang_server_attention_backend?")
+    assert text.count("host node1") == 1
+
+
+def test_overrides_win_and_are_checked():
+    result = build(attention_backend="flashinfer",
+                   overrides={"sglang_server_attention_backend": "triton"})
+    assert result["ok"], result["errors"]
+    argv = result["spec"]["argv"]
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+    assert result["spec"]["settings"]["sglang_server_attention_backend"] == "triton"
+    only_error(build(attention_backend="triton", overrides={"sglang_server_tpp": 4}),
+               "sglang_server_tpp=4", "(inside sglang_server_overrides)",
+               "did you mean sglang_server_tp?")
+
+
+def test_a_secret_has_one_way_in():
+    secret = "an-overridden-secret-key-0123"
+    result = build(attention_backend="triton",
+                   overrides={"sglang_server_api_key": secret})
+    text = only_error(result, "sglang_server_overrides", "carries the secret "
+                      "sglang_server_api_key", "set sglang_server_api_key itself")
+    assert secret not in json.dumps(result)
+    text = only_error(build(attention_backend="triton",
+                            extra_args=["--api-key", secret]),
+                      "--api-key sets SGLang's api_key", "set sglang_server_api_key instead")
+    assert secret not in text
+    only_error(build(attention_backend="triton", extra_env={"HF_TOKEN": "hf_abc"}),
+               "HF_TOKEN looks like a secret", "sglang_server_hf_token")
+    only_error(build(attention_backend="triton", extra_env={"MY_SERVICE_TOKEN": "x"}),
+               "looks like a secret")
+
+
+@pytest.mark.parametrize("key,needle", [
+    ("short-key", "9 characters long: too short"),
+    ("a key with spaces in it", "bearer token cannot carry"),
+    ("aaaaaaaaaaaaaaaaaaaaaaa", "too common"),
+    ("fraction-static", "15 characters"),
+    ("mem-fraction-static", "too common"),
+])
+def test_api_keys_that_cannot_be_masked_safely_are_refused(key, needle):
+    result = build(attention_backend="triton", api_key=key)
+    text = only_error(result, "sglang_server_api_key=<secret>", needle, "openssl rand")
+    assert key not in text
+
+
+def test_catalogue_choices_for_enumerated_settings():
+    only_error(build(attention_backend="triton", kv_cache_dtype="fp9"),
+               "sglang_server_kv_cache_dtype='fp9'",
+               "is not one of SGLang 0.5.23's choices for --kv-cache-dtype", "fp8_e4m3")
+    only_error(build(attention_backend="triton", quantization="fp9"),
+               "choices for --quantization", "did you mean 'fp8'?")
+    assert build(attention_backend="triton", quantization="fp8", kv_cache_dtype="fp8_e4m3")["ok"]
+
+
+@pytest.mark.parametrize("extra,needles", [
+    (["--atention-backend", "flashinfer"], ["is not an option of SGLang 0.5.23",
+                                            "did you mean --attention-backend"]),
+    (["--context-len", "32k"], ["abbreviation of --context-length", "write the full flag"]),
+    (["--ep", "8"], ["--ep sets SGLang's ep_size", "set sglang_server_ep instead"]),
+    (["--cuda-graph-max-bs-decode", "64"], ["sglang_server_cuda_graph_max_bs"]),
+    (["--disable-prefill-cuda-graph"], ["sglang_server_cuda_graph instead"]),
+    (["--load-format", "tensors"], ["'tensors' is not a choice of --load-format"]),
+    (["--watchdog-timeout", "soon"], ["not a valid value for --watchdog-timeout"]),
+])
+def test_extra_args_are_checked_token_by_token(extra, needles):
+    text = only_error(build(attention_backend="triton", extra_args=extra), *needles)
+    assert "sglang_server_extra_args" in text
+
+
+def test_extra_args_sglang_accepts_pass_with_deprecations_warned():
+    ok = build(attention_backend="triton", extra_args=["--context-length", "32k",
+                                                       "--enable-dp-attention"])
+    assert ok["ok"], ok["errors"]
+    assert any("--enable-dp-attention is deprecated" in w for w in ok["warnings"])
+
+
+def test_cuda_graph_false_disables_every_capture_of_the_release():
+    argv = build(attention_backend="triton", cuda_graph=False)["spec"]["argv"]
+    assert argv[argv.index("--cuda-graph-backend-decode") + 1] == "disabled"
+    assert argv[argv.index("--cuda-graph-backend-prefill") + 1] == "disabled"
+    old = build(attention_backend="triton", cuda_graph=False, version="0.5.4.post3")
+    assert "--disable-cuda-graph" in old["spec"]["argv"]
+
+
+@pytest.mark.parametrize("cc,family,backend", [
+    ("12.0", "MLA", "triton"), ("9.0", "MLA", "fa3"), ("10.0", "MLA", "flashinfer"),
+    ("12.0", "MHA", "flashinfer"), ("10.0", "MHA", "trtllm_mha"), ("9.0", "MHA", "fa3"),
+])
+def test_unset_backend_is_sglangs_default_for_the_gpu(cc, family, backend):
+    result = build(gpu_compute_capability=cc, model_family=family)
+    assert result["ok"], result["errors"]
+    assert result["spec"]["facts"]["attention_backend"] == backend
+    assert "--attention-backend" not in result["spec"]["argv"]
+
+
+def test_rules_match_the_default_backend_that_will_run():
+    # flashinfer is SGLang's own choice for MHA on SM120, and an MLA model on B200 gets
+    # flashinfer by default: a Rule on that backend must see it.
+    result = build(gpu_compute_capability="10.0")
+    assert result["spec"]["facts"]["attention_backend"] == "flashinfer"
+
+
+def test_huge_and_self_referencing_values_are_described_not_rendered():
+    import time
+
+    huge = "m" * 1_000_000
+    text = only_error(build(attention_backend="triton", served_model_name=huge),
+                      "sglang_server_served_model_name=", "1000000 characters long")
+    assert len(text) < 1000
+    bomb: list = ["x"]
+    for _ in range(40):  # what a YAML alias bomb becomes: 2**40 strings, a few objects
+        bomb = [bomb, bomb]
+    started = time.monotonic()
+    text = only_error(build(attention_backend="triton", extra_args=bomb,
+                            nccl_profile={"NCCL_P2P_LEVEL": bomb}),
+                      "sglang_server_extra_args=", "must be a list of strings")
+    assert time.monotonic() - started < 1.0 and len(text) < 2000
+
+
+def test_a_derived_name_error_names_the_variable_the_operator_set():
+    text = only_error(build(attention_backend="triton", served_model_name="my model!"),
+                      "sglang_server_served_model_name='my model!'",
+                      "set sglang_server_deployment_name explicitly")
+    assert "sglang_server_deployment_name=" not in text
+
+
+def test_pipeline_parallel_counts_gpus():
+    only_error(build(attention_backend="triton", pp=2), "tp x pp x dp = 16")
+    ok = build(attention_backend="triton", tp=4, pp=2)
+    assert ok["ok"], ok["errors"]
+    assert "--pp-size" in ok["spec"]["argv"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_fleet.catalog import sim_profile
+from sglang_fleet.reviewed import sim_profile
 from sglang_fleet.sim.runtime import GB
 
 GPU_NAMES = {"12.0": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "10.0": "NVIDIA B200",

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_fleet.catalog import sim_profile
+from sglang_fleet.reviewed import releases, sim_profile
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.sim.server_args import VERSION, cuda_graph_enabled
 from sglang_fleet_node import sglang_fleet_simgpu as simgpu
@@ -121,14 +121,17 @@ def load_runtime(args: Any) -> SimRuntime:
 
 
 def effective_backend(rt: SimRuntime) -> str:
-    return rt.args.attention_backend or ("triton" if rt.model_family == "MLA" else "flashinfer")
+    """The backend the server runs: the flag, else the release's default for this GPU."""
+    major, minor = rt.devices[0]["compute_capability"]
+    return rt.args.attention_backend or releases()[VERSION].default_backend(
+        rt.model_family, f"{major}.{minor}")
 
 
 def rule_faults(rt: SimRuntime) -> list[Fault]:
     """A configuration that matches a Rule fails the way the Rule says real servers fail."""
     major, minor = rt.devices[0]["compute_capability"]
     cc = f"{major}.{minor}"
-    facts = {
+    facts = {  # the same facts the LaunchSpec gives Rules
         "attention_backend": effective_backend(rt),
         "model_family": rt.model_family,
         "compute_capability": cc,

@@ -1,94 +1,61 @@
-"""The simulator's command line: SGLang 0.5.23's flags, parsed by argparse as SGLang does.
+"""The simulator's command line: SGLang's own parser, rebuilt from the pinned release's catalogue.
 
-SGLang builds its parser with `argparse.ArgumentParser(prog="sglang serve")` and default
-abbreviation, so `--tp 8` works as a prefix and an unknown flag ends with argparse's
-"unrecognized arguments" error and exit status 2. This parser covers the flags fleets set;
-a flag SGLang has but this list lacks is rejected, which errs on the side of a loud failure.
+SGLang builds an `argparse.ArgumentParser(prog="sglang serve")` with default abbreviation, so
+`--tp 8` works as a prefix and an unknown flag ends with argparse's "unrecognized arguments"
+error and exit status 2. The catalogue (sglang_fleet.catalogue, generated from the real package)
+carries every option with its aliases, types, choices and defaults, so this parser accepts and
+refuses exactly what the real one does (tests/reference checks it against the real parser).
+The release is SGLANG_SIM_VERSION (the deploy sets it to the pinned release), default 0.5.23.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from sglang_fleet.catalog import sglang_versions
+from sglang_fleet.catalogue import catalogue
 
-VERSION = "0.5.23"
+DEFAULT_VERSION = "0.5.23"
+VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    release = sglang_versions()[VERSION]
-    p = argparse.ArgumentParser(prog="sglang serve")
-    a = p.add_argument
-    a("--model-path", "--model", dest="model_path", type=str, required=True)
-    a("--tokenizer-path", type=str)
-    a("--served-model-name", type=str)
-    a("--trust-remote-code", action="store_true")
-    a("--revision", type=str)
-    a("--context-length", type=int)
-    a("--quantization", type=str)
-    a("--kv-cache-dtype", type=str, default="auto",
-      choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"])
-    a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--tp-size", type=int, default=1)
-    a("--dp-size", type=int, default=1)
-    a("--ep-size", type=int, default=1)
-    a("--pp-size", type=int, default=1)
-    a("--nnodes", type=int, default=1)
-    a("--node-rank", type=int, default=0)
-    a("--dist-init-addr", type=str)
-    a("--dist-timeout", type=int)
-    a("--base-gpu-id", type=int, default=0)
-    a("--attention-backend", type=str, choices=release["attention_backends"])
-    a("--prefill-attention-backend", type=str, choices=release["attention_backends"])
-    a("--decode-attention-backend", type=str, choices=release["attention_backends"])
-    a("--sampling-backend", type=str, choices=["flashinfer", "pytorch"])
-    a("--num-continuous-decode-steps", type=int, default=1)
-    a("--disable-custom-all-reduce", action="store_true")
-    a("--enable-dp-attention", action="store_true")
-    a("--mem-fraction-static", type=float)
-    a("--max-running-requests", type=int)
-    a("--max-total-tokens", type=int)
-    a("--max-prefill-tokens", type=int, default=16384)
-    a("--chunked-prefill-size", type=int)
-    a("--schedule-policy", type=str, default="fcfs")
-    a("--cuda-graph-max-bs-decode", type=int)
-    a("--cuda-graph-max-bs-prefill", type=int)
-    a("--cuda-graph-backend-decode", type=str, choices=["full", "piecewise", "disabled"])
-    a("--disable-decode-cuda-graph", action="store_true")
-    # Deprecated in 0.5.23 but still accepted.
-    a("--disable-cuda-graph", action="store_true")
-    a("--disable-radix-cache", action="store_true")
-    a("--enable-torch-compile", action="store_true")
-    a("--torch-compile-max-bs", type=int)
-    a("--api-key", type=str)
-    a("--enable-metrics", action="store_true")
-    a("--log-level", type=str, default="info")
-    a("--log-requests", action="store_true")
-    a("--watchdog-timeout", type=float, default=300)
-    a("--skip-server-warmup", action="store_true")
-    a("--random-seed", type=int)
-    a("--reasoning-parser", type=str)
-    a("--tool-call-parser", type=str)
-    a("--speculative-algorithm", type=str)
-    a("--speculative-num-steps", type=int)
-    a("--speculative-eagle-topk", type=int)
-    a("--speculative-num-draft-tokens", type=int)
-    a("--moe-runner-backend", type=str)
-    a("--show-time-cost", action="store_true")
-    return p
+    return catalogue(VERSION).build_parser()
 
 
 def prepare_server_args(argv: list[str]) -> argparse.Namespace:
-    """Same name and contract as sglang.srt.server_args.prepare_server_args."""
+    """Same name and contract as sglang.srt.server_args.prepare_server_args: parse, then fill
+    the defaults SGLang derives after parsing that the simulator relies on."""
     args = build_parser().parse_args(argv)
     if args.served_model_name is None:
         args.served_model_name = args.model_path
-    if args.nnodes > 1 and not args.dist_init_addr:
-        build_parser().error("--dist-init-addr is required when --nnodes > 1")
     return args
 
 
+def _phase_backend(args: argparse.Namespace, phase: str) -> str | None:
+    config = getattr(args, "cuda_graph_config", None) or {}
+    return getattr(args, f"cuda_graph_backend_{phase}", None) or (
+        config.get(phase) or {}).get("backend")
+
+
+def decode_cuda_graph_enabled(args: argparse.Namespace) -> bool:
+    """Decode graphs are captured unless some spelling of the release turns them off
+    (sglang/srt/model_executor/cuda_graph_config.py: decode defaults to "full")."""
+    return not (getattr(args, "disable_cuda_graph", False)
+                or getattr(args, "disable_decode_cuda_graph", False)
+                or _phase_backend(args, "decode") == "disabled")
+
+
+def prefill_cuda_graph_enabled(args: argparse.Namespace) -> bool:
+    """0.5.23 also captures prefill graphs on CUDA by default ("breakable"); releases without
+    the prefill options (0.5.4) capture decode graphs only."""
+    if not hasattr(args, "cuda_graph_backend_prefill"):
+        return False
+    return not (getattr(args, "disable_cuda_graph", False)
+                or getattr(args, "disable_prefill_cuda_graph", False)
+                or _phase_backend(args, "prefill") == "disabled")
+
+
 def cuda_graph_enabled(args: argparse.Namespace) -> bool:
-    return not (args.disable_cuda_graph or args.disable_decode_cuda_graph
-                or args.cuda_graph_backend_decode == "disabled")
+    """Whether decode graphs are captured: the capture Rules are about."""
+    return decode_cuda_graph_enabled(args)

@@ -1,0 +1,362 @@
+"""The one table of `sglang_server_*` settings: name, type, range, default, the SGLang option it
+renders and the Rule fact it feeds.
+
+Validation (spec.py), rendering, Rule facts, the role's defaults/main.yml and
+meta/argument_specs.yml all come from this table:
+
+    python -m sglang_fleet.settings --write   # regenerate the role's two files from the table
+
+and tests/unit/test_settings_table.py fails when any of them drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PREFIX = "sglang_server_"
+ROLE_DIR = Path(__file__).resolve().parents[2] / "roles" / "sglang_server"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One inventory variable (without its sglang_server_ prefix).
+
+    kind: str | int | float | bool | list | dict | path.
+    flag: the SGLang option this setting renders and owns (checked against every shipped
+      catalogue); owns: further options it decides. extra_args may not set an owned option,
+      whatever alias spells it (they resolve to the release's argparse destination). render
+      says how: "value" (`--flag value` unless the value is None or `omit`), "switch"
+      (`--flag` when true), "custom" (spec.py renders it), None (not a server flag).
+    choices: fixed choices; catalogue_choices: take the choices of `flag` from the pinned
+      release's catalogue.
+    fact: the Rule fact it feeds.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    section: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+    catalogue_choices: bool = False
+    flag: str | None = None
+    owns: tuple[str, ...] = ()  # further SGLang options this setting decides
+    render: str | None = None
+    omit: Any = None
+    fact: str | None = None
+    nullable: bool = False
+    secret: bool = False
+    max_length: int = 4096
+    elements: str | None = None
+
+    @property
+    def variable(self) -> str:
+        return PREFIX + self.name
+
+    @property
+    def owned_flags(self) -> tuple[str, ...]:
+        return ((self.flag,) if self.flag else ()) + self.owns
+
+
+S = Setting
+SETTINGS: tuple[Setting, ...] = (
+    # Model
+    S("model_path", "str", "/models/Kimi-K2.5",
+      "Model folder on the node (or a hub id when the node can download).", "Model",
+      flag="--model-path", render="value"),
+    S("served_model_name", "str", None, "Name clients use; null means the model folder's name.",
+      "Model", flag="--served-model-name", render="custom", nullable=True, max_length=200),
+    S("model_family", "str", "MLA",
+      "Attention family: MLA (DeepSeek-V3/R1, Kimi-K2/K2.5) or MHA.", "Model",
+      choices=("MLA", "MHA"), fact="model_family"),
+    S("model_size_b", "int", 1000, "Parameter count in billions; sizes the gate's stall windows.",
+      "Model", low=1, high=100_000),
+    S("trust_remote_code", "bool", True, "Pass --trust-remote-code.", "Model",
+      flag="--trust-remote-code", render="switch"),
+    S("quantization", "str", None, "Value of --quantization (choices of the pinned release), "
+      "or null.", "Model", flag="--quantization", render="value", catalogue_choices=True,
+      nullable=True),
+    # Hardware of each node
+    S("gpu_model", "str", "RTX PRO 6000 Blackwell",
+      "GPU model of each node, for reports and the simulated fleet.", "Hardware"),
+    S("gpu_compute_capability", "str", "12.0",
+      'Compute capability of the GPUs, "major.minor" ("12.0" = SM120).',
+      "Hardware", fact="compute_capability"),
+    S("gpu_count", "int", 8, "GPUs per node; preflight checks it against NVML.",
+      "Hardware", low=1, high=64),
+    S("interconnect", "str", "pcie", "GPU interconnect inside a node.", "Hardware",
+      choices=("pcie", "nvlink"), fact="interconnect"),
+    # Parallelism
+    S("tp", "int", 8, "Tensor-parallel size of the whole server (all nodes of its group).",
+      "Parallelism",
+      low=1, high=1024, flag="--tp-size", render="custom", fact="tp"),
+    S("dp", "int", 1, "Data-parallel size.", "Parallelism", low=1, high=1024, flag="--dp-size",
+      render="value", omit=1),
+    S("pp", "int", 1, "Pipeline-parallel size.", "Parallelism", low=1, high=1024,
+      flag="--pp-size", render="value", omit=1),
+    S("ep", "int", 1, "Expert-parallel size (MoE models).", "Parallelism", low=1, high=1024,
+      flag="--ep-size", render="value", omit=1),
+    S("group", "str", None,
+      "Inventory group whose nodes form one multi-node server; null for one node.",
+      "Parallelism", nullable=True, owns=("--nnodes", "--node-rank", "--dist-init-addr"),
+      render="custom"),
+    S("node_rank", "int", None, "Explicit node rank; null derives it from the sorted group.",
+      "Parallelism", low=0, high=1023, nullable=True),
+    S("dist_init_host", "str", None,
+      "Address of rank 0 for --dist-init-addr; null uses its ansible_host.", "Parallelism",
+      nullable=True, max_length=255),
+    S("dist_init_port", "int", 20000, "Port of --dist-init-addr.", "Parallelism",
+      low=1, high=65535),
+    # Server options
+    S("attention_backend", "str", None,
+      "--attention-backend, validated for the pinned release; null for SGLang's default "
+      "(which depends on the GPU and the model family).", "Server options",
+      flag="--attention-backend", render="value", catalogue_choices=True, nullable=True,
+      fact="attention_backend"),
+    S("num_continuous_decode_steps", "int", 1, "--num-continuous-decode-steps.",
+      "Server options", low=1, high=64, flag="--num-continuous-decode-steps", render="value",
+      omit=1),
+    S("disable_custom_all_reduce", "bool", False, "Pass --disable-custom-all-reduce.",
+      "Server options", flag="--disable-custom-all-reduce", render="switch",
+      fact="custom_all_reduce"),
+    S("cuda_graph", "bool", True,
+      "Capture CUDA graphs; false renders the pinned release's flags that disable every "
+      "capture (decode and prefill).", "Server options", render="custom", fact="cuda_graph",
+      owns=("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill",
+            "--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-prefill-cuda-graph",
+            "--cuda-graph-config")),
+    S("cuda_graph_max_bs", "int", None,
+      "Largest decode batch captured (rendered as the release's flag).", "Server options",
+      low=1, high=4096, nullable=True, render="custom",
+      owns=("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")),
+    S("mem_fraction_static", "float", None, "--mem-fraction-static, or null for SGLang's "
+      "default.", "Server options", low=0.0, high=1.0, nullable=True,
+      flag="--mem-fraction-static", render="value"),
+    S("kv_cache_dtype", "str", "auto", "--kv-cache-dtype (choices of the pinned release; auto "
+      "renders nothing).", "Server options", flag="--kv-cache-dtype", render="value",
+      omit="auto", catalogue_choices=True),
+    S("host", "str", "127.0.0.1", "Address the server listens on.", "Server options",
+      flag="--host", render="value", max_length=255),
+    S("port", "int", 30000, "HTTP port of the server.", "Server options", low=1, high=65535,
+      flag="--port", render="value"),
+    S("enable_metrics", "bool", True, "Pass --enable-metrics (Prometheus /metrics).",
+      "Server options", flag="--enable-metrics", render="switch"),
+    S("extra_args", "list", [], "More SGLang arguments, each flag checked against the pinned "
+      "release's catalogue.", "Server options", elements="str"),
+    S("api_key", "str", "", "API key (secret, at least 16 characters): kept in the 0600 env "
+      "file only.", "Server options", secret=True, flag="--api-key", render="custom",
+      owns=("--admin-api-key",)),
+    S("hf_token", "str", "", "Hugging Face token (secret): kept in the 0600 env file only.",
+      "Server options", secret=True),
+    # Environment
+    S("nccl_profile", "dict", {},
+      "NCCL_* environment variables; unknown names are refused with a did-you-mean.",
+      "Environment"),
+    S("extra_env", "dict", {}, "Other environment variables for the server (SGLANG_*, CUDA_*).",
+      "Environment"),
+    # Rules
+    S("allow_rules", "list", [], "Ids of known-bad Rules to deploy anyway.",
+      "Rules", elements="str"),
+    S("overrides", "dict", {}, "Values that win over the other sglang_server_* variables; "
+      "recovery sets them for the configuration it redeploys (never secrets).",
+      "Overrides"),
+    # Release and install
+    S("version", "str", "0.5.23", "Pinned SGLang release (a catalogued one).",
+      "Release", fact="sglang_version"),
+    S("install_mode", "str", "pip", "How SGLang is installed on the node.",
+      "Release", choices=("pip", "existing", "simulator")),
+    S("pip_package", "str", "sglang[all]",
+      "Package installed with pip (the version comes from sglang_server_version).",
+      "Release"),
+    S("pip_extra_packages", "list", ["py-spy"],
+      "More packages for the server venv (py-spy for evidence).",
+      "Release", elements="str"),
+    S("python", "path", "/usr/bin/python3",
+      "Interpreter that creates the venv (pip) or runs SGLang (existing, simulator).",
+      "Release"),
+    # Node layout and service
+    S("root", "path", "/opt/sglang-fleet",
+      "Folder for the deployment's files, logs and venv on the node.", "Node"),
+    S("shm_dir", "path", "/dev/shm", "Shared-memory folder the server uses.",
+      "Node"),
+    S("service_manager", "str", "systemd", "Service manager.", "Node",
+      choices=("systemd", "supervisor")),
+    S("user", "str", "root", "User the server runs as (the systemd unit's User=); processes "
+      "of other users are never treated as the deployment's.", "Node",
+      max_length=32),
+    S("deployment_name", "str", None, "Deployment name; null means <served model name>-<port>.",
+      "Node", nullable=True, max_length=63),
+    S("stop_timeout", "int", 60, "Seconds between SIGTERM and SIGKILL when stopping.",
+      "Node", low=1, high=3600),
+    # Health gate
+    S("gate_stall_windows", "dict", {},
+      "Seconds without progress before a phase is stalled, by phase (overrides the defaults "
+      "sized by sglang_server_model_size_b).",
+      "Health gate"),
+    S("gate_ceilings", "dict", {},
+      "Longest a phase may last whatever its progress, by phase (overrides).", "Health gate"),
+    S("gate_poll_interval", "int", 10,
+      "Seconds between gate observations (progress is shown at each).", "Health gate",
+      low=1, high=300),
+    S("health_timeout", "int", 25, "Seconds the gate waits for /health, above SGLang's own 20 s.",
+      "Health gate", low=21, high=600),
+    S("kernel_log", "str", "kmsg", "Kernel log source for Xid and OOM lines, kmsg or none.",
+      "Health gate"),
+    # Simulator
+    S("sim_profile", "str", "kimi-k2.5-rtxpro6000-tp8",
+      "Simulator profile (speeds and phase durations).", "Simulator"),
+    S("sim_time_factor", "float", 1.0, "Multiplier on the simulated phase durations.",
+      "Simulator", low=0.0, high=100.0),
+    S("sim_fault", "str", "", 'Simulated faults, e.g. "hang:loading_weights,crash:warming_up".',
+      "Simulator"),
+    S("sim_gpu_count", "int", 8,
+      "GPUs the simulated node really has (preflight compares the inventory with it).",
+      "Simulator", low=1, high=64),
+    S("sim_compute_capability", "str", "12.0",
+      "Compute capability of the simulated node's GPUs.", "Simulator"),
+)
+del S
+
+# The comment heading each section of the generated defaults file.
+SECTION_NOTES = {
+    "Model": "Model",
+    "Hardware": "Hardware of each node",
+    "Parallelism": "Parallelism; a multi-node server is an inventory group named by "
+                   "sglang_server_group",
+    "Server options": "Server options",
+    "Environment": "Environment: NCCL tuning profile and other variables (SGLANG_*, CUDA_*)",
+    "Rules": "Known-bad Rules deliberately overridden, by rule id",
+    "Overrides": "Values that win over the variables above; recovery sets them for the "
+                 "configuration it redeploys (the ledger records them: copy them into the "
+                 "inventory to keep them)",
+    "Release": "SGLang release and how it is installed",
+    "Node": "Node layout and service",
+    "Health gate": "Health gate: judged by progress per phase, not by elapsed time. Windows "
+                   "and ceilings default by model size (1000B: 300 s without progress while "
+                   "loading weights, 600 s in graph capture); set only the phases to change, "
+                   "e.g. {capturing_cuda_graph: 900}.",
+    "Simulator": "Simulator (install_mode: simulator)",
+}
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+BY_VARIABLE: dict[str, Setting] = {s.variable: s for s in SETTINGS}
+SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
+# The inventory variable behind each LaunchSpec fact that Rules match on.
+FACT_OF_SETTING: dict[str, str] = {s.variable: s.fact for s in SETTINGS if s.fact}
+# Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
+OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
+
+
+def owners_by_dest(cat: Any) -> dict[str, Setting]:
+    """SGLang destinations of one release's catalogue -> the setting that decides them
+    (extra_args may not set them). Owned flags a release lacks are skipped."""
+    owners: dict[str, Setting] = {}
+    for setting in SETTINGS:
+        for flag in setting.owned_flags:
+            option = cat.by_flag.get(flag)
+            if option is not None:
+                owners.setdefault(option.dest, setting)
+    return owners
+
+
+# ---- the role's files, generated ----------------------------------------------------------
+
+_ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool",
+                  "list": "list", "dict": "dict", "path": "path"}
+GENERATED_NOTE = ("Generated from src/sglang_fleet/settings.py by\n# "
+                  "`python -m sglang_fleet.settings --write`: edit the table there.")
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as the rest of the repository's YAML."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        return super().increase_indent(flow, False)
+
+
+def _yaml_value(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def defaults_yaml() -> str:
+    lines = ["---", f"# {GENERATED_NOTE}",
+             "# Every public variable of a deployment; the LaunchSpec is built from these on the",
+             "# controller (sglang_fleet.spec). meta/argument_specs.yml mirrors this file."]
+    section = None
+    for s in SETTINGS:
+        if s.section != section:
+            section = s.section
+            lines += ["", *(f"# {part}" for part in _wrap(SECTION_NOTES[section]))]
+        lines += [f"# {part}" for part in _wrap(s.doc)]
+        lines.append(f"{s.variable}: {_yaml_value(s.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]
+
+
+def argument_specs() -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for s in SETTINGS:
+        option: dict[str, Any] = {"type": _ANSIBLE_TYPES[s.kind], "description": s.doc,
+                                  "default": s.default}
+        if s.choices:
+            option["choices"] = list(s.choices)
+        if s.elements:
+            option["elements"] = s.elements
+        if s.secret:
+            option["no_log"] = True
+        options[s.variable] = option
+    return {"argument_specs": {"main": {
+        "short_description": "Deploy one SGLang server per node from inventory variables",
+        "description": [
+            "Builds and validates the LaunchSpec on the controller, checks the node, installs "
+            "SGLang, renders the launch files, starts the service and gates it on its progress "
+            "until it is ready."],
+        "options": options}}}
+
+
+def argument_specs_yaml() -> str:
+    body = yaml.dump(argument_specs(), Dumper=_IndentedDumper, sort_keys=False, width=100,
+                     allow_unicode=True)
+    return f"---\n# {GENERATED_NOTE}\n{body}"
+
+
+def generated_files() -> dict[Path, str]:
+    return {ROLE_DIR / "defaults" / "main.yml": defaults_yaml(),
+            ROLE_DIR / "meta" / "argument_specs.yml": argument_specs_yaml()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.settings",
+                                     description="Write the sglang_server role's defaults and "
+                                                 "argument specs from the settings table.")
+    parser.add_argument("--write", action="store_true", help="write the files (else: check)")
+    args = parser.parse_args(argv)
+    stale = [p for p, text in generated_files().items()
+             if not p.exists() or p.read_text() != text]
+    if args.write:
+        for path, text in generated_files().items():
+            path.write_text(text)
+            print(f"wrote {path}")
+        return 0
+    for path in stale:
+        print(f"out of date: {path} (run python -m sglang_fleet.settings --write)",
+              file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The settings table is the one source: the role's files are generated from it, and every flag
+it names exists in the releases it can pin."""
+
+from __future__ import annotations
+
+import yaml
+
+from sglang_fleet import settings
+from sglang_fleet.catalogue import catalogue, shipped_versions
+from sglang_fleet.reviewed import releases
+
+
+def test_role_files_are_generated_from_the_table():
+    for path, text in settings.generated_files().items():
+        assert path.read_text() == text, (
+            f"{path} drifted from the settings table: python -m sglang_fleet.settings --write")
+    defaults = yaml.safe_load(settings.defaults_yaml())
+    assert defaults == {s.variable: s.default for s in settings.SETTINGS}
+
+
+def test_every_rendered_flag_exists_in_every_release():
+    for version in shipped_versions():
+        cat = catalogue(version)
+        for s in settings.SETTINGS:
+            if s.flag:
+                assert s.flag in cat.by_flag, f"{s.variable}: {s.flag} not in SGLang {version}"
+        release = releases()[version]
+        for flag in [*release.cuda_graph_disable, release.cuda_graph_max_bs_flag]:
+            assert flag in cat.by_flag, f"{flag} not in SGLang {version}"
+        for flag in ("--nnodes", "--node-rank", "--dist-init-addr"):
+            assert flag in cat.by_flag
+
+
+def test_catalogue_choices_come_from_the_flag():
+    for s in settings.SETTINGS:
+        if s.catalogue_choices:
+            assert catalogue("0.5.23").by_flag[s.flag].choices, s.variable
+
+
+def test_owned_options_cover_every_alias():
+    owners = settings.owners_by_dest(catalogue("0.5.23"))
+    assert owners["tp_size"].name == "tp"
+    assert owners["nnodes"].name == "group"
+    assert owners["cuda_graph_backend_prefill"].name == "cuda_graph"
+    assert owners["admin_api_key"].name == "api_key"
+    old = settings.owners_by_dest(catalogue("0.5.4.post3"))
+    assert old["tensor_parallel_size"].name == "tp"
+
+
+def test_facts_and_secrets_are_declared_once():
+    assert settings.FACT_OF_SETTING["sglang_server_attention_backend"] == "attention_backend"
+    assert settings.SECRET_SETTINGS == ("sglang_server_api_key", "sglang_server_hf_token")
