@@ -61,11 +61,18 @@ def launch_script(spec: dict[str, Any]) -> str:
         f". {shlex.quote(paths['env_file'])}",
         "set +a",
         f"cd {shlex.quote(paths['root'])}",
+        *_secret_guards(spec),
         *_redaction(spec),
         "exec " + " \\\n    ".join(lines_of_argv),
         "",
     ]
     return "\n".join(lines)
+
+
+def _secret_guards(spec: dict[str, Any]) -> list[str]:
+    # A server given `--api-key ""` answers without a key: refuse to start instead.
+    return [f': "${{{name}:?is empty: refusing to start with an empty secret}}"'
+            for name in spec["secret_env_names"]]
 
 
 def _redaction(spec: dict[str, Any]) -> list[str]:
@@ -122,9 +129,10 @@ def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
                  masked: bool = False) -> dict[str, str | None]:
     """All files of one deployment. With masked=True secrets are replaced by asterisks."""
     secrets = secrets or {}
-    missing = [n for n in spec["secret_env_names"] if n not in secrets]
+    missing = [n for n in spec["secret_env_names"] if not secrets.get(n)]
     if missing and not masked:
-        raise ValueError(f"secret values missing for {missing}")
+        raise ValueError(f"the LaunchSpec needs the secrets {missing} but they resolve empty: "
+                         "set sglang_server_api_key / sglang_server_hf_token (ansible-vault)")
     return {
         "script": launch_script(spec),
         "env": env_file(spec, secrets, masked=masked),

@@ -105,3 +105,22 @@ def test_systemd_unit_is_a_kill_boundary_without_restart_loop(tmp_path):
 
 def test_supervisor_deployments_render_no_unit(tmp_path):
     assert render_files(spec_for(tmp_path, service_manager="supervisor"), {})["unit"] is None
+
+
+def test_a_secret_that_resolves_empty_is_refused_before_any_file_is_written(tmp_path):
+    import pytest
+
+    spec = spec_for(tmp_path, api_key="a-valid-key-0123456789")
+    with pytest.raises(ValueError, match="resolve empty"):
+        render_files(spec, {"SGLANG_FLEET_API_KEY": ""})
+    # And the script itself refuses to start a server with an empty key.
+    materialise(tmp_path, spec, {"SGLANG_FLEET_API_KEY": "a-valid-key-0123456789"})
+    env_file = spec["paths"]["env_file"]
+    with open(env_file) as f:
+        text = f.read().replace("=a-valid-key-0123456789", "=''")
+    with open(env_file, "w") as f:
+        f.write(text)
+    proc = subprocess.run([spec["paths"]["script"]], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode != 0
+    assert "SGLANG_FLEET_API_KEY: is empty: refusing to start" in proc.stderr
