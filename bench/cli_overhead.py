@@ -18,13 +18,11 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import BIN, REPO, ansible_env, make_fleet, run_playbook  # noqa: E402
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet, run_playbook
 
 
 def timed(cmd: list[str]) -> float:

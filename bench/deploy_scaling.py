@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import REPO, free_port_block, run_playbook  # noqa: E402
+from sglang_fleet.testfleet.local import REPO, free_port_block, run_playbook
 
 
 def fleet_inventory(folder: Path, nodes: int) -> Path:

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import start_sim  # noqa: E402
-from sglang_fleet_node.sglang_fleet_classify import classify  # noqa: E402
-from sglang_fleet_node.sglang_fleet_observe import observe  # noqa: E402
-from sglang_fleet_node.sglang_fleet_vocab import default_windows  # noqa: E402
+from sglang_fleet.testfleet.local import start_sim
+from sglang_fleet_node.sglang_fleet_classify import classify
+from sglang_fleet_node.sglang_fleet_observe import observe
+from sglang_fleet_node.sglang_fleet_vocab import default_windows
 
 BUDGETS_S = {"16 min (OME)": 960, "60 min (raised)": 3600, "2 h (Dynamo)": 7200}
 POLL_S = 10.0  # the gate's default poll interval, real-world seconds

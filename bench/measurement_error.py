@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import http_status, start_sim, wait_for  # noqa: E402
-from sglang_fleet.reviewed import sim_profile  # noqa: E402
-from sglang_fleet_node.sglang_fleet_benchclient import (  # noqa: E402
+from sglang_fleet.reviewed import sim_profile
+from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
+from sglang_fleet_node.sglang_fleet_benchclient import (
     fixed_input_ids,
     flush_cache,
     stream_generate,

@@ -20,16 +20,14 @@ from __future__ import annotations
 import argparse
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import start_sim, wait_for  # noqa: E402
-from sglang_fleet_node import sglang_fleet_procs as procs  # noqa: E402
-from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot  # noqa: E402
-from sglang_fleet_node.sglang_fleet_stop import kill_members, verify_released  # noqa: E402
+from sglang_fleet.testfleet.local import start_sim, wait_for
+from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
+from sglang_fleet_node.sglang_fleet_stop import kill_members, verify_released
 
 
 def hung_server(folder: Path):

@@ -4,7 +4,7 @@ default settings and with the tuned ones, side by side.
     .venv/bin/python bench/ssh_scaling.py [--nodes 8 32 64]
 
 Each node is its own sshd on its own loopback address with a non-root login user and sudo
-(tests/sshfleet.py; needs root, openssh-server and sudo). Servers are sglang-sim at TP=1
+(sglang_fleet.testfleet.ssh; needs root, openssh-server and sudo). Servers are sglang-sim at TP=1
 (three processes per node, so that 64 nodes fit a 2-core, 24 GiB machine), time factor
 0.005: the gate waits about 2.5 s of simulated loading per node, and the rest is Ansible.
 
@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import BIN, REPO, ansible_env  # noqa: E402
-from sshfleet import make_ssh_fleet, unavailable  # noqa: E402
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
+from sglang_fleet.testfleet.ssh import make_ssh_fleet, unavailable
 
 SETTINGS = {
     # Ansible's own defaults (its default ssh_args already reuse connections, 60 s).

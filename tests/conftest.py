@@ -1,16 +1,47 @@
-import sys
+import os
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pytest
+
+from sglang_fleet.store import STATE_DIR_VAR
+
+REPO = Path(__file__).resolve().parents[1]
+# The operator's own stores: no test may write into them.
+OPERATOR_STORES = (REPO / ".sglang-fleet", REPO / "evidence")
 
 
-import pytest  # noqa: E402
+def _snapshot() -> dict[str, tuple[int, int]]:
+    files = {}
+    for store in OPERATOR_STORES:
+        for path in store.rglob("*") if store.exists() else ():
+            if path.is_file():
+                stat = path.stat()
+                files[str(path)] = (stat.st_size, stat.st_mtime_ns)
+    return files
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_controller_state(tmp_path_factory):
+    """Every playbook and CLI run of the suite keeps its ledger, results, evidence and run
+    folders in a temporary state folder; at the end the operator's stores are checked
+    untouched (a failure here fails the run)."""
+    before = _snapshot()
+    previous = os.environ.get(STATE_DIR_VAR)
+    os.environ[STATE_DIR_VAR] = str(tmp_path_factory.mktemp("controller-state"))
+    yield
+    if previous is None:
+        os.environ.pop(STATE_DIR_VAR, None)
+    else:
+        os.environ[STATE_DIR_VAR] = previous
+    after = _snapshot()
+    assert after == before, ("the test run wrote into the repository's own stores: "
+                             f"{sorted(set(after.items()) ^ set(before.items()))[:10]}")
 
 
 @pytest.fixture
 def one_node(tmp_path):
     """A one-node simulated fleet, stopped and swept after the test."""
-    from helpers import make_fleet, run_playbook
+    from sglang_fleet.testfleet.local import make_fleet, run_playbook
     fleet = make_fleet(tmp_path, hosts=1)
     yield fleet
     run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)

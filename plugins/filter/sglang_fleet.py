@@ -13,7 +13,7 @@ try:
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
     from sglang_fleet.spec import build_launch_spec, group_consistency_errors
-    from sglang_fleet.store import read_jsonl
+    from sglang_fleet.store import read_jsonl, state_path
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -26,6 +26,12 @@ def _need_package():
             "the sglang_fleet Python package is not importable by ansible-playbook (%s); "
             "run the README's set-up command, or `pip install -e .` in the controller "
             "environment" % _IMPORT_ERROR)
+
+
+def state_path_filter(name, project):
+    """'ledger.jsonl' | sglang_fleet_state_path(ansible_config_file | dirname)."""
+    _need_package()
+    return state_path(str(name), str(project))
 
 
 def launch_spec(settings, host, group_members=None, dist_init_host=None):
@@ -105,4 +111,5 @@ class FilterModule(object):
             "sglang_fleet_running_config": running_config,
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
+            "sglang_fleet_state_path": state_path_filter,
         }

@@ -23,6 +23,7 @@ from sglang_fleet.results import headline_tok_s
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
 from sglang_fleet.spec import FACT_OF_SETTING, SECRET_SETTINGS
+from sglang_fleet.store import state_path
 from sglang_fleet.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
@@ -51,7 +52,7 @@ def run_folder(args: argparse.Namespace, command: str) -> Path:
     if args.run_dir:
         return Path(args.run_dir).resolve()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return project_dir() / ".sglang-fleet" / "runs" / f"{stamp}-{command}"
+    return Path(state_path("runs", project_dir())) / f"{stamp}-{command}"
 
 
 def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:

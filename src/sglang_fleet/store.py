@@ -1,4 +1,5 @@
-"""The controller's JSON-lines files: the recovery ledger and the benchmark results store.
+"""The controller's state: where it lives, and its JSON-lines files (the recovery ledger and the
+benchmark results store).
 
 Appends are one write(2) with O_APPEND, so hosts recording at once never interleave lines; a
 torn last line from a crash is skipped on reading, never fatal.
@@ -11,6 +12,19 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+STATE_DIR_VAR = "SGLANG_FLEET_STATE_DIR"
+
+
+def state_path(name: str, project: str | Path) -> str:
+    """Where the controller keeps `name` (ledger.jsonl, results.jsonl, evidence, runs): under
+    $SGLANG_FLEET_STATE_DIR when set, else the project's own stores (.sglang-fleet/, and
+    evidence/ beside it). Playbooks, the CLI and the tests all ask here."""
+    override = os.environ.get(STATE_DIR_VAR)
+    if override:
+        return str(Path(override) / name)
+    root = Path(project)
+    return str(root / name if name == "evidence" else root / ".sglang-fleet" / name)
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import BIN, FAST_GATE, REPO, ansible_env, make_fleet, sglang_fleet, wait_for
+from sglang_fleet.testfleet.local import (
+    BIN,
+    FAST_GATE,
+    REPO,
+    ansible_env,
+    make_fleet,
+    sglang_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import stat
 import pytest
 import requests
 
-from helpers import http_status, make_fleet
+from sglang_fleet.testfleet.local import http_status, make_fleet
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 pytestmark = pytest.mark.integration

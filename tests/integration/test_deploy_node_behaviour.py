@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import BIN, REPO, http_status, make_fleet, make_tp16_group
 from sglang_fleet.runner import playbook_run
+from sglang_fleet.testfleet.local import BIN, REPO, http_status, make_fleet, make_tp16_group
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ def test_pip_install_path_in_check_mode(tmp_path):
 
 
 def test_leaked_memory_fault_keeps_gpu_memory_after_kill(tmp_path):
-    from helpers import start_sim, wait_for
+    from sglang_fleet.testfleet.local import start_sim, wait_for
     from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
     sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
                     fault="leak_memory")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import make_fleet
+from sglang_fleet.testfleet.local import make_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_the_node_parser_is_the_last_word(tmp_path):
     import subprocess
     import sys
 
-    from helpers import BIN, REPO, ansible_env
+    from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
 
     def argcheck(parser: str, args: list[str]) -> dict:
         module_args = json.dumps({"python": sys.executable, "parser": parser, "args": args})

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from helpers import make_fleet, run_playbook
+from sglang_fleet.testfleet.local import make_fleet, run_playbook
 
 pytestmark = pytest.mark.integration
 

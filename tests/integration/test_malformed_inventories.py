@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from helpers import make_fleet, sglang_fleet
+from sglang_fleet.testfleet.local import make_fleet, sglang_fleet
 
 pytestmark = pytest.mark.integration
 

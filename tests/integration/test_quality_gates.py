@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, REPO, ansible_env
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
 
 MODULES = sorted(p.stem for p in (REPO / "library").glob("*.py"))
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "meta").is_dir())

@@ -12,7 +12,13 @@ import time
 import pytest
 import requests
 
-from helpers import FAST_GATE, make_tp16_group, run_playbook, start_sim, wait_for
+from sglang_fleet.testfleet.local import (
+    FAST_GATE,
+    make_tp16_group,
+    run_playbook,
+    start_sim,
+    wait_for,
+)
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 

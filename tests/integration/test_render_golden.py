@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from helpers import BIN, REPO
+from sglang_fleet.testfleet.local import BIN, REPO
 
 GOLDEN = REPO / "tests" / "fixtures" / "golden"
 CASES = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import http_status, start_sim, wait_for
+from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 

@@ -9,9 +9,17 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, FAST_GATE, REPO, add_tp16_group, ansible_env, http_status, wait_for
+from sglang_fleet.testfleet.local import (
+    BIN,
+    FAST_GATE,
+    REPO,
+    add_tp16_group,
+    ansible_env,
+    http_status,
+    wait_for,
+)
+from sglang_fleet.testfleet.ssh import make_ssh_fleet, unavailable
 from sglang_fleet_node.sglang_fleet_procs import deployment_processes, stop_deployment
-from sshfleet import make_ssh_fleet, unavailable
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from helpers import REPO
 from sglang_fleet.experiments import PlanError, differing, load_settings, load_sweep
 from sglang_fleet.report import config_row, markdown_table, write_report
+from sglang_fleet.testfleet.local import REPO
 
 
 def plan(tmp_path, data) -> str:

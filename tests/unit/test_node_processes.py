@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from helpers import wait_for
+from sglang_fleet.testfleet.local import wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_service import Supervisor, Systemd, files_digest
 

@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from helpers import role_defaults
 from sglang_fleet.render import render_files
 from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.testfleet.local import role_defaults
 
 
 def spec_for(tmp_path, **overrides):

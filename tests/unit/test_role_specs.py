@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import REPO
+from sglang_fleet.testfleet.local import REPO
 
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "defaults" / "main.yml").exists())
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from helpers import role_defaults
 from sglang_fleet.spec import build_launch_spec, group_consistency_errors
+from sglang_fleet.testfleet.local import role_defaults
 
 
 def settings(**overrides):

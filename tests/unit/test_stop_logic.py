@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import wait_for
+from sglang_fleet.testfleet.local import wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node import sglang_fleet_simgpu as simgpu
 from sglang_fleet_node.sglang_fleet_stop import (

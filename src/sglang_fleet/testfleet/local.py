@@ -18,7 +18,7 @@ from typing import Any
 import requests
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 ROLE_DEFAULTS = REPO / "roles" / "sglang_server" / "defaults" / "main.yml"
 _RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)"
@@ -121,11 +121,9 @@ class SimFleet:
         return run_playbook("playbooks/stop.yml", self.inventory, self.extra, *args)
 
     def with_stores(self, **more: Any) -> dict[str, Any]:
-        """Extra vars that keep the ledger, results store and evidence inside the test's folder."""
-        base = self.root.parent
-        return {**self.extra, "sglang_fleet_ledger": str(base / "ledger.jsonl"),
-                "sglang_fleet_results": str(base / "results.jsonl"),
-                "sglang_fleet_evidence_dir": str(base / "evidence"), **more}
+        """The fleet's extra vars (its ledger, results store and evidence are inside its own
+        folder, as make_fleet sets them) with more on top."""
+        return {**self.extra, **more}
 
     def read_store(self, name: str) -> list[dict[str, Any]]:
         path = self.root.parent / name
@@ -179,8 +177,17 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01) -> SimFleet
     settings.update(sglang_server_sim_time_factor=time_factor,
                     sglang_server_gate_poll_interval=1)
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
-    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base}
+    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
+             **own_stores(tmp)}
     return SimFleet(inventory, tmp / "nodes", base, names, extra)
+
+
+def own_stores(folder: Path) -> dict[str, str]:
+    """Extra vars that keep a fleet's ledger, results store and evidence in its own folder,
+    never in the repository's stores."""
+    return {"sglang_fleet_ledger": str(folder / "ledger.jsonl"),
+            "sglang_fleet_results": str(folder / "results.jsonl"),
+            "sglang_fleet_evidence_dir": str(folder / "evidence")}
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers import REPO, SimFleet, free_port_block, wait_for
+from sglang_fleet.testfleet.local import REPO, SimFleet, free_port_block, own_stores, wait_for
 
 LOGIN_USER = "sglfleet"
 SUDOERS = Path("/etc/sudoers.d/sglang-fleet-tests")
@@ -141,7 +141,8 @@ def make_ssh_fleet(tmp: Path, hosts: int = 3, time_factor: float = 0.005,
         settings.update(sglang_server_tp=tp, sglang_server_sim_gpu_count=tp,
                         sglang_server_gpu_count=tp)
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
-    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base}
+    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
+             **own_stores(tmp)}
     fleet = SshFleet(inventory, tmp / "nodes", base, names, extra, nodes, public)
     try:
         for name in names:
