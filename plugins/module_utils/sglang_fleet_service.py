@@ -65,10 +65,7 @@ class Supervisor(object):
             if not os.path.isdir(path):
                 os.makedirs(path)
         with open(self.log_file, "ab") as log:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            log.write(("\n===== sglang-fleet: start %s config-digest %s at %s =====\n"
-                       % (self.marker, digest, stamp)).encode())
-            log.flush()
+            # The launch script opens the run with its separator line (as under systemd).
             env = {
                 "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
                 "HOME": os.environ.get("HOME", "/root"),
@@ -135,9 +132,17 @@ class Systemd(object):
                 "members": procs.deployment_processes(self.marker, unit=self.unit),
                 "started_at": state.get("started_at")}
 
+    def _props(self, *names):
+        out = self._systemctl("show", "-p", ",".join(names), self.unit)
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
     def start(self, digest):
-        self._systemctl("daemon-reload")
-        self._systemctl("enable", self.unit)
+        # Reload the manager only when the unit file is new or changed on disk.
+        props = self._props("LoadState", "NeedDaemonReload")
+        if props.get("LoadState") == "not-found" or props.get("NeedDaemonReload") == "yes":
+            self._systemctl("daemon-reload")
+        if self._props("UnitFileState").get("UnitFileState") != "enabled":
+            self._systemctl("enable", self.unit)
         self._systemctl("restart", self.unit)
         write_json_atomic(self.state_file, {"digest": digest, "started_at": time.time(),
                                              "marker": self.marker})

@@ -61,6 +61,10 @@ def launch_script(spec: dict[str, Any]) -> str:
         f". {shlex.quote(paths['env_file'])}",
         "set +a",
         f"cd {shlex.quote(paths['root'])}",
+        # Every start opens with this line in the log, whichever manager appends the output:
+        # the gate reads the current run from the last one.
+        "printf '\\n===== sglang-fleet: start %s config %s at %s =====\\n' "
+        f"{shlex.quote(spec['marker'])} {spec['config_hash']} \"$(date '+%Y-%m-%d %H:%M:%S')\"",
         *_secret_guards(spec),
         *_redaction(spec),
         "exec " + " \\\n    ".join(lines_of_argv),

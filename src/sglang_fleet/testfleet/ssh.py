@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,26 +92,41 @@ def _listening(address: str, port: int) -> bool:
 def make_ssh_fleet(tmp: Path, hosts: int = 3, time_factor: float = 0.005,
                    tp: int | None = None) -> SshFleet:
     """Copy the default inventory, then reach each node over its own sshd."""
+    # sshd reads the authorized keys as the login user, who cannot enter root's temp folders.
+    public = Path(tempfile.mkdtemp(prefix="sglang-fleet-ssh-keys-"))
+    fleet = ssh_fleet_layout(tmp, [f"ssh-node-{i}" for i in range(1, hosts + 1)],
+                             keys=tmp / "ssh", public=public, nodes_root=tmp / "nodes",
+                             time_factor=time_factor, tp=tp)
+    try:
+        for name in fleet.hosts:
+            fleet.start_sshd(name)
+    except Exception:
+        fleet.close()
+        raise
+    return fleet
+
+
+def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, nodes_root: Path,
+                     time_factor: float = 0.005, tp: int | None = None,
+                     first_address: int = 11) -> SshFleet:
+    """Keys, one sshd config per node on its own loopback address, and an inventory that
+    reaches each node as the login user with sudo. Starts nothing."""
     ensure_login_user()
     inventory = tmp / "inventory"
     shutil.copytree(REPO / "inventory" / "local", inventory)
-    keys = tmp / "ssh"
-    keys.mkdir()
+    keys.mkdir(parents=True)
     for name in ("host_key", "client_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                         str(keys / name)], check=True)
-    # sshd reads the authorized keys as the login user, who cannot enter root's temp folders.
-    public = Path(tempfile.mkdtemp(prefix="sglang-fleet-ssh-keys-"))
     public.chmod(0o755)
     authorized = public / "authorized_keys"
     authorized.write_text((keys / "client_key.pub").read_text())
     authorized.chmod(0o644)
-    names = [f"ssh-node-{i}" for i in range(1, hosts + 1)]
-    ssh_ports = free_port_block(hosts)
-    base = free_port_block(hosts)
+    ssh_ports = free_port_block(len(names))
+    base = free_port_block(len(names))
     nodes, members = {}, {}
     for i, name in enumerate(names):
-        address, port = f"127.0.0.{11 + i}", ssh_ports + i
+        address, port = f"127.0.0.{first_address + i}", ssh_ports + i
         config = keys / f"{name}.sshd_config"
         config.write_text("\n".join([
             f"ListenAddress {address}:{port}", f"HostKey {keys / 'host_key'}",
@@ -141,14 +155,6 @@ def make_ssh_fleet(tmp: Path, hosts: int = 3, time_factor: float = 0.005,
         settings.update(sglang_server_tp=tp, sglang_server_sim_gpu_count=tp,
                         sglang_server_gpu_count=tp)
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
-    extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
+    extra = {"sglang_fleet_sim_root": str(nodes_root), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}
-    fleet = SshFleet(inventory, tmp / "nodes", base, names, extra, nodes, public)
-    try:
-        for name in names:
-            fleet.start_sshd(name)
-    except Exception:
-        fleet.close()
-        raise
-    time.sleep(0)  # sshd accepts connections once listening
-    return fleet
+    return SshFleet(inventory, nodes_root, base, names, extra, nodes, public)
