@@ -124,11 +124,11 @@ def test_systemd_driver_command_sequence(marker, tmp_path):
     actions = [c for c in calls if c[0] != "show"]
     assert actions == [["daemon-reload"], ["enable", "sglang-x.service"],
                        ["restart", "sglang-x.service"]]
+    assert unit.status()["digest"] == "d1" and unit.status()["pid"] == 4242
     # A loaded unit whose file did not change: no reload, just the restart.
     calls.clear()
     unit.start("d2")
     assert ["daemon-reload"] not in calls and ["restart", "sglang-x.service"] in calls
-    assert unit.status()["digest"] == "d1" and unit.status()["pid"] == 4242
     unit.stop(5)
     assert ["stop", "sglang-x.service"] in calls
 
