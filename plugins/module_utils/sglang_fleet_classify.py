@@ -2,13 +2,18 @@
 # The verdict classifier: a pure function of the previous gate state and one observation.
 # It judges progress, not elapsed time: a phase is progressing while any of its progress
 # signals moves, stalled when none moved for the phase's window, and each phase has a ceiling.
+# A fatal failure line in the current run (the log grammar says which kinds are fatal) is
+# `crashed` at once, even while processes live: with dp_size > 1 the main process outlives a
+# dead scheduler, and waiting out a stall window would only hide the cause.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 try:
+    from ansible.module_utils import sglang_fleet_logphase as logphase
     from ansible.module_utils import sglang_fleet_vocab as vocab
 except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_logphase as logphase
     from sglang_fleet_node import sglang_fleet_vocab as vocab
 
 # Bytes read per poll that count as loading progress. A busy-waiting process reads a few bytes
@@ -26,6 +31,7 @@ def _signals(obs):
         "log_lines": log["meaningful_lines"],
         "shards_done": (log["shards"] or [0, 0])[0],
         "capture_done": (log["capture"] or [0, 0])[0],
+        "progress_ticks": log.get("progress_ticks", 0),
         "bytes_read": sum(p.get("rchar", 0) for p in members),
         "cpu_ticks": sum(p.get("utime_ticks", 0) + p.get("stime_ticks", 0) for p in members),
         "write_calls": sum(p.get("syscw", 0) for p in members),
@@ -38,8 +44,8 @@ def _signals(obs):
 def _moved(prev, now):
     """Which progress signals advanced since the previous observation."""
     moved = []
-    for key in ("phase_index", "log_lines", "shards_done", "capture_done", "members",
-                "port_open"):
+    for key in ("phase_index", "log_lines", "shards_done", "capture_done", "progress_ticks",
+                "members", "port_open"):
         if now[key] > prev.get(key, 0):
             moved.append(key)
     if now["bytes_read"] - prev.get("bytes_read", 0) >= READ_PROGRESS_BYTES:
@@ -105,7 +111,7 @@ def classify(prev_state, obs, now, windows, ceilings):
 
     verdict = {
         "phase": phase,
-        "progress": dict(shards=log["shards"], capture=log["capture"]),
+        "progress": log.get("progress"),
         "since": phase_since,
         "last_progress_at": last_progress,
         "moved": moved,
@@ -134,8 +140,23 @@ def classify(prev_state, obs, now, windows, ceilings):
                                    leftover_processes=len(obs["processes"]))
         return verdict, state
 
+    fatal = logphase.fatal_failures(log, since=obs.get("started_at"))
+    if fatal:
+        first = fatal[0]
+        verdict.update(verdict=vocab.CRASHED, exit_status=None,
+                       reason="%s in %s while %d of its processes are still running: %s"
+                       % (first["kind"], phase, len(obs["processes"]), first["line"]))
+        verdict["evidence"].update(fatal_line=first["line"], failures=fatal[:10],
+                                   error_lines=log["error_lines"],
+                                   last_lines=log["last_lines"],
+                                   processes_alive=len(obs["processes"]))
+        return verdict, state
+
     health = obs.get("health")
-    if health == 200 and (phase == "serving" or not obs.get("serves_http", True)):
+    # /health answers 200 only once warm-up succeeded: from warming_up on (the ready line may
+    # not be written yet, or have left the log tail of a long-running server) that is ready.
+    if health == 200 and (phase in ("warming_up", "serving")
+                          or not obs.get("serves_http", True)):
         verdict.update(verdict=vocab.READY, reason="/health answered 200")
         return verdict, state
     if not obs.get("serves_http", True) and phase in ("starting_http", "warming_up", "serving"):
@@ -155,8 +176,8 @@ def classify(prev_state, obs, now, windows, ceilings):
     window = windows.get(phase, 300)
     ceiling = ceilings.get(phase, 3600)
     if quiet_for > window or in_phase > ceiling:
-        flat = [k for k in ("log_lines", "shards_done", "capture_done", "bytes_read",
-                            "gpu_memory", "port_open") if k not in moved]
+        flat = [k for k in ("log_lines", "shards_done", "capture_done", "progress_ticks",
+                            "bytes_read", "gpu_memory", "port_open") if k not in moved]
         reason = ("no progress in %s for %.0f s (window %d s)" % (phase, quiet_for, window)
                   if quiet_for > window else
                   "%s has lasted %.0f s, over its ceiling of %d s" % (phase, in_phase, ceiling))

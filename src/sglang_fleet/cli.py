@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet import experiments
+from sglang_fleet import diagnose, experiments
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.metrics import prometheus_text, write_textfile
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
@@ -587,6 +587,13 @@ def build_parser() -> argparse.ArgumentParser:
     bisect.add_argument("--no-restore", action="store_true",
                         help="leave the last trial's configuration running")
     bisect.set_defaults(func=cmd_bisect)
+
+    diag = sub.add_parser("diagnose", help="read one SGLang server log: phase, progress, "
+                                           "timeline, failures, the gate's conclusion")
+    diag.add_argument("logfile", help="the server's log, a `docker logs` capture, or - for "
+                                      "standard input")
+    diag.add_argument("--json", action="store_true", help="print one JSON object")
+    diag.set_defaults(func=diagnose.command)  # exit 0 no fatal failure, 1 fatal, 2 unreadable
     return parser
 
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import pytest
+
 from sglang_fleet_node.sglang_fleet_classify import classify
+from sglang_fleet_node.sglang_fleet_logphase import parse_log
 from sglang_fleet_node.sglang_fleet_vocab import VERDICTS, default_windows
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 WINDOWS = {p: 10 for p in ("launching", "loading_weights", "allocating_kv_cache",
                            "capturing_cuda_graph", "starting_http", "warming_up")}
@@ -13,15 +21,17 @@ T0 = 1_000_000.0
 
 def obs(phase="loading_weights", shards=None, capture=None, lines=5, rchar=0, cpu=0, syscw=0,
         alive=True, health=None, port=False, gpu=0, xids=(), exit_status=None, run=T0,
-        serves_http=True, state="S"):
-    members = [{"pid": 10, "state": state, "rchar": rchar, "utime_ticks": cpu,
-                "stime_ticks": 0, "syscw": syscw}] if alive else []
+        serves_http=True, state="S", failures=(), ticks=0, members=1):
+    members = [{"pid": 10 + i, "state": state, "rchar": rchar if i == 0 else 0,
+                "utime_ticks": cpu if i == 0 else 0, "stime_ticks": 0,
+                "syscw": syscw if i == 0 else 0} for i in range(members)] if alive else []
     return {
         "run_id": run, "started": True, "started_at": run, "processes": members,
         "main_alive": alive, "serves_http": serves_http, "port_open": port, "health": health,
         "gpu_memory_used": gpu, "xids": list(xids), "exit_status": exit_status,
         "last_log_activity": None, "phase_started_at": None,
-        "log": {"phase": phase, "shards": shards, "capture": capture, "failures": [],
+        "log": {"phase": phase, "shards": shards, "capture": capture,
+                "failures": list(failures), "progress_ticks": ticks,
                 "meaningful_lines": lines, "error_lines": [], "last_lines": ["..."]},
     }
 
@@ -130,3 +140,91 @@ def test_default_windows_scale_with_model_size():
     assert big["capturing_cuda_graph"] == 600 and small["loading_weights"] < big["loading_weights"]
     assert set(VERDICTS) == {"ready", "progressing", "stalled", "crashed", "unhealthy",
                              "gpu_fault", "absent"}
+
+
+# ---- fatal failure lines are verdicts --------------------------------------------------------
+
+def failure(kind, fatal, line, at=T0 + 1):
+    return {"kind": kind, "fatal": fatal, "line": line, "at": at}
+
+
+SCHEDULER_DIED = failure("scheduler_exception", True,
+                         "[2026-11-30 04:02:10 DP1 TP0] Scheduler hit an exception: Traceback "
+                         "(most recent call last):")
+
+
+def test_a_fatal_line_while_processes_live_is_crashed_at_the_next_poll():
+    seq = [(t, obs("capturing_cuda_graph", capture=[t, 36], lines=5 + t, members=9))
+           for t in range(0, 4)]
+    seq.append((4, obs("capturing_cuda_graph", capture=[4, 36], lines=12, members=9,
+                       failures=[SCHEDULER_DIED])))
+    verdicts = replay(seq)
+    assert [v["verdict"] for v in verdicts] == ["progressing"] * 4 + ["crashed"]
+    v = verdicts[-1]
+    assert v["exit_status"] is None and v["phase"] == "capturing_cuda_graph"
+    assert v["reason"].startswith("scheduler_exception in capturing_cuda_graph while 9 of its "
+                                  "processes are still running: [2026-11-30 04:02:10 DP1 TP0]")
+    assert v["evidence"]["fatal_line"] == SCHEDULER_DIED["line"]
+    assert v["evidence"]["processes_alive"] == 9
+
+
+def test_a_fatal_line_beats_a_health_200():
+    v = replay([(0, obs("serving", port=True, health=200, failures=[SCHEDULER_DIED]))])[-1]
+    assert v["verdict"] == "crashed"
+
+
+@pytest.mark.parametrize("kind,line,phase,health,expected", [
+    ("health_check_failed", "[2026-11-30 03:12:21] Health check failed. Server couldn't get a "
+     "response from detokenizer for last 20 seconds.", "serving", 200, "ready"),
+    ("soft_watchdog_timeout", "[2026-11-30 01:20:11] TokenizerManager watchdog timeout "
+     "(self.watchdog_timeout=300, self.soft=True)", "serving", 200, "ready"),
+    ("traceback", "ValueError: The input (300000 tokens) is longer than the model's context "
+     "length (262144 tokens).", "serving", 200, "ready"),
+    ("memory_unbalanced_warning", "[2026-10-10 10:10:31 TP3] The memory capacity is "
+     "unbalanced. Some GPUs may be occupied by other processes.", "loading_weights", None,
+     "progressing"),
+])
+def test_non_fatal_warnings_never_crash(kind, line, phase, health, expected):
+    o = obs(phase, port=health is not None, health=health,
+            failures=[failure(kind, False, line)])
+    assert replay([(0, o)])[-1]["verdict"] == expected
+
+
+def test_a_fatal_line_of_an_earlier_run_in_the_same_log_is_ignored():
+    # systemd appends every run to one log; the line is dated before this run started.
+    old = failure("killed", True, "Killed", at=T0 - 600)
+    assert replay([(0, obs(failures=[old]))])[-1]["verdict"] == "progressing"
+
+
+def test_an_exited_server_reports_its_exit_status_before_its_lines():
+    v = replay([(0, obs(alive=False, exit_status=1, failures=[SCHEDULER_DIED]))])[-1]
+    assert v["verdict"] == "crashed" and v["exit_status"] == 1
+    assert v["reason"].startswith("the server exited (status 1)")
+
+
+def test_dp2_scheduler_death_from_the_real_log_shape_is_crashed_with_its_line():
+    log = parse_log((LOGS / "dp2-scheduler-oom-alive.log").read_text())
+    o = obs("capturing_cuda_graph", members=10)
+    o["log"] = log
+    o["run_id"] = o["started_at"] = time.mktime((2026, 9, 22, 7, 0, 0, 0, 0, -1))
+    v, _ = classify(None, o, o["started_at"] + 60, WINDOWS, CEILINGS)
+    assert v["verdict"] == "crashed"
+    assert "DP1 TP0] Scheduler hit an exception" in v["evidence"]["fatal_line"]
+    assert [f["kind"] for f in v["evidence"]["failures"]] == ["scheduler_exception", "cuda_oom"]
+
+
+def test_health_200_during_warm_up_is_ready():
+    # /health answers 200 only after warm-up succeeded; the ready line may not be in the log
+    # (not yet written, or gone from a long-running server's tail).
+    assert replay([(0, obs("warming_up", port=True, health=200))])[-1]["verdict"] == "ready"
+
+
+def test_a_new_capture_sub_step_restarting_its_bar_is_progress():
+    # prefill 12/12, then decode's bar restarts at 1/36: the capture count went down, the
+    # monotonic bar ticks went up.
+    seq = [(0, obs("capturing_cuda_graph", capture=[12, 12], ticks=12)),
+           (12, obs("capturing_cuda_graph", capture=[1, 36], ticks=13)),
+           (24, obs("capturing_cuda_graph", capture=[2, 36], ticks=14))]
+    verdicts = replay(seq)
+    assert [v["verdict"] for v in verdicts] == ["progressing"] * 3
+    assert "progress_ticks" in verdicts[1]["moved"]

@@ -3,11 +3,28 @@ the reference's start-up tables)."""
 
 from __future__ import annotations
 
+import calendar
+import re
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sglang_fleet_node.sglang_fleet_logphase import RUN_SEPARATOR, parse_log, progress_text
+from sglang_fleet_node.sglang_fleet_logphase import (
+    FAILURE_HINTS,
+    FAILURE_WHY,
+    FAILURES,
+    FATAL_KINDS,
+    RUN_SEPARATOR,
+    count_runs,
+    current_run,
+    fatal_failures,
+    parse_log,
+    phase_timeline,
+    progress_text,
+)
+from sglang_fleet_node.sglang_fleet_vocab import PHASES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -105,8 +122,10 @@ def test_only_the_current_run_counts():
 def test_failure_lines_are_recognised():
     parsed = parse_log(read("sglang-failures.log"))
     kinds = {f["kind"] for f in parsed["failures"]}
+    # One kind per line: "Scheduler hit an exception: Traceback ..." is the scheduler's
+    # exception, not also a bare traceback (tests below cover the bare one).
     assert kinds >= {"scheduler_exception", "cuda_oom", "child_failed", "warmup_failed",
-                     "capture_failed", "health_check_failed", "watchdog_timeout", "traceback"}
+                     "capture_failed", "health_check_failed", "watchdog_timeout"}
     assert any("CUDA out of memory" in line for line in parsed["error_lines"])
 
 
@@ -114,3 +133,127 @@ def test_without_cuda_graphs_the_memory_pool_end_leaves_kv_allocation():
     text = upto(read("sglang-0.5.23-startup.log"), "Memory pool end")
     assert parse_log(text)["phase"] == "allocating_kv_cache"
     assert parse_log(text, cuda_graph=False)["phase"] == "starting_http"
+
+
+# ---- the fixture table: every log shape, with its truth --------------------------------------
+
+TRUTH = yaml.safe_load((LOGS / "truth.yml").read_text())
+
+
+def test_every_fixture_has_its_truth():
+    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(TRUTH)
+    assert len(TRUTH) >= 30
+
+
+def progress_of(parsed: dict) -> str | None:
+    p = parsed["progress"]
+    return None if p is None else f"{p['done']}/{p['total']} {p['unit']}"
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_fixture_reads_as_its_truth(name):
+    truth = TRUTH[name]
+    text = read(name)
+    parsed = parse_log(text)
+    assert parsed["phase"] == truth["phase"]
+    if "step" in truth:
+        assert parsed["step"] == truth["step"]
+    assert progress_of(parsed) == truth["progress"]
+    assert [f["kind"] for f in parsed["failures"]] == truth["failures"]
+    assert parsed["fatal"] is truth["fatal"]
+    assert all(f["fatal"] == (f["kind"] in FATAL_KINDS) for f in parsed["failures"])
+    assert count_runs(text) == truth.get("runs", 1)
+    # The timeline starts at launch, moves forward only, and ends in the current phase.
+    phases = [row["phase"] for row in parsed["timeline"]]
+    assert phases[0] == "launching" and phases[-1] == truth["phase"]
+    assert [PHASES.index(p) for p in phases] == sorted(PHASES.index(p) for p in phases)
+
+
+def test_failure_kinds_are_defined_once_with_their_reason():
+    kinds = [row[0] for row in FAILURES]
+    assert len(kinds) == len(set(kinds))
+    assert all(FAILURE_WHY[k] for k in kinds)
+    assert set(FAILURE_HINTS) <= set(kinds)
+    assert {"health_check_failed", "soft_watchdog_timeout", "memory_unbalanced_warning",
+            "traceback"}.isdisjoint(FATAL_KINDS)
+    assert {"scheduler_exception", "cuda_oom", "nccl_error", "nccl_timeout", "process_abort",
+            "capture_failed", "warmup_failed", "kv_pool_too_small", "killed"} <= FATAL_KINDS
+
+
+def test_capture_sub_steps_do_not_pass_through_starting_http():
+    parsed = parse_log(read("piecewise-to-serving.log"))
+    rows = [(r["phase"], r["step"]) for r in parsed["timeline"]]
+    assert rows == [("launching", None), ("loading_weights", None),
+                    ("allocating_kv_cache", None), ("capturing_cuda_graph", "decode"),
+                    ("capturing_cuda_graph", "piecewise"), ("starting_http", None),
+                    ("warming_up", None), ("serving", None)]
+    # The capture's ceiling counts from its first sub-step.
+    mid = read("piecewise-capture.log")
+    first = next(r["at"] for r in parse_log(mid)["timeline"]
+                 if r["phase"] == "capturing_cuda_graph")
+    assert parse_log(mid)["phase_started_at"] == first
+
+
+def test_a_new_sub_steps_bar_restarting_at_zero_is_still_progress():
+    text = read("0523-prefill-then-decode.log")
+    before = parse_log(upto(text, "Capture target decode CUDA graph begin"))
+    after = parse_log(text)
+    assert before["progress"] is None  # prefill's finished bar is not decode's progress
+    assert after["progress_ticks"] > before["progress_ticks"]
+
+
+def test_glued_lines_are_split_and_keep_their_stamps():
+    parsed = parse_log(read("glued-bar-next-line.log"))
+    row = next(r for r in parsed["timeline"] if r["phase"] == "allocating_kv_cache")
+    assert row["line"].startswith("[2026-08-01 12:01:46 TP0] Load weight end.")
+    assert row["at"] == time.mktime((2026, 8, 1, 12, 1, 46, 0, 0, -1))
+
+
+def test_time_only_stamps_roll_over_midnight():
+    parsed = parse_log(read("time-only-stamps.log"),
+                       now=time.mktime((2026, 12, 1, 6, 0, 0, 0, 0, -1)))
+    ats = [r["at"] for r in parsed["timeline"]]
+    assert ats == sorted(ats)
+    assert ats[-1] - ats[0] == 3 * 60 + 31  # 23:58:40 -> 00:02:11
+
+
+def test_docker_timestamps_date_the_bars():
+    parsed = parse_log(read("docker-timestamps.log"))
+    assert parsed["last_line_is_bar"] is False
+    assert parsed["last_line_at"] == calendar.timegm((2026, 11, 30, 10, 21, 47, 0, 0, 0))
+
+
+def test_traceback_source_lines_are_not_failures():
+    parsed = parse_log(read("nccl-error-init.log"))
+    assert not any("raise RuntimeError" in f["line"] for f in parsed["failures"])
+
+
+def test_a_launch_that_logs_its_arguments_twice_is_one_run():
+    text = ("[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=1)\n"
+            "[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=1)\n"
+            "[2026-01-01 00:00:09] Load weight begin. avail mem=70.00 GB\n")
+    assert count_runs(text) == 1
+    assert current_run(text) == text
+
+
+def test_fatal_failures_leave_out_lines_older_than_the_start():
+    # A log appended to across restarts without a separator (systemd's append:) keeps the
+    # previous run's lines until the new run prints its arguments.
+    text = read("killed-during-load.log").replace("Killed", "[2026-11-30 06:20:00] Killed")
+    parsed = parse_log(text + "[2026-11-30 06:40:00] Received sigquit from a child process. "
+                              "It usually means the child failed.\n")
+    started = time.mktime((2026, 11, 30, 6, 30, 0, 0, 0, -1))
+    assert [f["kind"] for f in fatal_failures(parsed, since=started)] == ["child_failed"]
+    assert len(fatal_failures(parsed)) == 2
+
+
+def test_phase_timeline_keeps_its_rows_for_the_evidence_bundle():
+    rows = phase_timeline(read("sglang-0.5.23-startup.log"))
+    assert [p for p, _ in rows] == list(PHASES)
+    assert rows[1][1].startswith("[2026-11-30 00:28:40 TP0] Load weight begin")
+
+
+def test_the_readme_states_every_failure_kind_and_whether_it_is_fatal():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| .*? \| (yes|no) \| ", readme, re.M)
+    assert dict(rows) == {row[0]: "yes" if row[1] else "no" for row in FAILURES}

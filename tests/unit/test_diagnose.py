@@ -1,0 +1,181 @@
+"""`sglang-fleet diagnose`: every fixture log read right, in plain text and JSON; standard
+input; exit codes; a clear error for a log that cannot be read."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_fleet import cli
+from sglang_fleet.diagnose import diagnose, duration, render
+from sglang_fleet_node.sglang_fleet_logphase import FATAL_KINDS
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+TRUTH = yaml.safe_load((LOGS / "truth.yml").read_text())
+SGLANG_FLEET = Path(sys.executable).parent / "sglang-fleet"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["diagnose", *argv])
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def progress_of(p: dict | None) -> str | None:
+    return None if p is None else f"{p['done']}/{p['total']} {p['unit']}"
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_json_reads_every_fixture_as_its_truth(capsys, name):
+    truth = TRUTH[name]
+    code, out, _ = run_cli(capsys, "--json", str(LOGS / name))
+    report = json.loads(out)
+    assert code == (1 if truth["fatal"] else 0)
+    assert report["phase"] == truth["phase"]
+    assert progress_of(report["progress"]) == truth["progress"]
+    assert [f["kind"] for f in report["failures"]] == truth["failures"]
+    assert all(set(f) >= {"kind", "fatal", "line"} for f in report["failures"])
+    assert report["fatal"] is truth["fatal"]
+    assert report["timeline"][0]["phase"] == "launching"
+    assert report["timeline"][-1]["phase"] == truth["phase"]
+    assert report["runs"] == truth.get("runs", 1)
+    if truth["fatal"]:
+        assert report["gate"]["verdict"] == "crashed"
+    elif truth["phase"] == "serving":
+        assert report["gate"]["verdict"] == "ready"
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_plain_output_reads_every_fixture_as_its_truth(capsys, name):
+    truth = TRUTH[name]
+    code, out, _ = run_cli(capsys, str(LOGS / name))
+    assert code == (1 if truth["fatal"] else 0)
+    phase_line = next(line for line in out.splitlines() if line.startswith("  phase "))
+    assert phase_line.split()[1] == truth["phase"]
+    if truth["progress"]:
+        assert phase_line.endswith(truth["progress"])
+    gate = next(line for line in out.splitlines() if line.startswith("  gate ")).split()[1]
+    if truth["fatal"]:
+        assert gate == "crashed:"
+    elif truth["phase"] == "serving":
+        assert gate == "ready:"
+    else:
+        assert gate in ("progressing:", "stalled:")
+    if not truth["failures"]:
+        assert "failures  none" in out
+    marks = [line.split()[:2] for line in out.splitlines()
+             if line.startswith(("  FATAL  ", "  warn   "))]
+    assert [kind for _, kind in marks] == truth["failures"]
+    assert all((mark == "FATAL") == (kind in FATAL_KINDS) for mark, kind in marks)
+
+
+def test_plain_report_for_a_fatal_failure_says_what_and_why(capsys):
+    code, out, _ = run_cli(capsys, str(LOGS / "dp2-scheduler-oom-alive.log"))
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[2] == "  phase     capturing_cuda_graph (decode)  4/36 batches"
+    assert lines[3] == ("  gate      crashed: scheduler_exception in capturing_cuda_graph: "
+                        "fatal, even while processes live")
+    assert lines[4].strip().startswith("[2026-09-22 07:01:46 DP1 TP0] Scheduler hit an "
+                                       "exception")
+    assert "failures  2, 2 fatal" in out
+    assert "  cuda_oom             fatal: the scheduler does not catch" in out
+    assert "Try: lower --mem-fraction-static" in out
+
+
+def test_standard_input_is_read_like_a_file(capsys, monkeypatch):
+    data = (LOGS / "docker-restart-two-launches.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, _ = run_cli(capsys, "--json", "-")
+    report = json.loads(out)
+    assert code == 0 and report["source"] == "stdin"
+    assert report["phase"] == "loading_weights" and report["runs"] == 2
+    assert report["progress"] == {"done": 12, "total": 64, "unit": "shards"}
+
+
+def test_a_docker_logs_capture_piped_into_the_installed_command():
+    # What an engineer types: docker logs -t sglang 2>&1 | sglang-fleet diagnose -
+    data = (LOGS / "docker-timestamps.log").read_bytes()
+    proc = subprocess.run([str(SGLANG_FLEET), "diagnose", "-"], input=data,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode()
+    assert out.startswith("stdin: ")
+    assert "  phase     capturing_cuda_graph (decode)  9/36 batches" in out
+
+
+@pytest.mark.parametrize("make_path,what", [
+    (lambda tmp: tmp / "no-such.log", "no such file"),
+    (lambda tmp: tmp, "is a folder, not a log"),
+])
+def test_a_log_that_cannot_be_read_is_a_usage_error_naming_it(capsys, tmp_path, make_path,
+                                                               what):
+    path = make_path(tmp_path)
+    code, out, err = run_cli(capsys, str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"sglang-fleet diagnose: LOGFILE {path}: {what}. Fix: ")
+    assert "- to read standard input" in err
+
+
+def test_an_unreadable_file_is_a_usage_error(capsys, tmp_path):
+    path = tmp_path / "server.log"
+    path.write_text("x\n")
+    path.chmod(0)
+    try:
+        with open(path):  # root reads anything: nothing to test then
+            pytest.skip("running as root")
+    except PermissionError:
+        pass
+    code, _, err = run_cli(capsys, str(path))
+    assert code == 2 and "cannot be read (Permission denied)" in err
+
+
+AT = time.mktime((2026, 11, 30, 9, 4, 30, 0, 0, -1))  # 21 s after the decode bar began
+
+
+@pytest.mark.parametrize("now,verdict,reason", [
+    (AT, "progressing", "capturing_cuda_graph, last log progress 21 s ago (window 600 s"),
+    (AT + 700, "stalled", "no log progress for 12 min 01 s in capturing_cuda_graph"),
+])
+def test_the_gates_conclusion_from_the_log_alone(now, verdict, reason):
+    text = (LOGS / "0523-prefill-then-decode.log").read_text()
+    report = diagnose(text, mtime=None, now=now)
+    assert report["gate"]["verdict"] == verdict
+    assert report["gate"]["reason"].startswith(reason)
+
+
+def test_a_phase_over_its_ceiling_is_stalled_even_with_recent_lines():
+    text = (LOGS / "0523-multithread-load.log").read_text()
+    begin = time.mktime((2026, 11, 30, 8, 0, 41, 0, 0, -1))
+    # The bar was redrawn a minute ago (the file's mtime); loading began 1 h, then 2.1 h ago.
+    report = diagnose(text, mtime=begin + 3600 - 60, now=begin + 3600)
+    assert report["gate"]["verdict"] == "progressing"
+    report = diagnose(text, mtime=begin + 7560 - 60, now=begin + 7560)
+    assert report["gate"]["verdict"] == "stalled"
+    assert report["gate"]["reason"] == ("loading_weights has lasted 2 h 06 min, over its "
+                                        "ceiling of 7200 s for a 1000B model")
+
+
+def test_timeline_durations_run_to_the_next_phase_and_to_the_last_activity():
+    text = (LOGS / "sglang-0.5.23-startup.log").read_text()
+    report = diagnose(text, now=time.mktime((2026, 11, 30, 1, 0, 0, 0, 0, -1)))
+    assert [(r["phase"], r["seconds"]) for r in report["timeline"]] == [
+        ("launching", 39.0), ("loading_weights", 432.0), ("allocating_kv_cache", 4.0),
+        ("capturing_cuda_graph", 41.0), ("starting_http", 2.0), ("warming_up", 3.0),
+        ("serving", 0.0)]
+    out = render(report, "server.log", now=time.mktime((2026, 11, 30, 1, 0, 0, 0, 0, -1)))
+    assert "  2026-11-30 00:28:40  loading_weights              7 min 12 s  61/61 shards" in out
+
+
+@pytest.mark.parametrize("seconds,text", [(0.4, "0 s"), (59, "59 s"), (61, "1 min 01 s"),
+                                          (3600, "1 h 00 min"), (90061, "1 d 01 h")])
+def test_durations_read_at_a_glance(seconds, text):
+    assert duration(seconds) == text
