@@ -29,7 +29,7 @@ def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "needs root to run sshd and create the login user"
     if not SSHD.exists() or not shutil.which("sudo"):
-        return "needs openssh-server and sudo (./bootstrap installs them)"
+        return "needs openssh-server and sudo (./bootstrap --test-fleet installs them)"
     return None
 
 
