@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -33,8 +34,23 @@ def ssh_fleet(tmp_path):
         if fleet.nodes[host].proc and fleet.nodes[host].proc.poll() is not None:
             fleet.start_sshd(host)  # a fault test stopped it: stop the server through it
     fleet.stop()
+    control = fleet.inventory.parent / "ssh-control"
+    assert any(control.iterdir()), "Ansible shared its connections through the fleet's folder"
     fleet.close()
     fleet.kill_leftovers()
+    # No connection-sharing master (nor its sshd session) outlives the fleet.
+    assert not [p for p in _cmdlines() if str(control) in p]
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return out
 
 
 def cli(fleet, command: str, run_dir, *more: str, **extra) -> tuple[int, dict, str]:

@@ -76,10 +76,19 @@ class SshFleet(SimFleet):
             node.proc.wait(10)
 
     def close(self) -> None:
+        self.close_connections()
         for host in self.nodes:
             self.stop_sshd(host)
         if self.public_dir:
             shutil.rmtree(self.public_dir, ignore_errors=True)
+
+    def close_connections(self) -> None:
+        """End the SSH connection-sharing masters Ansible left for this fleet (ControlPersist
+        keeps them for minutes), by their control sockets: ours, and nobody else's."""
+        folder = self.inventory.parent / "ssh-control"
+        for sock in folder.glob("*") if folder.is_dir() else ():
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "fleet-node"],
+                           capture_output=True, timeout=15)
 
 
 def _listening(address: str, port: int) -> bool:
@@ -147,6 +156,8 @@ def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, node
         ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
                                 "-o ConnectTimeout=5",
         ansible_become=True,
+        # Connection-sharing sockets in the fleet's own folder, so close() can end them.
+        ansible_control_path_dir=str(tmp / "ssh-control"),
         # The node's Python: this checkout's environment, reached as root through sudo.
         ansible_python_interpreter=sys.executable,
         sglang_server_python=sys.executable,

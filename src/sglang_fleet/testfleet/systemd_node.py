@@ -417,6 +417,7 @@ class SystemdFleet(SshFleet):
         return f"sglang-Kimi-K2.5-{self.port(host)}.service"
 
     def close(self) -> None:
+        self.close_connections()
         for machine in self.machines.values():
             machine.shutdown()
         self.machines = {}
