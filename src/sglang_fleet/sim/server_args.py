@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-num-draft-tokens", type=int)
     a("--moe-runner-backend", type=str)
     a("--show-time-cost", action="store_true")
+    # Added for the simulator's fidelity to 0.5.23 (same dests and defaults as SGLang's).
+    a("--cuda-graph-backend-prefill", type=str, choices=["full", "breakable", "disabled"])
+    a("--disable-prefill-cuda-graph", action="store_true")
+    a("--model-loader-extra-config", type=str, default="{}")
+    a("--weight-loader-prefetch-checkpoints", action="store_true")
+    a("--soft-watchdog-timeout", type=float)
     return p
 
 
