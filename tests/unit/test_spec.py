@@ -196,6 +196,11 @@ def test_multi_node_ranks_and_address_come_from_the_group():
     assert a["group"]["serves_http"] and not b["group"]["serves_http"]
     assert b["argv"][b["argv"].index("--dist-init-addr") + 1] == "192.0.2.11:20000"
     assert group_consistency_errors({"a01": a, "a02": b}) == []
+    # Each node listens on its own address; that is not a disagreement.
+    own = build_launch_spec(settings(attention_backend="triton", tp=16, group="g",
+                                     host="192.0.2.12"), "a02", members, "192.0.2.11")["spec"]
+    assert own["argv"][own["argv"].index("--host") + 1] == "192.0.2.12"
+    assert group_consistency_errors({"a01": a, "a02": own}) == []
 
 
 def test_multi_node_inconsistencies_are_reported():
