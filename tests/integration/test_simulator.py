@@ -685,6 +685,24 @@ def test_with_data_parallelism_a_dead_scheduler_leaves_the_server_up(tmp_path):
         sim.stop()
 
 
+def test_with_data_parallelism_a_scheduler_exception_still_ends_the_server(tmp_path):
+    # The scheduler's SIGQUIT goes to its parent, the controller, which has no handler and
+    # dies; the main process's SubprocessWatchdog sees that and takes everything down.
+    sim = start_sim(tmp_path, "--tp-size", "1", "--dp-size", "2", "--attention-backend",
+                    "triton", fault="crash:serving")
+    wait_for(lambda: READY in sim.log(), timeout=90)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=30),
+                     daemon=True).start()
+    log = crashed(sim)
+    scheduler_exception(log, " DP0", "RuntimeError: simulated crash (SGLANG_SIM_FAULT)")
+    in_order(log.splitlines(), [
+        r"Scheduler hit an exception",
+        TS + r"\] Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -3\. Triggering "
+        r"SIGQUIT for cleanup\.\.\.$",
+        r"SIGQUIT received\. signum=None, frame=None",
+        r"kill_process_tree called"])
+
+
 def test_generation_hanging_after_ready_makes_health_fail(tmp_path):
     sim = start_sim(tmp_path, "--tp-size", "1", "--attention-backend", "triton",
                     fault="hang_generation", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
