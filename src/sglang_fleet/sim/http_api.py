@@ -203,8 +203,9 @@ class Handler(BaseHTTPRequestHandler):
         if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower()
                 in ("0", "false", "no", "off") and path == "/health"):
             return 200
-        gen = Generation(st, (0,), 1, st.route(health=True))
-        threading.Thread(target=lambda: sum(1 for _ in gen.run()), daemon=True).start()
+        gen = Generation(st, (0,), 1, st.route(health=True))  # input_ids=[0], 1 token
+        threading.Thread(target=lambda: sum(1 for _ in gen.run(lambda g: st.log_prefill([g]))),
+                         daemon=True).start()
         tic = time.time()
         while time.time() < tic + st.health_timeout:
             time.sleep(1)

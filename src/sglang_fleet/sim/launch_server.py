@@ -331,7 +331,14 @@ class Engine:
                 headers["Authorization"] = f"Bearer {args.api_key}"
             host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
             try:
-                self._request(host, "GET", "/model_info", None, headers, 5)
+                for attempt in range(120):  # "Wait until the server is launched"
+                    try:
+                        self._request(host, "GET", "/model_info", None, headers, 5)
+                        break
+                    except OSError:
+                        if attempt == 119:
+                            raise
+                        time.sleep(1)
                 n = len(self.replicas)
                 text: Any = [WARMUP_TEXT] * n if n > 1 else WARMUP_TEXT
                 body = {"sampling_params": {"temperature": 0, "max_new_tokens": 8},
