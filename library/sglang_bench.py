@@ -7,15 +7,18 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: sglang_bench
-short_description: Measure a ready SGLang server's single-stream decode speed
+short_description: Measure a ready SGLang server's decode speed, single-stream and batched
 description:
-  - Sends streaming C(/generate) requests with fixed token ids, C(ignore_eos) and temperature 0,
-    the way SGLang's C(bench_one_batch_server) does, from the node itself (servers listen on
-    the node's loopback).
-  - For each request it reports TTFT (time to the chunk that brings the first token), latency,
-    output tok/s = output tokens / (latency - TTFT) (SGLang's own figure), decode tok/s =
-    1 / TPOT, and the gaps between chunks (ITL). Repetitions give a median and spread; ITL
-    p50/p95/p99 cover every gap of every repetition.
+  - Sends streaming C(/generate) requests with C(ignore_eos) and temperature 0, the way
+    SGLang 0.5.23's C(bench_one_batch_server) does, from the node itself (servers listen on
+    the node's loopback). At concurrency 1 each run is one request with a fixed prompt; at
+    concurrency N each run is one request carrying N distinct prompts of random token ids.
+  - For each run it reports TTFT (at concurrency N, the time until every prompt has its first
+    token), latency, output tok/s = output tokens / (latency - TTFT) (SGLang's own figure),
+    input tok/s = input tokens / TTFT and overall tok/s = all tokens / latency; per prompt,
+    TPOT and decode tok/s = 1 / TPOT, and ITL per token as C(bench_serving) counts it (each
+    chunk's gap spread over the tokens it brings). Repetitions give a median and spread; ITL
+    p50/p95/p99 cover every token of every repetition.
   - The prefix cache is flushed before each repetition, so every one pays the same prefill.
   - The API key, when the deployment has one, is read from the deployment's 0600 env file on
     the node, so it never travels through Ansible's arguments.
@@ -55,7 +58,9 @@ options:
     type: int
     default: 3
   concurrency:
-    description: Concurrency levels; at each, that many requests run at once per repetition.
+    description:
+      - Concurrency levels. 1 is single-stream decode; N > 1 sends, per repetition, one
+        request with N distinct prompts (a batch of N, as C(bench_one_batch_server)).
     type: list
     elements: int
     default: [1]
@@ -78,7 +83,7 @@ EXAMPLES = r"""
     output_len: 256
     repetitions: 3
 
-- name: Add concurrency levels
+- name: Add batch levels (one request of 4, then of 16 distinct prompts)
   sglang_bench:
     port: 30000
     concurrency: [1, 4, 16]
@@ -88,12 +93,16 @@ RETURN = r"""
 benchmark:
   description: >-
     input_len, output_len, warmup, repetitions and one entry per concurrency level in levels,
-    each with output_tok_s, decode_tok_s, ttft_s, latency_s, tpot_s and aggregate_tok_s (median,
-    min, max, stdev, n), itl_s (p50, p95, p99, n) and the raw runs.
+    each with concurrency, mode (single_stream or batch), output_tok_s, input_tok_s,
+    overall_tok_s, ttft_s, latency_s (median, min, max, stdev, n over repetitions),
+    decode_tok_s and tpot_s (over every prompt), itl_s (p50, p95, p99, n over every token) and
+    the raw runs (ttft_s, latency_s, output_tok_s, input_tok_s, overall_tok_s).
   returned: success, not in check mode
   type: dict
 output_tok_s:
-  description: Median output tok/s at the first concurrency level (the headline figure).
+  description: >-
+    Median output tok/s at the first concurrency level (the headline figure; at concurrency 1,
+    single-stream decode speed).
   returned: success, not in check mode
   type: float
 """

@@ -1,20 +1,32 @@
 # -*- coding: utf-8 -*-
-# The benchmark client: streaming /generate requests with fixed token ids and ignore_eos, as
-# SGLang's bench_one_batch_server sends them, timed per chunk. Standard library only, because
-# it runs on the node (servers listen on the node's loopback) and in the controller's scripts.
+# The benchmark client: streaming /generate requests with token ids and ignore_eos, as SGLang's
+# bench_one_batch_server sends them, timed per chunk: at concurrency 1 one prompt, at
+# concurrency N one request carrying N distinct prompts (sglang/benchmark/one_batch_server.py
+# run_one_case). Standard library only, because it runs on the node (servers listen on the
+# node's loopback) and in the controller's scripts.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import json
-import threading
+import random
 import time
 from http.client import HTTPConnection
 
 try:
-    from ansible.module_utils.sglang_fleet_streammetrics import request_metrics, spread, summarize
+    from ansible.module_utils.sglang_fleet_streammetrics import (
+        batch_metrics,
+        request_metrics,
+        summarize,
+        summarize_batches,
+    )
 except ImportError:  # imported on the controller, outside a module
-    from sglang_fleet_node.sglang_fleet_streammetrics import request_metrics, spread, summarize
+    from sglang_fleet_node.sglang_fleet_streammetrics import (
+        batch_metrics,
+        request_metrics,
+        summarize,
+        summarize_batches,
+    )
 
 
 class BenchError(Exception):
@@ -24,6 +36,13 @@ class BenchError(Exception):
 def fixed_input_ids(length):
     """The same prompt every time, so that runs compare (prefix cache flushed before each)."""
     return [1000 + (i * 7919) % 30000 for i in range(length)]
+
+
+def distinct_input_ids(count, length):
+    """`count` different prompts of `length` random token ids, the same on every run, as the
+    random-ids dataset gives bench_one_batch_server (no shared prefix to cache)."""
+    return [[random.Random(k).randrange(1000, 31000) for _ in range(length)]
+            for k in range(count)]
 
 
 def _headers(api_key):
@@ -42,19 +61,15 @@ def flush_cache(host, port, api_key, timeout):
         conn.close()
 
 
-def stream_generate(host, port, input_ids, output_len, api_key=None, timeout=300.0):
-    """One streaming /generate; the chunk timings and the request's figures."""
-    body = json.dumps({
-        "input_ids": input_ids,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len,
-                            "ignore_eos": True},
-        "stream": True,
-    }).encode()
+def _stream(host, port, body, api_key, timeout, on_event):
+    """POST one streaming /generate; on_event(arrival time, event) for each chunk.
+    Returns (sent_at, done_at)."""
     conn = HTTPConnection(host, port, timeout=timeout)
-    chunks = []
+    count = 0
     try:
         sent_at = time.perf_counter()
-        conn.request("POST", "/generate", body=body, headers=_headers(api_key))
+        conn.request("POST", "/generate", body=json.dumps(body).encode(),
+                     headers=_headers(api_key))
         resp = conn.getresponse()
         if resp.status != 200:
             raise BenchError("POST /generate answered %d: %s"
@@ -62,22 +77,36 @@ def stream_generate(host, port, input_ids, output_len, api_key=None, timeout=300
         while True:
             line = resp.readline()
             if not line:
-                raise BenchError("the stream ended without [DONE] after %d chunks"
-                                 % len(chunks))
+                raise BenchError("the stream ended without [DONE] after %d chunks" % count)
             now = time.perf_counter()
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
-                done_at = now
-                break
+                return sent_at, now
             event = json.loads(data)
             if "error" in event:
                 raise BenchError("the server reported an error: %s" % event["error"])
-            chunks.append((now, int(event["meta_info"]["completion_tokens"])))
+            count += 1
+            on_event(now, event)
     finally:
         conn.close()
-    metrics = request_metrics(sent_at, chunks, done_at)
+
+
+def _sampling(output_len):
+    return {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}
+
+
+def stream_generate(host, port, input_ids, output_len, api_key=None, timeout=300.0):
+    """One streaming /generate; the chunk timings and the request's figures."""
+    chunks = []
+    body = {"input_ids": input_ids, "sampling_params": _sampling(output_len), "stream": True}
+
+    def record(now, event):
+        chunks.append((now, int(event["meta_info"]["completion_tokens"])))
+
+    sent_at, done_at = _stream(host, port, body, api_key, timeout, record)
+    metrics = request_metrics(sent_at, chunks, done_at, input_tokens=len(input_ids))
     if metrics["output_tokens"] != output_len:
         raise BenchError("asked for %d tokens with ignore_eos, got %d: the server clamped "
                          "max_new_tokens" % (output_len, metrics["output_tokens"]))
@@ -85,50 +114,50 @@ def stream_generate(host, port, input_ids, output_len, api_key=None, timeout=300
     return metrics
 
 
-def _concurrent(host, port, input_ids, output_len, api_key, timeout, count):
-    results = [None] * count
-    errors = []
+def batch_generate(host, port, prompts, output_len, api_key=None, timeout=300.0):
+    """One streaming /generate carrying every prompt; each chunk names its prompt by `index`."""
+    streams = [[] for _ in prompts]
+    body = {"input_ids": prompts, "sampling_params": _sampling(output_len), "stream": True}
 
-    def one(i):
-        try:
-            results[i] = stream_generate(host, port, input_ids, output_len, api_key, timeout)
-        except Exception as exc:  # reported below, with the others
-            errors.append(exc)
+    def record(now, event):
+        streams[int(event["index"])].append((now, int(event["meta_info"]["completion_tokens"])))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise BenchError("%d of %d concurrent requests failed: %s"
-                         % (len(errors), count, errors[0]))
-    return results
+    sent_at, done_at = _stream(host, port, body, api_key, timeout, record)
+    metrics = batch_metrics(sent_at, streams, done_at, sum(len(p) for p in prompts))
+    if metrics["output_tokens"] != output_len * len(prompts):
+        raise BenchError("asked for %d tokens for each of %d prompts with ignore_eos, got %d in "
+                         "all: the server clamped max_new_tokens"
+                         % (output_len, len(prompts), metrics["output_tokens"]))
+    return metrics
 
 
 def run_benchmark(host, port, input_len, output_len, warmup, repetitions, concurrency,
                   api_key=None, timeout=300.0):
     """Warm-up requests, then `repetitions` runs at each concurrency level.
 
-    Each level reports the median and spread of every figure, ITL percentiles, and the
-    aggregate output tok/s of all its streams together.
+    Concurrency 1 is single-stream: one prompt per request. Concurrency N sends one request
+    with N distinct prompts, as bench_one_batch_server does at batch size N. Each level reports
+    the median and spread of every figure and ITL percentiles per token.
     """
     input_ids = fixed_input_ids(input_len)
     for _ in range(warmup):
         stream_generate(host, port, input_ids, output_len, api_key, timeout)
     levels = []
     for count in concurrency:
-        requests, aggregate = [], []
+        runs = []
         for _ in range(repetitions):
             flush_cache(host, port, api_key, timeout)
-            batch = _concurrent(host, port, input_ids, output_len, api_key, timeout, count)
-            wall = max(r["done_at"] for r in batch) - min(r["sent_at"] for r in batch)
-            aggregate.append(sum(r["output_tokens"] for r in batch) / wall)
-            requests.extend(batch)
-        level = summarize(requests)
-        level.update(concurrency=count, aggregate_tok_s=spread(aggregate),
-                     runs=[{k: round(r[k], 6) for k in ("ttft_s", "latency_s", "output_tok_s")}
-                           for r in requests])
+            if count == 1:
+                runs.append(stream_generate(host, port, input_ids, output_len, api_key,
+                                            timeout))
+            else:
+                runs.append(batch_generate(host, port, distinct_input_ids(count, input_len),
+                                           output_len, api_key, timeout))
+        level = summarize(runs) if count == 1 else summarize_batches(runs)
+        level.update(concurrency=count, mode="single_stream" if count == 1 else "batch",
+                     runs=[{k: round(r[k], 6) for k in ("ttft_s", "latency_s", "output_tok_s",
+                                                        "input_tok_s", "overall_tok_s")
+                            if r.get(k) is not None} for r in runs])
         levels.append(level)
     return {"input_len": input_len, "output_len": output_len, "warmup": warmup,
             "repetitions": repetitions, "levels": levels}

@@ -25,14 +25,20 @@ class Release:
     launch_module: str
     args_parser: str
     default_attention_backend: dict[str, dict[str, str]]
+    trtllm_mla_on_sm100: tuple[str, ...]
     cuda_graph_captured_by_default: tuple[str, ...]
     cuda_graph_disable: dict[str, Any]
     cuda_graph_max_bs_flag: str
 
-    def default_backend(self, family: str, compute_capability: str) -> str:
-        """The attention backend SGLang picks when none is set, for this GPU and family."""
+    def default_backend(self, family: str, compute_capability: str,
+                        architecture: str | None = None) -> str:
+        """The attention backend SGLang picks when none is set, for this GPU and model family
+        (and architecture, where known: None means the family's usual one)."""
         table = self.default_attention_backend[family]
         major = str(compute_capability).split(".", 1)[0]
+        if family == "MLA" and major == "10" and (
+                architecture is None or architecture in self.trtllm_mla_on_sm100):
+            return "trtllm_mla"
         return table.get(major, table["other"])
 
 
@@ -42,6 +48,7 @@ def releases() -> dict[str, Release]:
     return {version: Release(
         version=version, launch_module=r["launch_module"], args_parser=r["args_parser"],
         default_attention_backend=r["default_attention_backend"],
+        trtllm_mla_on_sm100=tuple(r["trtllm_mla_on_sm100"]),
         cuda_graph_captured_by_default=tuple(r["cuda_graph"]["captured_by_default"]),
         cuda_graph_disable=dict(r["cuda_graph"]["disable"]),
         cuda_graph_max_bs_flag=r["cuda_graph"]["max_bs_flag"]) for version, r in raw.items()}

@@ -798,11 +798,14 @@ def build_launch_spec(
 
 
 def _group_view(spec: dict[str, Any]) -> dict[str, Any]:
-    """What every node of a multi-node server must agree on: argv without the node rank."""
+    """What every node of a multi-node server must agree on: argv without what is each
+    node's own, its rank and its listen address (a non-zero rank binds its dummy health
+    server there)."""
     argv = list(spec["argv"])
-    if "--node-rank" in argv:
-        i = argv.index("--node-rank")
-        del argv[i:i + 2]
+    for own in ("--node-rank", "--host"):
+        if own in argv:
+            i = argv.index(own)
+            del argv[i:i + 2]
     return {"argv": argv[1:], "version": spec["sglang_version"],
             # The simulator's SGLANG_SIM_* name each node's own simulated hardware.
             "env": {k: v for k, v in spec["env"].items() if k.startswith(("NCCL_", "SGLANG_"))

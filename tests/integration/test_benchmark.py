@@ -4,6 +4,7 @@ performance gate stopping a slower rollout."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -40,14 +41,32 @@ def test_benchmark_is_within_one_percent_of_the_simulators_speed(tuned_sim):
     assert level["itl_s"]["n"] == 2 * 255
 
 
-def test_concurrency_levels_run_their_requests_at_once(tuned_sim):
+def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
     result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=16, output_len=32,
                            warmup=0, repetitions=1, concurrency=[1, 3])
     one, three = result["levels"]
-    assert (one["concurrency"], three["concurrency"]) == (1, 3)
-    assert three["output_tok_s"]["n"] == 3
-    # Three streams side by side: about three times the aggregate throughput of one.
-    assert three["aggregate_tok_s"]["median"] > 2.5 * one["aggregate_tok_s"]["median"]
+    assert (one["concurrency"], one["mode"]) == (1, "single_stream")
+    assert (three["concurrency"], three["mode"]) == (3, "batch")
+    # bench_one_batch_server's request: one /generate with three distinct prompts, so the
+    # server admits them as one prefill batch and nothing comes from the prefix cache.
+    assert re.search(r"Prefill batch, #new-seq: 3, #new-token: 48, #cached-token: 0,",
+                     tuned_sim.log())
+    # Its figures: 3 x 32 tokens over (latency - time until all three have a token), which
+    # the simulator's streams, paced side by side, make 3 x 32/31 x the decode speed.
+    assert three["output_tok_s"]["median"] == pytest.approx(3 * 32 / 31 * TUNED_TOK_S,
+                                                            rel=0.03)
+    assert three["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.05)
+    assert three["input_tok_s"]["median"] == pytest.approx(
+        48 / three["ttft_s"]["median"], rel=1e-6)
+    assert three["overall_tok_s"]["median"] == pytest.approx(
+        (48 + 96) / three["latency_s"]["median"], rel=1e-6)
+    # Per prompt: bench_serving's TPOT, and ITL per token over the three streams.
+    assert three["tpot_s"]["n"] == 3
+    assert three["itl_s"]["n"] == 3 * 31
+    assert three["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
+    # Single stream keeps its figures: output tok/s = 32 / (latency - ttft).
+    assert one["output_tok_s"]["median"] == pytest.approx(32 / 31 * TUNED_TOK_S, rel=0.02)
+    assert one["input_tok_s"]["median"] == pytest.approx(16 / one["ttft_s"]["median"])
 
 
 @pytest.fixture(scope="module")

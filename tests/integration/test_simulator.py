@@ -1,10 +1,17 @@
-"""sglang-sim behaves like SGLang 0.5.23 from outside: log, processes, GPUs, HTTP, failures."""
+"""sglang-sim behaves like SGLang 0.5.23 from outside: log, processes, GPUs, HTTP, failures.
+
+Every expectation here is SGLang 0.5.23's own (the source locations are named in the
+simulator's modules); the simulator is only what runs.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -15,101 +22,212 @@ from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
+pytestmark = pytest.mark.integration
+
 GB = 1024**3
 READY = "The server is fired up and ready to roll!"
-
-# reference/sglang-server.md, "Start-up, in order, as it appears in the log" (0.5.23)
-STARTUP_ORDER = [
-    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] server_args=ServerArgs\(",
-    r"^\[[\d\- :]+ TP0\] Load weight begin\. avail mem=\d+\.\d\d GB$",
-    r"^Loading safetensors checkpoint shards:\s+\d+% Completed \| \d+/64 \[",
-    r"^\[[\d\- :]+ TP0\] Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
-    r"avail mem=\d+\.\d\d GB, mem usage=73\.40 GB\.$",
-    r"^\[[\d\- :]+ TP0\] KV Cache is allocated\. dtype: torch\.bfloat16, #tokens: \d+, "
-    r"KV size: \d+\.\d\d GB$",
-    r"^\[[\d\- :]+ TP0\] Memory pool end\. avail mem=\d+\.\d\d GB$",
-    r"(?i)^\[[\d\- :]+ TP0\] capture .*cuda graph begin",
-    r"^Capturing batches \(bs=\d+ avail_mem=\d+\.\d\d GB\):",
-    r"(?i)^\[[\d\- :]+ TP0\] capture .*cuda graph end\. bs=\[",
-    r"^\[[\d\- :]+ TP0\] max_total_num_tokens=\d+, chunked_prefill_size=",
-    r"^\[[\d\- :]+\] INFO:     Started server process \[\d+\]$",
-    r"^\[[\d\- :]+\] INFO:     Waiting for application startup\.$",
-    r"^\[[\d\- :]+\] INFO:     Application startup complete\.$",
-    r"^\[[\d\- :]+\] INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C",
-    r'"GET /model_info HTTP/1\.1" 200',
-    r'"POST /generate HTTP/1\.1" 200',
-    re.escape(READY),
-]
+TS = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # the start of every logged line
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    sim = start_sim(tmp_path_factory.mktemp("sim"), "--tp-size", "8", "--enable-metrics",
-                    "--attention-backend", "triton")
-    wait_for(lambda: READY in sim.log(), timeout=60)
-    yield sim
-    sim.stop()
-
-
-def test_startup_log_follows_sglang_order(server):
-    lines = server.lines()
+def in_order(lines: list[str], patterns: list[str]) -> None:
+    """Each pattern matches a line after the previous pattern's line."""
     position = 0
-    for pattern in STARTUP_ORDER:
+    for pattern in patterns:
         regex = re.compile(pattern)
         for i in range(position, len(lines)):
             if regex.search(lines[i]):
                 position = i + 1
                 break
         else:
-            pytest.fail(f"{pattern!r} not found after line {position}:\n" + "\n".join(lines))
+            pytest.fail(f"{pattern!r} not found after line {position}:\n"
+                        + "\n".join(lines[max(0, position - 5):position + 40]))
+
+
+def ready(sim, timeout: float = 90) -> None:
+    """Wait for the ready line; fail at once, with the log, if the server ended instead."""
+    wait_for(lambda: READY in sim.log() or sim.proc.poll() is not None, timeout=timeout)
+    assert READY in sim.log(), sim.log()[-3000:]
+
+
+def server_args(log: str) -> dict:
+    line = next(x for x in log.splitlines() if " server_args={" in x)
+    return ast.literal_eval(line.split("server_args=", 1)[1])
+
+
+def titles(sim) -> list[str]:
+    return sorted(p["cmdline"] for p in procs.deployment_processes(sim.marker)
+                  if p["cmdline"].startswith("sglang::"))
+
+
+def by_title(sim) -> dict[str, dict]:
+    return {p["cmdline"]: p for p in procs.deployment_processes(sim.marker)}
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """start_sim in this test's folder; whatever it started is stopped afterwards, pass or
+    fail, so no test leaves a process behind."""
+    started = []
+
+    def start(*flags, **kwargs):
+        sim = start_sim(tmp_path / f"server-{len(started)}", *flags, **kwargs)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+
+
+# --- the default: Kimi-K2.5 (MLA) at TP=8 on SM120 ----------------------------------------
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    sim = start_sim(tmp_path_factory.mktemp("sim"), "--tp-size", "8", "--enable-metrics",
+                    "--attention-backend", "triton")
+    ready(sim)
+    yield sim
+    sim.stop()
+
+
+DEFAULT_STARTUP = [
+    TS + r"\] server_args=\{'model_path': ",
+    TS + r" TP0\] Load weight begin\. avail mem=95\.59 GB$",
+    r"^Multi-thread loading shards:\s+\d+% Completed \| \d+/64 \[\d\d:\d\d<",
+    TS + r" TP0\] Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
+    r"avail mem=\d+\.\d\d GB, mem usage=73\.40 GB\.$",
+    TS + r" TP0\] KV Cache is allocated\. dtype: torch\.bfloat16, #tokens: 812345, "
+    r"KV size: 9\.87 GB$",
+    TS + r" TP0\] Memory pool end\. avail mem=\d+\.\d\d GB$",
+    TS + r" TP0\] Capture target prefill CUDA graph begin\. backend=breakable, "
+    r"num_tokens=\[4, 8, 12, .*, 8192\], avail mem=\d+\.\d\d GB$",
+    r"Capturing prefill shape \(num_tokens=\d+ avail_mem=\d+\.\d\d GB\):\s+\d+%\|",
+    TS + r" TP0\] Capture target prefill CUDA graph end\. elapsed=\d+\.\d\d s, "
+    r"mem usage=0\.31 GB, avail mem=\d+\.\d\d GB\.$",
+    TS + r" TP0\] Capture target decode CUDA graph begin\. backend=full, num_tokens_per_req=1, "
+    r"avail mem=\d+\.\d\d GB$",
+    r"Capturing batches \(bs=512 avail_mem=\d+\.\d\d GB\):\s+\d+%\|",
+    TS + r" TP0\] Capture target decode CUDA graph end\. bs=\[1, 2, 4, 8, 12, 16, 24, .*, 496, "
+    r"512\], elapsed=\d+\.\d\d s, mem usage=0\.95 GB, avail mem=\d+\.\d\d GB\.$",
+    TS + r" TP0\] max_total_num_tokens=812345, chunked_prefill_size=8192, "
+    r"max_prefill_tokens=16384, max_running_requests=2048, context_len=262144, "
+    r"available_gpu_mem=\d+\.\d\d GB$",
+    TS + r"\] INFO:     Started server process \[\d+\]$",
+    TS + r"\] INFO:     Waiting for application startup\.$",
+    TS + r"\] INFO:     Application startup complete\.$",
+    TS + r"\] INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$",
+    r'\] INFO:     127\.0\.0\.1:\d+ - "GET /model_info HTTP/1\.1" 200 OK$',
+    TS + r" TP0\] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: "
+    r"0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, "
+    r"input throughput \(token/s\): \d+\.\d\d$",
+    r'"POST /generate HTTP/1\.1" 200 OK$',
+    r'"POST /freeze_gc HTTP/1\.1" 200 OK$',
+    TS + r"\] " + re.escape(READY) + "$",
+]
+
+
+def test_startup_log_follows_sglang_order(server):
+    in_order(server.lines(), DEFAULT_STARTUP)
     assert "\r" in server.log(), "0.5.23 redraws tqdm bars with carriage returns"
+    assert "Loading safetensors checkpoint shards" not in server.log()
+
+
+def test_server_args_is_logged_as_the_resolved_dict(server):
+    args = server_args(server.log())
+    assert args["tp_size"] == 8 and args["port"] == server.port
+    assert args["served_model_name"] == "Kimi-K2.5" and args["attention_backend"] == "triton"
+    assert args["chunked_prefill_size"] == 8192, "resolved from the GPU's memory"
+    assert args["api_key"] is None
 
 
 def test_worker_processes_are_titled_like_sglang_and_carry_the_marker(server):
-    members = procs.deployment_processes(server.marker)
-    titles = sorted(p["cmdline"] for p in members)
     expected = sorted([f"sglang::scheduler_TP{i}" for i in range(8)] + ["sglang::detokenizer"])
-    assert [t for t in titles if t.startswith("sglang::")] == expected
-    assert any("sglang_fleet.sim.launch_server" in t for t in titles)
+    assert titles(server) == expected
+    members = procs.deployment_processes(server.marker)
+    assert any("sglang_fleet.sim.launch_server" in p["cmdline"] for p in members)
     assert {p["ppid"] for p in members if p["cmdline"].startswith("sglang::")} == {
         server.proc.pid}
 
 
 def test_schedulers_hold_their_gpu_and_its_memory(server):
-    members = {p["cmdline"]: p["pid"] for p in procs.deployment_processes(server.marker)}
+    members = by_title(server)
     snap = gpu_snapshot("simulated", str(server.gpu_dir))
     for i in range(8):
-        pid = members[f"sglang::scheduler_TP{i}"]
+        pid = members[f"sglang::scheduler_TP{i}"]["pid"]
         held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         assert str(server.gpu_dir / f"nvidia{i}") in held
         assert snap[i]["processes"] == [{"pid": pid, "used_memory": snap[i]["memory_used"]}]
+        # weights 73.40 + KV 9.87 + prefill graphs 0.31 + decode graphs 0.95 GB
         assert 84 * GB < snap[i]["memory_used"] < 85 * GB
 
 
-def test_health_ready_and_info_endpoints(server):
-    assert http_status(server.url + "/health") == 200
-    assert http_status(server.url + "/health_generate") == 200
-    assert http_status(server.url + "/ready") == 200
+def test_status_and_info_endpoints(server):
+    for path in ("/health", "/health_generate", "/ready", "/ping"):
+        r = requests.get(server.url + path, timeout=30)
+        assert (r.status_code, r.content) == (200, b""), path
     info = requests.get(server.url + "/model_info", timeout=5).json()
-    assert info["served_model_name"] == "Kimi-K2.5"
+    assert info["served_model_name"] == "Kimi-K2.5" and info["is_generation"] is True
+    assert info["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert {"weight_version", "load_format", "tokenizer_path"} <= set(info)
     assert requests.get(server.url + "/get_model_info", timeout=5).status_code == 200
     sinfo = requests.get(server.url + "/server_info", timeout=5).json()
     assert sinfo["version"] == "0.5.23" and sinfo["tp_size"] == 8 and sinfo["simulated"]
     assert "last_gen_throughput" in sinfo["internal_states"][0]
     models = requests.get(server.url + "/v1/models", timeout=5).json()
-    assert models["object"] == "list" and models["data"][0]["id"] == "Kimi-K2.5"
-    assert models["data"][0]["owned_by"] == "sglang"
+    card = models["data"][0]
+    assert models["object"] == "list" and card["id"] == card["root"] == "Kimi-K2.5"
+    assert card["owned_by"] == "sglang" and card["max_model_len"] == 262144
+    one = requests.get(server.url + "/v1/models/Kimi-K2.5", timeout=5)
+    assert one.status_code == 200 and one.json()["id"] == "Kimi-K2.5"
+    missing = requests.get(server.url + "/v1/models/other", timeout=5)
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {"message": "The model 'other' does not exist",
+                                       "type": "invalid_request_error", "param": "model",
+                                       "code": "model_not_found"}
     metrics = requests.get(server.url + "/metrics", timeout=5).text
     assert 'sglang:num_running_reqs{model_name="Kimi-K2.5"}' in metrics
-    assert requests.post(server.url + "/flush_cache", timeout=5).status_code == 200
+
+
+def test_flush_cache_answers_get_and_post(server):
+    for method in ("GET", "POST"):
+        r = requests.request(method, server.url + "/flush_cache", timeout=5)
+        assert r.status_code == 200 and r.text.startswith("Cache flushed.\n")
+    assert "TP0] Cache flushed successfully!" in server.log()
+
+
+def test_generate_refuses_bad_bodies_with_400(server):
+    url = server.url + "/generate"
+    empty = requests.post(url, json={}, timeout=5)
+    assert empty.status_code == 400
+    assert empty.json() == {"error": {"message":
+                                      "Either text, input_ids or input_embeds should be provided."}}
+    broken = requests.post(url, data=b"{bad", timeout=5,
+                           headers={"Content-Type": "application/json"})
+    body = broken.json()
+    assert broken.status_code == 400 and set(body) == {"object", "message", "type", "param",
+                                                       "code"}
+    assert (body["object"], body["type"], body["param"], body["code"]) == (
+        "error", "Bad Request", None, 400)
+    assert body["message"].startswith("1 validation error:\n  {'type': 'json_invalid', "
+                                      "'loc': ('body', 1), 'msg': 'JSON decode error'")
+    assert "Expecting property name enclosed in double quotes" in body["message"]
+    not_an_object = requests.post(url, json=["hi"], timeout=5).json()
+    assert "Input should be a dictionary or an instance of GenerateReqInput" in (
+        not_an_object["message"])
+    nothing = requests.post(url, data=b"", timeout=5)
+    assert nothing.status_code == 400 and "'type': 'missing'" in nothing.json()["message"]
+    assert requests.get(url, timeout=5).status_code == 405
+    assert requests.get(server.url + "/no_such_endpoint", timeout=5).json() == {
+        "detail": "Not Found"}
 
 
 def _sse(response):
-    events = []
-    for line in response.iter_lines(decode_unicode=True):
-        if line.startswith("data: "):
-            events.append(line[6:])
-    return events
+    return [line[6:] for line in response.iter_lines(decode_unicode=True)
+            if line.startswith("data: ")]
+
+
+META_FIELDS = ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+               "queue_time", "reasoning_tokens", "completion_tokens", "cached_tokens"]
 
 
 def test_generate_streams_cumulative_text_then_done(server):
@@ -121,11 +239,51 @@ def test_generate_streams_cumulative_text_then_done(server):
     chunks = [json.loads(e) for e in events[:-1]]
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4]
     assert chunks[2]["text"].startswith(chunks[1]["text"])
-    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
-    assert chunks[0]["meta_info"]["prompt_tokens"] == 3
-    plain = requests.post(server.url + "/generate", json={**body, "stream": False},
-                          timeout=30).json()
-    assert plain["meta_info"]["completion_tokens"] == 4
+    assert list(chunks[0]["meta_info"]) == META_FIELDS  # --enable-metrics adds queue_time
+    done = chunks[-1]["meta_info"]
+    assert done["finish_reason"] == {"type": "length", "length": 4}
+    assert {"e2e_latency", "request_received_ts", "first_token_latency",
+            "request_finished_ts", "decode_throughput"} <= set(done)
+    assert done["prompt_tokens"] == 3 and done["weight_version"] == "default"
+
+
+def test_cached_tokens_count_the_radix_cache_hit(server):
+    body = {"input_ids": list(range(100, 140)), "sampling_params": {"max_new_tokens": 2}}
+    requests.post(server.url + "/flush_cache", timeout=5)
+    first = requests.post(server.url + "/generate", json=body, timeout=30).json()
+    again = requests.post(server.url + "/generate", json=body, timeout=30).json()
+    assert first["meta_info"]["cached_tokens"] == 0
+    assert again["meta_info"]["cached_tokens"] == 39, "all but the last prompt token"
+    assert re.search(r"TP0\] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 39, ",
+                     server.log())
+
+
+def test_a_batch_of_prompts_answers_one_result_per_prompt(server):
+    prompts = [[7, 8, 9], [10, 11], [12]]
+    body = {"input_ids": prompts, "sampling_params": {"max_new_tokens": 3}}
+    results = requests.post(server.url + "/generate", json=body, timeout=30).json()
+    assert [r["meta_info"]["prompt_tokens"] for r in results] == [3, 2, 1]
+    assert all(r["meta_info"]["completion_tokens"] == 3 and "index" not in r for r in results)
+    with requests.post(server.url + "/generate", json={**body, "stream": True}, stream=True,
+                       timeout=30) as r:
+        events = _sse(r)
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and len(chunks) == 9
+    for index in range(3):
+        mine = [c for c in chunks if c["index"] == index]
+        assert [c["meta_info"]["completion_tokens"] for c in mine] == [1, 2, 3]
+        assert mine[0]["meta_info"]["prompt_tokens"] == len(prompts[index])
+    assert re.search(r"TP0\] Prefill batch, #new-seq: 3, #new-token: 6, ", server.log())
+
+
+def test_decode_batch_lines_every_40_decode_steps(server):
+    body = {"text": "decode lines", "sampling_params": {"max_new_tokens": 90}}
+    assert requests.post(server.url + "/generate", json=body, timeout=60).status_code == 200
+    lines = [x for x in server.lines() if "Decode batch" in x]
+    assert lines, "a Decode batch line after 40 decode steps"
+    assert re.search(TS + r" TP0\] Decode batch, #running-req: 1, #token: \d+, token usage: "
+                     r"\d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, "
+                     r"#queue-req: 0$", lines[-1])
 
 
 def test_chat_completions_stream_like_openai(server):
@@ -140,24 +298,217 @@ def test_chat_completions_stream_like_openai(server):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3
-    plain = requests.post(server.url + "/v1/chat/completions", json={**body, "stream": False},
-                          timeout=30).json()
-    assert plain["choices"][0]["message"]["role"] == "assistant"
 
 
-def test_sigterm_exits_and_releases_everything(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton")
-    wait_for(lambda: READY in sim.log(), timeout=60)
+# --- other configurations -------------------------------------------------------------------
+
+def test_mha_model_without_cuda_graphs_or_multithread_loading(launch):
+    # --disable-cuda-graph turns off prefill and decode capture, as parse_cuda_graph_config;
+    # enable_multithread_load false selects the single-threaded shard loader.
+    sim = launch("--tp-size", "1", "--disable-cuda-graph",
+                    "--model-loader-extra-config", '{"enable_multithread_load": false}',
+                    model_arch="LlamaForCausalLM")
+    try:
+        ready(sim)
+        in_order(sim.lines(), [
+            TS + r"\] Attention backend not specified\. Use flashinfer backend by default\.$",
+            TS + r"\] server_args=\{",
+            TS + r"\] Load weight begin\.",
+            r"^Loading safetensors checkpoint shards:\s+\d+% Completed \| \d+/64 \[",
+            TS + r"\] Load weight end\. .*type=LlamaForCausalLM",
+            TS + r"\] KV Cache is allocated\. dtype: torch\.bfloat16, #tokens: 812345, "
+            r"K size: 4\.93 GB, V size: 4\.93 GB$",
+            TS + r"\] Disable prefill CUDA graph because cuda_graph_config resolved "
+            r"prefill\.backend='disabled'",
+            TS + r"\] max_total_num_tokens=",
+            TS + r"\] Prefill batch, .* cuda graph: False, ",
+            re.escape(READY),
+        ])
+        assert "Multi-thread loading shards" not in sim.log()
+        assert not re.search(r"(?i)capture .*cuda graph begin|Capturing", sim.log())
+        assert server_args(sim.log())["attention_backend"] == "flashinfer"
+        assert titles(sim) == ["sglang::detokenizer", "sglang::scheduler"]
+    finally:
+        sim.stop()
+
+
+def test_pipeline_and_expert_parallel_titles_and_pp_prefill_default(launch):
+    sim = launch("--tp-size", "2", "--pp-size", "2", "--ep-size", "2",
+                    "--disable-custom-all-reduce", "--attention-backend", "triton")
+    try:
+        ready(sim)
+        assert titles(sim) == ["sglang::detokenizer", "sglang::scheduler_PP0_TP0_EP0",
+                               "sglang::scheduler_PP0_TP1_EP1", "sglang::scheduler_PP1_TP0_EP0",
+                               "sglang::scheduler_PP1_TP1_EP1"]
+        in_order(sim.lines(), [
+            TS + r"\] Disabling breakable prefill CUDA graph by default for pipeline "
+            r"parallelism\. Set --cuda-graph-backend-prefill=breakable to opt in\.$",
+            TS + r"\] server_args=",
+            TS + r" PP0 TP0 EP0\] Load weight begin\.",
+            TS + r" PP0 TP0 EP0\] Capture target decode CUDA graph begin\.",
+            TS + r" PP0 TP0 EP0\] max_total_num_tokens=",
+            re.escape(READY),
+        ])
+        # Not anchored: a rank's line may be glued to PP0 TP0's loader bar.
+        assert re.search(TS[1:] + r" PP1 TP1 EP1\] Load weight begin\.", sim.log())
+        assert "Capture target prefill CUDA graph begin" not in sim.log()
+        # Each PP stage's TP rank 0 draws the capture bar; GPUs are pp * tp on the node.
+        snap = gpu_snapshot("simulated", str(sim.gpu_dir))
+        assert [bool(d["processes"]) for d in snap] == [True] * 4 + [False] * 4
+    finally:
+        sim.stop()
+
+
+def test_decode_graphs_off_leaves_prefill_capture_on(launch):
+    sim = launch("--tp-size", "1", "--cuda-graph-backend-decode", "disabled",
+                    "--attention-backend", "triton", "--api-key", "sk-test")
+    try:
+        ready(sim)
+        in_order(sim.lines(), [TS + r"\] Capture target prefill CUDA graph begin\.",
+                               TS + r"\] Capture target prefill CUDA graph end\.",
+                               TS + r"\] max_total_num_tokens="])
+        assert "Capture target decode CUDA graph" not in sim.log()
+        # --api-key guards everything but /health*, /ready*, /metrics*
+        r = requests.get(sim.url + "/v1/models", timeout=5)
+        assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+        auth = {"Authorization": "Bearer sk-test"}
+        assert requests.get(sim.url + "/v1/models", timeout=5, headers=auth).status_code == 200
+        assert requests.get(sim.url + "/ping", timeout=5).status_code == 401
+        assert http_status(sim.url + "/health") == 200
+        assert http_status(sim.url + "/ready") == 200
+        assert http_status(sim.url + "/metrics") == 404  # not enabled
+        assert requests.post(sim.url + "/flush_cache", timeout=5).status_code == 401
+        # SGLang 0.5.23 logs the whole resolved dict, API key included (only watermark
+        # secrets are redacted); deployments keep the key out of the rendered files.
+        assert server_args(sim.log())["api_key"] == "sk-test"
+    finally:
+        sim.stop()
+
+
+def test_data_parallel_runs_a_controller_that_owns_the_schedulers(launch):
+    sim = launch("--tp-size", "2", "--dp-size", "2", "--disable-custom-all-reduce",
+                    "--attention-backend", "triton")
+    try:
+        ready(sim)
+        assert titles(sim) == ["sglang::data_parallel_controller", "sglang::detokenizer",
+                               "sglang::scheduler_DP0_TP0", "sglang::scheduler_DP0_TP1",
+                               "sglang::scheduler_DP1_TP0", "sglang::scheduler_DP1_TP1"]
+        members = by_title(sim)
+        controller = members["sglang::data_parallel_controller"]
+        assert controller["ppid"] == sim.proc.pid
+        assert members["sglang::scheduler_DP1_TP1"]["ppid"] == controller["pid"]
+        in_order(sim.lines(), [TS + r"\] Launch DP0 starting at GPU #0\.$",
+                               TS + r"\] Launch DP1 starting at GPU #2\.$",
+                               TS + r" DP1 TP0\] max_total_num_tokens=",
+                               re.escape(READY)])
+        # The warm-up sends one prompt per replica; each replica logs its own prefill.
+        assert re.search(r" DP0 TP0\] Prefill batch, #new-seq: 1, ", sim.log())
+        assert re.search(r" DP1 TP0\] Prefill batch, #new-seq: 1, ", sim.log())
+    finally:
+        sim.stop()
+
+
+def test_non_zero_node_rank_runs_a_dummy_health_server_and_only_logs_sigterm(launch):
+    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "1",
+                    "--dist-init-addr", "127.0.0.1:20000", "--attention-backend", "triton",
+                    "--host", "127.0.0.2")
+    url = f"http://127.0.0.2:{sim.port}"
+    try:
+        wait_for(lambda: "Dummy health check server started" in sim.log(), timeout=90)
+        assert f"Dummy health check server started in background thread at 127.0.0.2:" \
+               f"{sim.port}" in sim.log()
+        for path in ("/health", "/health_generate", "/ping"):
+            r = requests.get(url + path, timeout=5)
+            assert (r.status_code, r.content) == (200, b""), path
+        assert requests.get(url + "/ready", timeout=5).status_code == 404
+        assert requests.post(url + "/generate", json={"text": "x"}, timeout=5).status_code == 404
+        assert titles(sim) == sorted(f"sglang::scheduler_TP{i}" for i in range(8, 16)), \
+            "no detokenizer on a non-zero node rank"
+        assert READY not in sim.log() and "Uvicorn running" not in sim.log()
+
+        sim.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "SIGTERM received on node_rank 1; waiting for the rank-0 ShutdownReq "
+                         "broadcast to stop the schedulers." in sim.log(), timeout=10)
+        time.sleep(1.0)  # long enough for a handler that exits to have exited
+        assert sim.proc.poll() is None, ("SIGTERM is only logged on a non-zero rank",
+                                         sim.log()[-3000:])
+        assert requests.get(url + "/health", timeout=5).status_code == 200
+
+        schedulers = [p for p in procs.deployment_processes(sim.marker)
+                      if p["cmdline"].startswith("sglang::scheduler")]
+        for p in schedulers:
+            os.kill(p["pid"], signal.SIGTERM)
+        assert sim.proc.wait(30) == 0, "it returns once its schedulers are gone"
+        assert len(re.findall(r"Scheduler or DataParallelController \d+ terminated with -15",
+                              sim.log())) == 8
+    finally:
+        sim.stop()
+
+
+# --- HTTP status over the server's life ---------------------------------------------------
+
+def test_generate_is_served_during_warm_up_while_health_waits(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton")
+    try:
+        wait_for(lambda: "Uvicorn running on" in sim.log(), timeout=90, interval=0.02)
+        body = {"input_ids": [5, 6], "stream": True, "sampling_params": {"max_new_tokens": 2}}
+        with requests.post(sim.url + "/generate", json=body, stream=True, timeout=30) as r:
+            lines = r.iter_lines(decode_unicode=True)
+            first = next(x for x in lines if x.startswith("data: "))
+            # The server is still Starting: the warm-up has not finished.
+            health = requests.get(sim.url + "/health", timeout=5)
+            ready = requests.get(sim.url + "/ready", timeout=5)
+            rest = [x for x in lines if x.startswith("data: ")]
+        assert r.status_code == 200 and json.loads(first[6:])["meta_info"]["completion_tokens"]
+        assert rest[-1] == "data: [DONE]"
+        assert (health.status_code, health.content) == (503, b"")
+        assert (ready.status_code, ready.content) == (503, b"")
+        wait_for(lambda: READY in sim.log(), timeout=30)
+        assert http_status(sim.url + "/health") == 200
+    finally:
+        sim.stop()
+
+
+def test_health_fails_on_a_generation_hang_and_recovers_when_it_ends(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                    env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    try:
+        ready(sim)
+        sim.proc.send_signal(signal.SIGUSR1)  # generation hangs from now on
+        time.sleep(0.2)
+        assert http_status(sim.url + "/health") == 503
+        assert re.search(r"Health check failed\. Server couldn't get a response from detokenizer "
+                         r"for last 1 seconds\. tic start time: \d\d:\d\d:\d\d\. "
+                         r"last_heartbeat time: \d\d:\d\d:\d\d", sim.log())
+        assert http_status(sim.url + "/ping") == 503, "unhealthy until a check passes"
+        assert http_status(sim.url + "/ready") == 503
+        sim.proc.send_signal(signal.SIGUSR1)  # generation works again
+        time.sleep(0.2)
+        assert http_status(sim.url + "/health") == 200, "the next check that gets output"
+        assert http_status(sim.url + "/ping") == 200
+    finally:
+        sim.stop()
+
+
+def test_sigterm_drains_exits_and_releases_everything(launch):
+    sim = launch("--tp-size", "4", "--attention-backend", "triton")
+    ready(sim)
     assert list(sim.shm_dir.iterdir()), "the server holds a shared-memory segment"
     sim.proc.terminate()
-    assert sim.proc.wait(10) == 0
+    assert sim.proc.wait(20) == 0
+    in_order(sim.lines(), [
+        r"SIGTERM received\. signum=None frame=None\. Draining requests and shutting down\.\.\.",
+        r"Gracefully exiting\.\.\. Remaining number of requests 0\. Remaining requests "
+        r"remaining_rids=\[\]\.",
+        r"kill_process_tree called: parent_pid=\d+, include_parent=False",
+        r"INFO:     Finished server process \[\d+\]"])
     wait_for(lambda: not procs.deployment_processes(sim.marker), timeout=10)
     assert all(d["memory_used"] == 0 for d in gpu_snapshot("simulated", str(sim.gpu_dir)))
     assert not list(sim.shm_dir.iterdir()), "a clean exit removes its segment"
 
 
-def test_port_is_refused_not_503_while_loading(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
+def test_port_is_refused_not_503_while_loading(launch):
+    sim = launch("--tp-size", "4", "--attention-backend", "triton",
                     time_factor=0.05)
     try:
         wait_for(lambda: "Load weight begin" in sim.log(), timeout=30)
@@ -166,32 +517,14 @@ def test_port_is_refused_not_503_while_loading(tmp_path):
         sim.stop()
 
 
-def test_api_key_guards_everything_but_health_ready_metrics(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "1", "--api-key", "sk-test", "--attention-backend",
-                    "triton")
-    try:
-        wait_for(lambda: READY in sim.log(), timeout=60)
-        r = requests.get(sim.url + "/v1/models", timeout=5)
-        assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
-        assert requests.get(sim.url + "/v1/models", timeout=5,
-                            headers={"Authorization": "Bearer sk-test"}).status_code == 200
-        assert http_status(sim.url + "/health") == 200
-        assert http_status(sim.url + "/ready") == 200
-        assert http_status(sim.url + "/metrics") == 404  # not enabled
-        assert "api_key='sk-test'" in sim.log(), "SGLang logs its key; deploys filter it"
-        titles = [p["cmdline"] for p in procs.deployment_processes(sim.marker)]
-        assert "sglang::scheduler" in titles  # TP=1 naming
-    finally:
-        sim.stop()
+# --- failures ---------------------------------------------------------------------------
 
-
-def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(tmp_path):
+def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(launch):
     # flashinfer + MLA model + SM120: the Rule makes the simulator fail as the incident did.
-    sim = start_sim(tmp_path, "--tp-size", "8", "--attention-backend", "flashinfer")
+    sim = launch("--tp-size", "8", "--attention-backend", "flashinfer")
     try:
-        wait_for(lambda: "Capture target decode CUDA graph begin" in sim.log(), timeout=60)
-        tp0 = next(p for p in procs.deployment_processes(sim.marker)
-                   if p["cmdline"] == "sglang::scheduler_TP0")
+        wait_for(lambda: "Capture target decode CUDA graph begin" in sim.log(), timeout=90)
+        tp0 = by_title(sim)["sglang::scheduler_TP0"]
 
         def counters():
             io_text = Path(f"/proc/{tp0['pid']}/io").read_text()
@@ -203,35 +536,202 @@ def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(tmp_path):
         writes1, cpu1 = counters()
         assert writes1 - writes0 >= 2, "TP0 writes to its event pipe about once a second"
         assert cpu1 > cpu0, "TP0 spins"
-        assert "CUDA graph end" not in sim.log()
+        assert "Capture target decode CUDA graph end" not in sim.log()
+        assert "Capture target prefill CUDA graph end" in sim.log(), "prefill capture passed"
         assert http_status(sim.url + "/health", timeout=2) is None
         assert len(procs.deployment_processes(sim.marker)) == 10
     finally:
         sim.stop()
 
 
-def test_crash_in_weight_loading_exits_with_the_error(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
+def crashed(sim, timeout: float = 90) -> str:
+    """The log of a server whose failure ended it (SIGKILLed by its own kill_process_tree,
+    or exiting 1 on an uncaught error), once no process of it is left."""
+    code = sim.proc.wait(timeout)
+    assert code in (-signal.SIGKILL, 1), code
+    wait_for(lambda: not procs.deployment_processes(sim.marker), timeout=15)
+    return sim.log()
+
+
+def scheduler_exception(log: str, prefix: str, last_line: str) -> None:
+    """prefix: a regex for the rank prefix ("" at TP=1)."""
+    # A progress bar the failure interrupted has no newline: the line may be glued to it.
+    assert re.search(TS[1:] + prefix + r"\] Scheduler hit an exception: Traceback "
+                     r"\(most recent call last\):", log), log[-3000:]
+    assert last_line in log
+
+
+def test_crash_in_weight_loading_ends_the_whole_server(launch):
+    sim = launch("--tp-size", "4", "--attention-backend", "triton",
                     fault="crash:loading_weights")
-    assert sim.proc.wait(60) == 1
-    log = sim.log()
-    assert "Scheduler hit an exception: Traceback" in log
+    log = crashed(sim)
+    # Whichever rank reports first makes the main process kill the others.
+    scheduler_exception(log, r" TP\d", "RuntimeError: simulated crash (SGLANG_SIM_FAULT)")
+    in_order(log.splitlines(), [
+        r"Scheduler hit an exception",
+        TS + r"\] Received sigquit from a child process\. It usually means the child failed\.$",
+        TS + r"\] kill_process_tree called: parent_pid=\d+, include_parent=True, pid=\d+$"])
+
+
+@pytest.mark.parametrize("fault, flags, expected", [
+    ("oom:allocating_kv_cache", [],
+     ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.87 GiB. GPU 0 has a "
+      "total capacity of 95.59 GiB"]),
+    ("not_enough_memory", ["--mem-fraction-static", "0.5"],
+     ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
+      "value: mem_fraction_static=0.5"]),
+    ("nccl_error", [],
+     ["torch.distributed.DistBackendError: NCCL error in: ", "ncclSystemError: System call"]),
+    ("capture_failed", [],
+     ["Exception: Capture cuda graph failed: CUDA error: out of memory\nPossible solutions:\n"
+      "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+      "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+      "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled."]),
+    ("prefill_capture_failed", [],
+     ["] RuntimeError: CUDA error: out of memory\nFail when using backend: breakable for prefill "
+      "runner.\nPossible suggestions:\n1. disable the prefill CUDA graph by "
+      "--cuda-graph-backend-prefill=disabled\n"]),
+])
+def test_start_up_failures_print_sglangs_lines(launch, fault, flags, expected):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", *flags,
+                    fault=fault)
+    log = crashed(sim)
+    scheduler_exception(log, "", expected[0].split("\n")[0].lstrip("] "))
+    for text in expected:
+        assert text in log, f"{text!r} not in:\n{log[-3000:]}"
     assert "Received sigquit from a child process" in log
-    wait_for(lambda: not procs.deployment_processes(sim.marker), timeout=10)
 
 
-def test_cuda_oom_at_kv_allocation(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
-                    fault="oom:allocating_kv_cache")
-    assert sim.proc.wait(60) == 1
-    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in sim.log()
+@pytest.mark.parametrize("fault, expected", [
+    ("prefill_oom", "Prefill out of memory. Try to lower your batch size.\nTry to allocate 8192 "
+                    "tokens.\nAvailable tokens: 0 (available_size=0 + evictable_size=0)\n"),
+    ("decode_oom", "Decode out of memory. Try to lower your batch size.\nTry to allocate 1 "
+                   "tokens.\n"),
+])
+def test_serving_out_of_memory_ends_the_server(launch, fault, expected):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", fault=fault)
+    ready(sim)
+    with pytest.raises(requests.RequestException):
+        requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=30)
+    log = crashed(sim)
+    assert re.search(TS + r"\] " + re.escape(expected.split("\n")[0]), log, re.M)
+    scheduler_exception(log, "", "RuntimeError: " + expected)
+    in_order(log.splitlines(), [
+        r"Scheduler hit an exception",
+        TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
+        r"failed\.$",
+        r"kill_process_tree called"])
 
 
-def test_generation_hanging_after_ready_makes_health_fail(tmp_path):
-    sim = start_sim(tmp_path, "--tp-size", "1", "--attention-backend", "triton",
+def test_nccl_collective_timeout_aborts_the_scheduler_and_the_server(launch):
+    sim = launch("--tp-size", "2", "--disable-custom-all-reduce",
+                    "--attention-backend", "triton", "--dist-timeout", "600",
+                    fault="nccl_timeout")
+    ready(sim)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
+                     daemon=True).start()
+    log = crashed(sim)
+    assert re.search(r"^\[rank0\]:\[E\d{4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:\d+\] "
+                     r"\[Rank 0\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum="
+                     r"\d+, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=600000\) "
+                     r"ran for \d+ milliseconds before timing out\.$", log, re.M)
+    assert "\nterminate called after throwing an instance of 'c10::DistBackendError'\n" in log
+    assert "Scheduler hit an exception" not in log, "a native abort runs no Python handler"
+    in_order(log.splitlines(), [
+        r"Watchdog caught collective operation timeout",
+        TS + r"\] Subprocess scheduler_\d \(pid=\d+\) crashed with exit code -6\. Triggering "
+        r"SIGQUIT for cleanup\.\.\.$",
+        r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\.",
+        r"kill_process_tree called"])
+
+
+def test_scheduler_watchdog_timeout_ends_the_server(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                    "--watchdog-timeout", "60", fault="scheduler_watchdog")
+    ready(sim)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
+                     daemon=True).start()
+    log = crashed(sim)
+    in_order(log.splitlines(), [
+        TS + r"\] Scheduler debug info:$",
+        r"^scheduler\.cur_batch_for_debug\.batch_size\(\)=1$",
+        TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=60\.0, self\.soft=False\)$",
+        r"SIGQUIT received\. signum=None, frame=None",
+        r"kill_process_tree called"])
+
+
+def test_tokenizer_watchdog_is_soft_and_only_reports(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                    "--soft-watchdog-timeout", "100", fault="tokenizer_watchdog")
+    try:
+        ready(sim)
+        with pytest.raises(requests.Timeout):
+            requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=2)
+        assert re.search(TS + r"\] TokenizerManager watchdog timeout \(self\.watchdog_timeout="
+                         r"100\.0, self\.soft=True\)$", sim.log(), re.M)
+        assert sim.proc.poll() is None, "a soft watchdog kills nothing"
+    finally:
+        sim.stop()
+
+
+def test_with_data_parallelism_a_dead_scheduler_leaves_the_server_up(launch):
+    # The kernel's OOM killer takes DP0's TP0: no Python handler runs, no SIGQUIT is sent,
+    # and 0.5.23's controller does not watch its schedulers: the controller and the main
+    # process stay up, DP1 keeps serving, and requests routed to DP0 never finish.
+    sim = launch("--tp-size", "2", "--dp-size", "2", "--disable-custom-all-reduce",
+                    "--attention-backend", "triton", fault="killed:serving")
+    try:
+        ready(sim)
+        dp0 = by_title(sim)["sglang::scheduler_DP0_TP0"]["pid"]
+        answers = []
+
+        def ask():
+            try:
+                r = requests.post(sim.url + "/generate",
+                                  json={"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+                                  timeout=5)
+                answers.append(r.status_code)
+            except requests.Timeout:
+                answers.append("timeout")
+
+        for _ in range(4):
+            ask()
+        wait_for(lambda: not Path(f"/proc/{dp0}").exists()
+                 or procs.process_info(dp0)["state"] == "Z", timeout=10)
+        kmsg = (sim.gpu_dir.parent / "kmsg").read_text()
+        assert re.search(rf"Out of memory: Killed process {dp0} \(sglang::schedul\)", kmsg)
+        assert sorted(answers, key=str) == [200, 200, "timeout", "timeout"]
+        assert sim.proc.poll() is None, "the main process stays up"
+        assert "sglang::data_parallel_controller" in titles(sim)
+        assert "kill_process_tree" not in sim.log()
+        assert "sglang::scheduler_DP1_TP0" in titles(sim)
+    finally:
+        sim.stop()
+
+
+def test_with_data_parallelism_a_scheduler_exception_still_ends_the_server(launch):
+    # The scheduler's SIGQUIT goes to its parent, the controller, which has no handler and
+    # dies; the main process's SubprocessWatchdog sees that and takes everything down.
+    sim = launch("--tp-size", "1", "--dp-size", "2", "--attention-backend",
+                    "triton", fault="crash:serving")
+    ready(sim)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=30),
+                     daemon=True).start()
+    log = crashed(sim)
+    scheduler_exception(log, " DP0", "RuntimeError: simulated crash (SGLANG_SIM_FAULT)")
+    in_order(log.splitlines(), [
+        r"Scheduler hit an exception",
+        TS + r"\] Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -3\. Triggering "
+        r"SIGQUIT for cleanup\.\.\.$",
+        r"SIGQUIT received\. signum=None, frame=None",
+        r"kill_process_tree called"])
+
+
+def test_generation_hanging_after_ready_makes_health_fail(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
                     fault="hang_generation", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
     try:
-        wait_for(lambda: READY in sim.log(), timeout=60)
+        ready(sim)
         assert http_status(sim.url + "/ready") == 200
         with pytest.raises(requests.Timeout):
             requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=1.5)

@@ -51,7 +51,8 @@ def test_default_attention_backend_follows_the_release_source():
     r = releases()["0.5.23"]
     assert r.default_backend("MLA", "12.0") == "triton"
     assert r.default_backend("MLA", "9.0") == "fa3"
-    assert r.default_backend("MLA", "10.0") == "flashinfer"
+    assert r.default_backend("MLA", "10.0") == "trtllm_mla"  # the DeepSeek-V3 family
+    assert r.default_backend("MLA", "10.0", "DeepseekV2ForCausalLM") == "flashinfer"
     assert r.default_backend("MHA", "10.0") == "trtllm_mha"
     assert r.default_backend("MHA", "12.0") == "flashinfer"
 

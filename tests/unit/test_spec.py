@@ -209,6 +209,11 @@ def test_multi_node_ranks_and_address_come_from_the_group():
     assert a["group"]["serves_http"] and not b["group"]["serves_http"]
     assert b["argv"][b["argv"].index("--dist-init-addr") + 1] == "192.0.2.11:20000"
     assert group_consistency_errors({"a01": a, "a02": b}) == []
+    # Each node listens on its own address; that is not a disagreement.
+    own = build_launch_spec(settings(attention_backend="triton", tp=16, group="g",
+                                     host="192.0.2.12"), "a02", members, "192.0.2.11")["spec"]
+    assert own["argv"][own["argv"].index("--host") + 1] == "192.0.2.12"
+    assert group_consistency_errors({"a01": a, "a02": own}) == []
 
 
 def test_multi_node_inconsistencies_are_reported():
@@ -330,7 +335,7 @@ def test_cuda_graph_false_disables_every_capture_of_the_release():
 
 
 @pytest.mark.parametrize("cc,family,backend", [
-    ("12.0", "MLA", "triton"), ("9.0", "MLA", "fa3"), ("10.0", "MLA", "flashinfer"),
+    ("12.0", "MLA", "triton"), ("9.0", "MLA", "fa3"), ("10.0", "MLA", "trtllm_mla"),
     ("12.0", "MHA", "flashinfer"), ("10.0", "MHA", "trtllm_mha"), ("9.0", "MHA", "fa3"),
 ])
 def test_unset_backend_is_sglangs_default_for_the_gpu(cc, family, backend):
@@ -341,10 +346,11 @@ def test_unset_backend_is_sglangs_default_for_the_gpu(cc, family, backend):
 
 
 def test_rules_match_the_default_backend_that_will_run():
-    # flashinfer is SGLang's own choice for MHA on SM120, and an MLA model on B200 gets
-    # flashinfer by default: a Rule on that backend must see it.
-    result = build(gpu_compute_capability="10.0")
-    assert result["spec"]["facts"]["attention_backend"] == "flashinfer"
+    # A DeepSeek-V3-family model on B200 gets trtllm_mla by default (SGLang's override), and
+    # an MHA model on SM120 gets flashinfer: a Rule on those backends must see them.
+    assert build(gpu_compute_capability="10.0")["spec"]["facts"]["attention_backend"] == \
+        "trtllm_mla"
+    assert build(model_family="MHA")["spec"]["facts"]["attention_backend"] == "flashinfer"
 
 
 def test_huge_and_self_referencing_values_are_described_not_rendered():

@@ -7,12 +7,12 @@ import sys
 
 from setproctitle import setproctitle
 
-from sglang_fleet.sim.scheduler import _die_with_parent
+from sglang_fleet.sim.scheduler import die_with_parent
 
 
 def main() -> None:
     setproctitle("sglang::detokenizer")
-    _die_with_parent(int(sys.argv[1]))
+    die_with_parent(int(sys.argv[1]))
     while True:
         signal.pause()
 

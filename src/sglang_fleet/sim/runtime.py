@@ -1,7 +1,9 @@
 """What a simulated server knows about itself: settings, hardware, model, and how it will fail.
 
-Shared by the main process and the scheduler workers. Settings come from the environment
-(SGLANG_SIM_*), because the command line must stay exactly SGLang's.
+Shared by the main process, the data-parallel controller and the scheduler workers. Settings
+come from the environment (SGLANG_SIM_*), because the command line must stay exactly SGLang's.
+Parsed flags are read by SGLang's own dest names (getattr with SGLang's default), so any parser
+that produces them will do.
 """
 
 from __future__ import annotations
@@ -15,18 +17,46 @@ from typing import Any
 
 from sglang_fleet.reviewed import releases, sim_profile
 from sglang_fleet.rules import matching_rules
-from sglang_fleet.sim.server_args import VERSION, cuda_graph_enabled
+from sglang_fleet.sim.graphs import CapturePlan, backends, capture_plan
+from sglang_fleet.sim.server_args import VERSION
+from sglang_fleet.sim.topology import Topology
 from sglang_fleet_node import sglang_fleet_simgpu as simgpu
 
 GB = 1024**3
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForCausalLM")
 
 # Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from a matching Rule.
-# "xid" (or "xid<code>", default 79) writes an NVRM Xid line to the node's simulated kernel
-# log, <gpu dir>/../kmsg, then hangs as a process on a GPU fallen off the bus does.
-# "orphan_workers": schedulers skip PR_SET_PDEATHSIG and outlive a killed main process.
-FAULT_KINDS = ("hang", "crash", "oom", "xid", "hang_generation", "leak_memory",
-               "orphan_workers")
+# Each prints what SGLang 0.5.23 prints for it (see sglang_fleet.sim.failures); the README's
+# simulator section lists them with their default phase.
+STARTUP_PHASES = ("launching", "loading_weights", "allocating_kv_cache", "capturing_cuda_graph",
+                  "starting_http", "warming_up")
+PHASES = (*STARTUP_PHASES, "serving")
+# kind -> (default phase, phases it can strike in)
+FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "hang": (None, STARTUP_PHASES),
+    "crash": (None, PHASES),
+    "oom": ("allocating_kv_cache", ("loading_weights", "allocating_kv_cache",
+                                    "capturing_cuda_graph", "serving")),
+    "xid": ("capturing_cuda_graph", STARTUP_PHASES),
+    "hang_generation": ("serving", ("serving",)),
+    "leak_memory": (None, ()),
+    "orphan_workers": (None, ()),
+    "nccl_error": ("launching", ("launching", "loading_weights", "capturing_cuda_graph",
+                                 "serving")),
+    "nccl_timeout": ("serving", ("capturing_cuda_graph", "serving")),
+    "not_enough_memory": ("allocating_kv_cache", ("allocating_kv_cache",)),
+    "prefill_oom": ("serving", ("serving",)),
+    "decode_oom": ("serving", ("serving",)),
+    "capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
+    "prefill_capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
+    "scheduler_watchdog": ("serving", ("serving",)),
+    "tokenizer_watchdog": ("serving", ("serving",)),
+    "killed": ("serving", PHASES),
+}
+FAULT_KINDS = tuple(FAULTS)
+# Faults a scheduler plays when a request reaches it after start-up.
+SERVING_SCHEDULER_FAULTS = ("crash", "oom", "nccl_error", "nccl_timeout", "prefill_oom",
+                            "decode_oom", "scheduler_watchdog", "killed")
 
 
 @dataclass
@@ -48,15 +78,20 @@ class SimRuntime:
     devices: list[dict[str, Any]]
     model_type: str
     model_family: str
+    topology: Topology
     faults: list[Fault] = field(default_factory=list)
 
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
 
-    def fault_at(self, phase: str,
-                 kinds: tuple[str, ...] = ("hang", "crash", "oom", "xid")) -> Fault | None:
+    def scaled(self, seconds: float) -> float:
+        """A configured SGLang timeout on the simulator's compressed timeline."""
+        return float(seconds) * self.time_factor
+
+    def fault_at(self, phase: str, kinds: tuple[str, ...] | None = None) -> Fault | None:
         for f in self.faults:
-            if f.kind in kinds and f.phase == phase:
+            if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
+                    "hang_generation", "leak_memory", "orphan_workers", "tokenizer_watchdog"):
                 return f
         return None
 
@@ -70,9 +105,38 @@ class SimRuntime:
             speed *= float(d["nccl_tuned_multiplier"])
         return speed
 
-    def gpu_index(self, tp_rank: int) -> int:
-        per_node = max(self.args.tp_size // max(self.args.nnodes, 1), 1)
-        return self.args.base_gpu_id + (tp_rank % per_node)
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        major, minor = self.devices[0]["compute_capability"]
+        return int(major), int(minor)
+
+    @property
+    def gpu_mem_gb(self) -> float:
+        return self.devices[0]["memory_total"] / GB
+
+    def capture_plan(self) -> CapturePlan:
+        prefill_backend = (getattr(self.args, "prefill_attention_backend", None)
+                           or effective_backend(self))
+        return capture_plan(self.args, self.gpu_mem_gb * 1024, self.model_type,
+                            self.model_family == "MLA", prefill_backend)
+
+    def kv_dtype(self) -> tuple[str, int]:
+        """(torch dtype SGLang prints, bytes per element) for --kv-cache-dtype."""
+        kind = getattr(self.args, "kv_cache_dtype", "auto") or "auto"
+        if kind.startswith("fp8_e4m3"):
+            return "torch.float8_e4m3fn", 1
+        if kind.startswith("fp8_e5m2"):
+            return "torch.float8_e5m2", 1
+        if kind.startswith("fp4"):
+            return "torch.float4_e2m1fn_x2", 1
+        return "torch.bfloat16", 2
+
+    def kv_tokens(self) -> int:
+        return int(self.profile["kv_tokens"]) * (2 // self.kv_dtype()[1])
+
+    def context_len(self) -> int:
+        return int(getattr(self.args, "context_length", None)
+                   or self.profile.get("context_len", 262144))
 
 
 def parse_faults(text: str) -> list[Fault]:
@@ -82,8 +146,14 @@ def parse_faults(text: str) -> list[Fault]:
         xid = 79
         if kind.startswith("xid") and kind[3:].isdigit():
             kind, xid = "xid", int(kind[3:])
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"SGLANG_SIM_FAULT: unknown fault {kind!r}; known: {FAULT_KINDS}")
+        if kind not in FAULTS:
+            raise ValueError(f"SGLANG_SIM_FAULT={text!r}: unknown fault {kind!r}; "
+                             f"known: {', '.join(FAULT_KINDS)}")
+        default, allowed = FAULTS[kind]
+        phase = phase or default
+        if allowed and phase not in allowed:
+            raise ValueError(f"SGLANG_SIM_FAULT={text!r}: {kind} cannot strike in phase "
+                             f"{phase!r}; give one of: {', '.join(allowed)}")
         faults.append(Fault(kind=kind, phase=phase or None, xid=xid))
     return faults
 
@@ -114,31 +184,48 @@ def load_runtime(args: Any) -> SimRuntime:
         devices=devices,
         model_type=model_type,
         model_family=family,
+        topology=Topology.from_args(args),
         faults=parse_faults(os.environ.get("SGLANG_SIM_FAULT", "")),
     )
+    if rt.has("tokenizer_watchdog") and getattr(args, "soft_watchdog_timeout", None) is None:
+        raise ValueError("SGLANG_SIM_FAULT=tokenizer_watchdog needs --soft-watchdog-timeout: "
+                         "SGLang's TokenizerManager watchdog is soft and off without it")
     rt.faults += rule_faults(rt)
     return rt
 
 
+def default_backend(rt: SimRuntime) -> tuple[str, str]:
+    """(backend, the line SGLang logs choosing it) when --attention-backend is not set: the
+    release's default as modelled in data/sglang_versions.yml, the one the LaunchSpec uses."""
+    major, minor = rt.compute_capability
+    backend = releases()[VERSION].default_backend(rt.model_family, f"{major}.{minor}",
+                                                  rt.model_type)
+    if backend == "trtllm_mla":  # the DeepSeek-V3 family's override on SM100
+        return backend, f"Use trtllm_mla as attention backend on sm100 for {rt.model_type}"
+    return backend, f"Attention backend not specified. Use {backend} backend by default."
+
+
 def effective_backend(rt: SimRuntime) -> str:
-    """The backend the server runs: the flag, else the release's default for this GPU."""
-    major, minor = rt.devices[0]["compute_capability"]
-    return rt.args.attention_backend or releases()[VERSION].default_backend(
-        rt.model_family, f"{major}.{minor}")
+    args = rt.args
+    prefill = getattr(args, "prefill_attention_backend", None)
+    if prefill is not None and prefill == getattr(args, "decode_attention_backend", None):
+        return prefill
+    return args.attention_backend or default_backend(rt)[0]
 
 
 def rule_faults(rt: SimRuntime) -> list[Fault]:
     """A configuration that matches a Rule fails the way the Rule says real servers fail."""
-    major, minor = rt.devices[0]["compute_capability"]
-    cc = f"{major}.{minor}"
-    facts = {  # the same facts the LaunchSpec gives Rules
+    major, minor = rt.compute_capability
+    decode, _, _ = backends(rt.args)
+    facts = {
         "attention_backend": effective_backend(rt),
         "model_family": rt.model_family,
-        "compute_capability": cc,
+        "compute_capability": f"{major}.{minor}",
         "interconnect": rt.devices[0].get("interconnect", "pcie"),
         "tp": rt.args.tp_size,
-        "custom_all_reduce": not rt.args.disable_custom_all_reduce,
-        "cuda_graph": cuda_graph_enabled(rt.args),
+        "custom_all_reduce": not getattr(rt.args, "disable_custom_all_reduce", False),
+        # The Rules' capture hangs are decode capture ("Capturing batches"), as the incident.
+        "cuda_graph": decode != "disabled",
         "sglang_version": VERSION,
     }
     faults = []
@@ -155,8 +242,3 @@ def log(message: str, prefix: str = "", end: str = "\n") -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     sys.stdout.write(f"[{stamp}{prefix}] {message}{end}")
     sys.stdout.flush()
-
-
-def clock(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 60:02d}:{seconds % 60:02d}"

@@ -271,12 +271,16 @@ def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "
 
 def make_tp16_group(tmp: Path) -> SimFleet:
     """Two simulated nodes forming one TP=16 server, sharing model path and port as a real
-    group does (only rank 0 binds the port)."""
+    group does."""
     return add_tp16_group(make_fleet(tmp, hosts=2), tmp)
 
 
 def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
-    """Make the fleet's first two hosts one TP=16 server (inventory group tp16)."""
+    """Make the fleet's first two hosts one TP=16 server (inventory group tp16).
+
+    Both nodes use the group's one port, as real nodes do; here they share a machine, so each
+    listens on its own loopback address (rank 0 serves HTTP on 127.0.0.1, rank 1's dummy
+    health server answers on 127.0.0.2) and the group's dist-init address is rank 0's."""
     first, second = fleet.hosts[:2]
     (fleet.inventory / "group_vars" / "tp16.yml").write_text(
         "sglang_server_group: tp16\nsglang_server_tp: 16\n"
@@ -285,5 +289,7 @@ def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
         f"sglang_server_model_path: {tmp}/shared-models/Kimi-K2.5\n")
     hosts = (fleet.inventory / "hosts.yml").read_text()
     (fleet.inventory / "hosts.yml").write_text(
-        hosts + f"    tp16:\n      hosts:\n        {first}:\n        {second}:\n")
+        hosts + "    tp16:\n      hosts:\n"
+        f"        {first}:\n          sglang_server_host: 127.0.0.1\n"
+        f"        {second}:\n          sglang_server_host: 127.0.0.2\n")
     return fleet

@@ -1,0 +1,126 @@
+"""The failure texts SGLang 0.5.23 (and the torch underneath it) print, for the simulator.
+
+Each is raised or printed by the simulated process where the real one would be, so a real
+Python traceback of the simulator carries SGLang's own last line. Sources:
+- sglang/srt/model_executor/pool_configurator.py MemoryPoolConfig.__post_init__
+- sglang/srt/mem_cache/allocation.py (prefill and decode allocation) and
+  base_prefix_cache.available_and_evictable_str
+- sglang/srt/model_executor/runner/decode_cuda_graph_runner.py (capture failure) and
+  runner_backend_utils/__init__.py CUDA_GRAPH_CAPTURE_FAILED_MSG,
+  PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG, breakable_cuda_graph/context.py BCG_FAILURE_HINT
+- sglang/srt/utils/watchdog.py WatchdogRaw._watchdog_once and
+  managers/scheduler_components/invariant_checker.py create_scheduler_watchdog (dump_info)
+- torch's ProcessGroupNCCL watchdog (C++): the collective timeout and std::terminate lines.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class DistBackendError(RuntimeError):
+    """Stands in for torch.distributed.DistBackendError; printed under torch's name."""
+
+
+DistBackendError.__module__ = "torch.distributed"
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands in for torch.OutOfMemoryError; printed under torch's name."""
+
+
+OutOfMemoryError.__module__ = "torch"
+
+
+CUDA_GRAPH_CAPTURE_FAILED_MSG = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+    "(Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG = (
+    "Fail when using backend: {backend} for prefill runner.\n"
+    "Possible suggestions:\n"
+    "{suggestions}"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+BCG_FAILURE_HINT = (
+    "1. disable the prefill CUDA graph by --cuda-graph-backend-prefill=disabled\n"
+    "2. if it is an OOM problem, set --mem-fraction-static to a smaller value "
+    "(e.g., 0.8 or 0.7) or set --cuda-graph-max-bs-prefill to a smaller value "
+    "(e.g., 2048)\n"
+)
+
+
+def not_enough_memory(mem_fraction_static: float | None) -> str:
+    msg = "Not enough memory. Please try to increase --mem-fraction-static."
+    if mem_fraction_static is not None:
+        msg += f" Current value: mem_fraction_static={mem_fraction_static}"
+    return msg
+
+
+def allocation_oom(stage: str, tokens: int, available: int) -> str:
+    """stage: "Prefill" or "Decode"."""
+    return (f"{stage} out of memory. Try to lower your batch size.\n"
+            f"Try to allocate {tokens} tokens.\n"
+            f"Available tokens: {available} (available_size={available} + evictable_size=0)\n")
+
+
+def cuda_oom(need_gib: float, gpu: int, total_gib: float, free_gib: float) -> str:
+    return (f"CUDA out of memory. Tried to allocate {need_gib:.2f} GiB. GPU {gpu} has a total "
+            f"capacity of {total_gib:.2f} GiB of which {free_gib:.2f} GiB is free. Of the "
+            f"allocated memory {total_gib - free_gib:.2f} GiB is allocated by PyTorch, and "
+            f"0.00 GiB is reserved by PyTorch but unallocated.")
+
+
+def nccl_error() -> str:
+    return ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled "
+            "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\n"
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call "
+            "failed or device error. \nLast error:\nsocketProgress: Connection closed by "
+            "remote peer")
+
+
+def watchdog_timeout_lines(debug_name: str, timeout: float, soft: bool) -> str:
+    return f"{debug_name} watchdog timeout (self.watchdog_timeout={timeout!r}, self.soft={soft})"
+
+
+def scheduler_debug_info(rid: str, input_ids: list[int], output_ids: list[int]) -> str:
+    return ("Scheduler debug info:\n"
+            "scheduler.cur_batch_for_debug.batch_size()=1\n"
+            f"scheduler.cur_batch_for_debug.reqs=[Req(rid={rid}, input_ids={input_ids}, "
+            f"output_ids={output_ids})]")
+
+
+def _glog_stamp() -> str:
+    now = time.time()
+    return time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e9):09d}"
+
+
+def write_nccl_watchdog_abort(rank: int, timeout_ms: int, ran_ms: int, seq: int) -> None:
+    """What torch's NCCL watchdog writes to stderr before std::terminate aborts the process."""
+    work = (f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=7168, NumelOut=7168, "
+            f"Timeout(ms)={timeout_ms})")
+    caught = (f"[Rank {rank}] Watchdog caught collective operation timeout: {work} ran for "
+              f"{ran_ms} milliseconds before timing out.")
+    pg = f"[PG ID 2 PG GUID 3 Rank {rank}]"
+    head = f"[rank{rank}]:[E{_glog_stamp()} ProcessGroupNCCL.cpp"
+    sys.stderr.write(
+        f"{head}:632] {caught}\n"
+        f"{head}:1664] {pg} Exception (either an error or timeout) detected by watchdog at "
+        f"work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n"
+        f"terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        f"  what():  {pg} Process group watchdog thread terminated with exception: {caught}\n"
+        f"Exception raised from checkTimeout at "
+        f"/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632 (most recent call "
+        f"first):\n"
+        f"frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (libc10.so)\n"
+        f"frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+        f"duration<long, std::ratio<1l, 1000l> > >) + 0x2b4 (libtorch_cuda.so)\n"
+        f"frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x890 (libtorch_cuda.so)\n"
+        f"frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (libtorch_cuda.so)\n"
+        f"\n")
+    sys.stderr.flush()

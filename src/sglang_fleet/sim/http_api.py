@@ -1,0 +1,423 @@
+"""The simulated HTTP API: SGLang 0.5.23's endpoints, status codes and bodies.
+
+Modelled on sglang/srt/entrypoints/http_server.py (health_generate, ready, sagemaker_health
+(/ping), model_info, server_info, available_models, retrieve_model (/v1/models/{model}),
+flush_cache (GET and POST), freeze_gc, generate_request with the api_contract check and
+_create_error_response, validation_exception_handler for bodies FastAPI cannot parse),
+sglang/srt/utils/auth.py (decide_request_auth: /health*, /ready*, /metrics* need no key) and
+sglang/srt/managers/tokenizer_manager.py (_handle_batch_request: a list of prompts answers a
+list, or streams chunks that carry their `index`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from sglang_fleet.sim.runtime import VERSION, effective_backend, log
+from sglang_fleet.sim.serving import STARTING, UNHEALTHY, UP, Generation, ServerState, token_text
+
+UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
+GET_PATHS = {"/health", "/health_generate", "/ready", "/ping", "/model_info", "/get_model_info",
+             "/server_info", "/get_server_info", "/v1/models", "/metrics", "/flush_cache",
+             "/freeze_gc"}
+POST_PATHS = {"/generate", "/v1/chat/completions", "/v1/completions", "/flush_cache",
+              "/freeze_gc"}
+FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "
+           "or waiting requests, the operation will not be performed.)\n")
+
+
+class BadBody(Exception):
+    """A body FastAPI refuses before SGLang's handler runs (RequestValidationError)."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(error["msg"])
+        self.error = error
+
+
+def validation_error_body(error: dict[str, Any], method: str, path: str) -> dict[str, Any]:
+    """validation_exception_handler's ErrorResponse around FastAPI's error text, whose
+    endpoint context names the handler that serves the route (here the simulator's)."""
+    errors = [error]
+    handler = Handler._generate
+    where = (f'\n  File "{inspect.getsourcefile(handler)}", '
+             f"line {inspect.getsourcelines(handler)[1]}, in generate_request\n    {method} {path}")
+    exc_str = f"1 validation error:\n  {error}\n{where}".rstrip()
+    return {"object": "error", "message": f"{exc_str} {errors}", "type": "Bad Request",
+            "param": None, "code": 400}
+
+
+def parse_body(raw: bytes) -> Any:
+    if not raw:
+        raise BadBody({"type": "missing", "loc": ("body",), "msg": "Field required",
+                       "input": None})
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise BadBody({"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
+                       "input": {}, "ctx": {"error": e.msg}}) from None
+    return body
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    state: ServerState  # set on the subclass built per server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    # --- plumbing -------------------------------------------------------------------------
+    def _access(self, code: int) -> None:
+        reason = self.responses.get(code, ("",))[0]
+        client = f"{self.client_address[0]}:{self.client_address[1]}"
+        log(f'INFO:     {client} - "{self.command} {self.path} HTTP/1.1" {code} {reason}')
+
+    def _send(self, code: int, body: Any = b"", content_type: str | None = None) -> None:
+        if isinstance(body, bytes | str):
+            data = body.encode() if isinstance(body, str) else body
+        else:
+            data, content_type = json.dumps(body).encode(), content_type or "application/json"
+        self.send_response(code)
+        if content_type and data:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._access(code)  # uvicorn logs when the response starts, before its body
+        self.wfile.write(data)
+
+    def _authorized(self, path: str) -> bool:
+        key = self.state.rt.args.api_key
+        if not key or path.startswith(UNAUTHENTICATED_PREFIXES):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token, key):
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
+    def _route(self, method: str) -> str | None:
+        path = self.path.split("?", 1)[0]
+        if not self._authorized(path):
+            return None
+        allowed = methods_of(path)
+        if path == "/metrics" and not self.state.rt.args.enable_metrics:
+            allowed = set()
+        if method not in allowed:
+            if allowed:
+                self._send(405, {"detail": "Method Not Allowed"})
+            else:
+                self._send(404, {"detail": "Not Found"})
+            return None
+        return path
+
+    # --- GET --------------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        path = self._route("GET")
+        if path is None:
+            return
+        st, args = self.state, self.state.rt.args
+        if path in ("/health", "/health_generate"):
+            self._send(self._health(path))
+        elif path == "/ready":
+            self._send(200 if st.is_ready() else 503)
+        elif path == "/ping":
+            self._send(200 if st.is_healthy() else 503)
+        elif path in ("/model_info", "/get_model_info"):
+            if path == "/get_model_info":
+                log("Endpoint '/get_model_info' is deprecated and will be removed in a future "
+                    "version. Please use '/model_info' instead.")
+            self._send(200, self._model_info())
+        elif path in ("/server_info", "/get_server_info"):
+            info = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+            info.update({"attention_backend": effective_backend(st.rt), "version": VERSION,
+                         "internal_states": [{"last_gen_throughput": st.last_gen_throughput}],
+                         "simulated": True})
+            self._send(200, info)
+        elif path == "/v1/models":
+            self._send(200, {"object": "list", "data": [self._model_card()]})
+        elif path.startswith("/v1/models/"):
+            name = path[len("/v1/models/"):]
+            if name != args.served_model_name:
+                self._send(404, {"error": {"message": f"The model '{name}' does not exist",
+                                           "type": "invalid_request_error", "param": "model",
+                                           "code": "model_not_found"}})
+            else:
+                self._send(200, self._model_card())
+        elif path == "/metrics":
+            self._send(200, self._metrics(), "text/plain; version=0.0.4")
+        elif path == "/flush_cache":
+            self._flush_cache()
+        elif path == "/freeze_gc":
+            self._send(200, "Garbage collection frozen.\n")
+
+    def _model_card(self) -> dict[str, Any]:
+        name = self.state.rt.args.served_model_name
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+                "root": name, "parent": None, "max_model_len": self.state.rt.context_len()}
+
+    def _model_info(self) -> dict[str, Any]:
+        rt, args = self.state.rt, self.state.rt.args
+        return {"model_path": args.model_path, "served_model_name": args.served_model_name,
+                "tokenizer_path": getattr(args, "tokenizer_path", None) or args.model_path,
+                "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default", "load_format": getattr(args, "load_format", "auto"),
+                "reasoning_parser": getattr(args, "reasoning_parser", None),
+                "tool_call_parser": getattr(args, "tool_call_parser", None),
+                "disaggregation_mode": "null", "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": "sglang-fleet-simulated",
+                "architectures": [rt.model_type]}
+
+    def _metrics(self) -> str:
+        st = self.state
+        labels = f'model_name="{st.rt.args.served_model_name}"'
+        return "\n".join([
+            "# HELP sglang:num_running_reqs The number of running requests.",
+            "# TYPE sglang:num_running_reqs gauge",
+            f"sglang:num_running_reqs{{{labels}}} {len(st.running)}",
+            "# HELP sglang:gen_throughput The generation throughput (token/s).",
+            "# TYPE sglang:gen_throughput gauge",
+            f"sglang:gen_throughput{{{labels}}} {st.last_gen_throughput:.3f}",
+            "# HELP sglang:generation_tokens_total Generated tokens.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f"sglang:generation_tokens_total{{{labels}}} {st.generated_tokens}",
+            "",
+        ])
+
+    def _health(self, path: str) -> int:
+        """http_server.health_generate: a 1-token generation; any output within
+        SGLANG_HEALTH_CHECK_TIMEOUT (checked once a second) makes the server Up again."""
+        st = self.state
+        if st.gracefully_exit:
+            log("Health check request received during shutdown. Returning 503.")
+            return 503
+        if st.status == STARTING:
+            return 503
+        if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower()
+                in ("0", "false", "no", "off") and path == "/health"):
+            return 200
+        gen = Generation(st, (0,), 1, st.route(health=True))  # input_ids=[0], 1 token
+        threading.Thread(target=lambda: sum(1 for _ in gen.run(lambda g: st.log_prefill([g]))),
+                         daemon=True).start()
+        tic = time.time()
+        while time.time() < tic + st.health_timeout:
+            time.sleep(1)
+            if st.last_receive_tstamp > tic:
+                st.status = UP
+                return 200
+        log(f"Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{st.health_timeout} seconds. tic start time: "
+            f"{time.strftime('%H:%M:%S', time.localtime(tic))}. last_heartbeat time: "
+            f"{time.strftime('%H:%M:%S', time.localtime(st.last_receive_tstamp))}")
+        st.status = UNHEALTHY
+        return 503
+
+    def _flush_cache(self) -> None:
+        if self.state.flush_cache(self.state.replicas[0].prefix):
+            self._send(200, FLUSHED)
+        else:
+            self._send(400, "Flush cache failed.\n")
+
+    # --- POST -------------------------------------------------------------------------------
+    def do_PUT(self) -> None:  # noqa: N802 - stdlib name
+        self.do_POST(method="PUT")
+
+    def do_POST(self, method: str = "POST") -> None:  # noqa: N802 - stdlib name
+        path = self._route(method)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if path is None:
+            return
+        if path == "/flush_cache":
+            self._flush_cache()
+            return
+        if path == "/freeze_gc":
+            self._send(200, "Garbage collection frozen.\n")
+            return
+        try:
+            body = parse_body(raw)
+            if path == "/generate":
+                self._generate(body)
+            else:
+                self._openai(path, body if isinstance(body, dict) else {})
+        except BadBody as bad:
+            self._send(400, validation_error_body(bad.error, self.command, path))
+
+    def _generate(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            raise BadBody({"type": "dataclass_type", "loc": ("body",),
+                           "msg": "Input should be a dictionary or an instance of "
+                                  "GenerateReqInput", "input": body,
+                           "ctx": {"class_name": "GenerateReqInput"}})
+        prompts = _prompts(body)
+        if prompts is None:
+            message = "Either text, input_ids or input_embeds should be provided."
+            log(f"[http_server] Error: {message}")
+            if body.get("stream"):
+                self._start_stream()
+                self._event({"error": {"message": message, "type": "invalid_request_error",
+                                       "code": 400, "retryable": False}})
+                self._end_stream()
+            else:
+                self._send(400, {"error": {"message": message}})
+            return
+        keys, batched = prompts
+        params = body.get("sampling_params") or {}
+        params = params if isinstance(params, list) else [params] * len(keys)
+        st = self.state
+        gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
+                           st.route(), st.take_warmup_delay())
+                for i, key in enumerate(keys)]
+        logged = threading.Event()
+
+        def on_prefill(_gen: Generation) -> None:
+            if not logged.is_set():
+                logged.set()
+                for replica in {id(g.replica): g.replica for g in gens}.values():
+                    st.log_prefill([g for g in gens if g.replica is replica])
+
+        if body.get("stream"):
+            self._stream_generations(gens, batched, on_prefill)
+            return
+        results: list[dict[str, Any] | None] = [None] * len(gens)
+
+        def collect(i: int) -> None:
+            n = sum(1 for _ in gens[i].run(on_prefill))
+            results[i] = {"text": "".join(token_text(t) for t in range(n)),
+                          "output_ids": list(range(n)), "meta_info": gens[i].meta(True)}
+
+        threads = [threading.Thread(target=collect, args=(i,), daemon=True)
+                   for i in range(len(gens))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if any(r is None for r in results):
+            return  # generation never finished: the connection dies with the server
+        self._send(200, results if batched else results[0])
+
+    def _stream_generations(self, gens: list[Generation], batched: bool, on_prefill) -> None:
+        self._start_stream()
+        lock = threading.Lock()
+
+        def stream(i: int) -> None:
+            gen = gens[i]
+            text = ""
+            for t in gen.run(on_prefill):
+                text += token_text(t)
+                done = t + 1 == gen.max_new_tokens
+                event = {"text": text, "output_ids": list(range(t + 1)),
+                         "meta_info": gen.meta(done)}
+                if batched:
+                    event["index"] = i
+                with lock:
+                    self._event(event)
+
+        threads = [threading.Thread(target=stream, args=(i,), daemon=True)
+                   for i in range(len(gens))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self._end_stream()
+
+    def _openai(self, path: str, body: dict[str, Any]) -> None:
+        chat = path.endswith("chat/completions")
+        st, args = self.state, self.state.rt.args
+        prompt_text = (" ".join(str(m.get("content", "")) for m in body.get("messages", []))
+                       if chat else str(body.get("prompt", "")))
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
+        gen = Generation(st, tuple(prompt_text.split()), max_tokens, st.route(),
+                         st.take_warmup_delay())
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{gen.rid}"
+        obj = "chat.completion" if chat else "text_completion"
+        created = int(time.time())
+
+        def on_prefill(g: Generation) -> None:
+            st.log_prefill([g])
+
+        if body.get("stream"):
+            self._start_stream()
+            base = {"id": rid, "object": f"{obj}.chunk" if chat else obj, "created": created,
+                    "model": args.served_model_name}
+            if chat:
+                self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
+                             "content": ""}, "finish_reason": None}]})
+            n = 0
+            for i in gen.run(on_prefill):
+                n = i + 1
+                delta = ({"delta": {"content": token_text(i)}} if chat
+                         else {"text": token_text(i)})
+                self._event({**base, "choices": [{"index": 0, **delta,
+                                                  "finish_reason": None}]})
+            final = {"delta": {}} if chat else {"text": ""}
+            self._event({**base, "choices": [{"index": 0, **final, "finish_reason": "length"}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
+                         "total_tokens": gen.prompt_tokens + n}
+                self._event({**base, "choices": [], "usage": usage})
+            self._end_stream()
+            return
+        n = sum(1 for _ in gen.run(on_prefill))
+        text = "".join(token_text(i) for i in range(n))
+        choice = ({"message": {"role": "assistant", "content": text}} if chat
+                  else {"text": text})
+        self._send(200, {"id": rid, "object": obj, "created": created,
+                         "model": args.served_model_name,
+                         "choices": [{"index": 0, **choice, "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
+                                   "total_tokens": gen.prompt_tokens + n}})
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        self._access(200)
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def methods_of(path: str) -> set[str]:
+    """The methods SGLang's routes accept on `path` (empty: no such route)."""
+    if path.startswith("/v1/models/"):
+        return {"GET"}
+    methods = set()
+    if path in GET_PATHS:
+        methods.add("GET")
+    if path in POST_PATHS:
+        methods.add("POST")
+    if path == "/generate":
+        methods.add("PUT")
+    return methods
+
+
+def _prompts(body: dict[str, Any]) -> tuple[list[tuple[Any, ...]], bool] | None:
+    """Token keys of each prompt and whether the request is a batch (a list of prompts), as
+    GenerateReqInput._determine_batch_size reads `text` and `input_ids`."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is not None:
+        if isinstance(text, list):
+            return [tuple(str(t).split()) or ("",) for t in text], True
+        return [tuple(str(text).split()) or ("",)], False
+    if ids is not None:
+        if ids and isinstance(ids[0], list):
+            return [tuple(x) for x in ids], True
+        return [tuple(ids)], False
+    return None
+

@@ -1,0 +1,297 @@
+"""The simulated tokenizer manager: request routing, paced generation, the batch log lines.
+
+Decode speed comes from the simulator profile and is SIMULATED; everything around it follows
+SGLang 0.5.23: server status (Starting / Up / UnHealthy), the radix prefix cache behind
+`cached_tokens`, round-robin routing over data-parallel replicas
+(managers/data_parallel_controller.py round_robin_scheduler, dispatch_health_check), the
+`meta_info` fields of managers/tokenizer_manager.py _handle_batch_output and
+observability/req_time_stats.py, and the `Prefill batch, ...` / `Decode batch, ...` lines of
+managers/scheduler_components/metrics_reporter.py (report_prefill_stats, report_decode_stats;
+decode lines every --decode-log-interval decode steps, 40 by default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_fleet.sim.runtime import SERVING_SCHEDULER_FAULTS, SimRuntime, log
+
+STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
+
+
+@dataclass
+class Replica:
+    """One data-parallel replica's schedulers, as the main process routes to them."""
+
+    dp_rank: int | None
+    prefix: str  # the stats-logging scheduler's log prefix (its TP rank 0)
+    pids: list[int] = field(default_factory=list)
+    struck: set[str] = field(default_factory=set)  # phases whose fault was handed over
+
+
+def token_text(i: int) -> str:
+    return f" tok{i}"
+
+
+class ServerState:
+    """What the HTTP handlers read and the generations update; one lock guards it."""
+
+    def __init__(self, rt: SimRuntime, replicas: list[Replica]):
+        self.rt = rt
+        self.replicas = replicas
+        self.status = STARTING
+        self.gracefully_exit = False
+        self.lock = threading.Lock()
+        self.running: dict[str, Generation] = {}
+        self.generated_tokens = 0
+        self.last_gen_throughput = 0.0
+        self.last_receive_tstamp = 0.0
+        self.health_timeout = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        # SIGUSR1's switch; the hang_generation fault hangs generation once the server is Up.
+        self.hang_generation = False
+        self.stop_event = threading.Event()
+        self.round_robin = 0
+        self.health_round_robin = 0
+        self.cache: set[tuple[Any, ...]] = set()
+        self.radix_cache = not getattr(rt.args, "disable_radix_cache", False)
+        self.max_total_tokens = rt.kv_tokens()
+        self.decode_steps = 0
+        self.decode_log_interval = int(getattr(rt.args, "decode_log_interval", 40) or 40)
+        self.tokens_since_log = 0
+        self.last_decode_log = time.perf_counter()
+        self.last_prefill_log = time.perf_counter()
+        self.cuda_graph = rt.capture_plan()
+        self.tokenizer_stalled = False
+        # The first request (the warm-up) pays the profile's warming_up time on top of TTFT.
+        self.warmup_delay = rt.duration("warming_up")
+
+    def take_warmup_delay(self) -> float:
+        with self.lock:
+            delay, self.warmup_delay = self.warmup_delay, 0.0
+        return delay
+
+    # --- status (tokenizer_manager.is_healthy / is_ready) -----------------------------------
+    def is_healthy(self) -> bool:
+        return not self.gracefully_exit and self.status == UP
+
+    def is_ready(self) -> bool:
+        return self.is_healthy()
+
+    # --- routing -------------------------------------------------------------------------
+    def route(self, health: bool = False) -> Replica:
+        with self.lock:
+            if health:
+                n, self.health_round_robin = self.health_round_robin, self.health_round_robin + 1
+            else:
+                n, self.round_robin = self.round_robin, self.round_robin + 1
+        return self.replicas[n % len(self.replicas)]
+
+    def serving_fault(self, replica: Replica):
+        """The fault a request meets on `replica`: the warm-up's before the server is Up,
+        the serving one after; with data parallelism only DP0 is struck."""
+        if replica.dp_rank not in (None, 0):
+            return None
+        phase = "warming_up" if self.status == STARTING else "serving"
+        return self.rt.fault_at(phase, (*SERVING_SCHEDULER_FAULTS, "hang"))
+
+    def hand_fault(self, replica: Replica, phase: str) -> None:
+        """Tell the replica's schedulers a batch reached them (they play their fault):
+        SIGUSR1 during warm-up, SIGUSR2 once serving."""
+        with self.lock:
+            if phase in replica.struck:
+                return
+            replica.struck.add(phase)
+        sig = signal.SIGUSR1 if phase == "warming_up" else signal.SIGUSR2
+        for pid in replica.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def stall_tokenizer(self) -> None:
+        """The tokenizer manager's loop stops; its soft watchdog (utils/watchdog.py) says so
+        after --soft-watchdog-timeout and nothing else happens (soft: no kill)."""
+        with self.lock:
+            if self.tokenizer_stalled:
+                return
+            self.tokenizer_stalled = True
+        timeout = getattr(self.rt.args, "soft_watchdog_timeout", None)
+
+        def bark() -> None:
+            time.sleep(self.rt.scaled(timeout))
+            log(f"TokenizerManager watchdog timeout (self.watchdog_timeout={timeout!r}, "
+                f"self.soft=True)")
+            print(flush=True)
+
+        threading.Thread(target=bark, daemon=True).start()
+
+    # --- the radix cache ---------------------------------------------------------------------
+    def cached_prefix(self, key: tuple[Any, ...]) -> int:
+        if not self.radix_cache or not key:
+            return 0
+        best = 0
+        with self.lock:
+            for seq in self.cache:
+                n = 0
+                for a, b in zip(seq, key, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+        return min(best, len(key) - 1)  # the last token is always computed
+
+    def insert(self, key: tuple[Any, ...]) -> None:
+        if self.radix_cache and key:
+            with self.lock:
+                self.cache.add(key)
+
+    def flush_cache(self, prefix: str) -> bool:
+        with self.lock:
+            busy = bool(self.running)
+            if not busy:
+                self.cache.clear()
+        if busy:
+            log(f"Cache not flushed because there are pending requests. #queue-req: 0, "
+                f"#running-req: {len(self.running)}", prefix)
+            return False
+        log("Cache flushed successfully!", prefix)
+        return True
+
+    # --- the scheduler's batch lines ------------------------------------------------------
+    def log_prefill(self, gens: list[Generation]) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            gap, self.last_prefill_log = now - self.last_prefill_log, now
+            running = len(self.running) - len(gens)
+            used = sum(g.context_tokens() for g in self.running.values())
+        new_tokens = sum(g.prompt_tokens - g.cached_tokens for g in gens)
+        graph = self.cuda_graph.prefill and new_tokens <= max(self.cuda_graph.prefill_sizes or [0])
+        log(f"Prefill batch, #new-seq: {len(gens)}, #new-token: {new_tokens}, "
+            f"#cached-token: {sum(g.cached_tokens for g in gens)}, "
+            f"token usage: {used / self.max_total_tokens:.2f}, #running-req: {max(running, 0)}, "
+            f"#queue-req: 0, #pending-token: 0, cuda graph: {graph}, "
+            f"input throughput (token/s): {new_tokens / gap if gap > 0 else 0.0:.2f}",
+            gens[0].replica.prefix)
+
+    def decode_step(self, gen: Generation) -> None:
+        """One decode iteration when the oldest running request produces a token."""
+        with self.lock:
+            self.tokens_since_log += 1
+            if min(self.running.values(), key=lambda g: g.start) is not gen:
+                return
+            self.decode_steps += 1
+            if self.decode_steps % self.decode_log_interval:
+                return
+            now = time.perf_counter()
+            gap, self.last_decode_log = now - self.last_decode_log, now
+            self.last_gen_throughput = self.tokens_since_log / gap if gap > 0 else 0.0
+            self.tokens_since_log = 0
+            running = len(self.running)
+            used = sum(g.context_tokens() for g in self.running.values())
+        bs = max(self.cuda_graph.decode_sizes or [0]) if self.cuda_graph.decode else 0
+        log(f"Decode batch, #running-req: {running}, #token: {used}, "
+            f"token usage: {used / self.max_total_tokens:.2f}, cuda graph: {running <= bs}, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0",
+            gen.replica.prefix)
+
+
+class Generation:
+    """One request's tokens, paced on an absolute schedule so the speed matches the profile."""
+
+    def __init__(self, state: ServerState, key: tuple[Any, ...], max_new_tokens: int,
+                 replica: Replica, first_token_delay: float = 0.0):
+        self.state = state
+        self.key = key
+        self.prompt_tokens = len(key)
+        self.max_new_tokens = max(1, int(max_new_tokens))
+        self.replica = replica
+        self.rid = uuid.uuid4().hex
+        self.created = time.time()
+        self.start = time.monotonic()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.produced = 0
+        self.cached_tokens = state.cached_prefix(key)
+        self.ttft = float(state.rt.profile.get("ttft_s", 0.1)) + first_token_delay
+
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.produced
+
+    def blocked(self) -> int | None:
+        """Tokens this request gets before it stops for good (a hang), or None."""
+        st = self.state
+        if st.status != STARTING and st.rt.has("tokenizer_watchdog"):
+            st.stall_tokenizer()
+        if st.hang_generation or st.tokenizer_stalled or (
+                st.status != STARTING and st.rt.has("hang_generation")):
+            return 0
+        fault = st.serving_fault(self.replica)
+        if fault is None:
+            return None
+        if fault.kind != "hang":
+            st.hand_fault(self.replica, fault.phase or "serving")
+        return 4 if fault.kind == "decode_oom" else 0
+
+    def run(self, on_prefill=None):
+        """Yield token indices as they are produced; None when done."""
+        st = self.state
+        with st.lock:
+            st.running[self.rid] = self
+        try:
+            limit = self.blocked()
+            tok_s = st.rt.decode_tok_s()
+            for i in range(self.max_new_tokens):
+                if limit is not None and i >= limit:
+                    st.stop_event.wait()  # generation hangs: nothing more ever comes out
+                    return
+                due = self.start + self.ttft + i / tok_s
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                if i == 0:
+                    self.first_token_at = time.monotonic()
+                    if on_prefill is not None:
+                        on_prefill(self)
+                self.produced = i + 1
+                with st.lock:
+                    st.generated_tokens += 1
+                    st.last_receive_tstamp = time.time()
+                if i:
+                    st.decode_step(self)
+                yield i
+            self.finished_at = time.monotonic()
+            st.insert(self.key + tuple(range(self.produced)))
+        finally:
+            with st.lock:
+                st.running.pop(self.rid, None)
+
+    def meta(self, done: bool) -> dict[str, Any]:
+        """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""
+        meta: dict[str, Any] = {
+            "id": self.rid,
+            "finish_reason": ({"type": "length", "length": self.produced} if done else None),
+            "prompt_tokens": self.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+        }
+        metrics = bool(getattr(self.state.rt.args, "enable_metrics", False))
+        if metrics:
+            meta["queue_time"] = 0.0
+        meta.update(reasoning_tokens=0, completion_tokens=self.produced,
+                    cached_tokens=self.cached_tokens)
+        if done:
+            end = self.finished_at or time.monotonic()
+            meta["e2e_latency"] = end - self.start
+            if metrics:
+                meta["request_received_ts"] = self.created
+                if self.first_token_at is not None:
+                    meta["first_token_latency"] = self.first_token_at - self.start
+                meta["request_finished_ts"] = self.created + (end - self.start)
+                if self.produced > 1 and self.first_token_at is not None:
+                    meta["decode_throughput"] = (self.produced - 1) / (end - self.first_token_at)
+        return meta
