@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sglang_fleet.sim.server_args import cuda_graph_enabled, prepare_server_args
+from sglang_fleet.sim.graphs import backends
+from sglang_fleet.sim.server_args import prepare_server_args
 
 
 def parse_cli(*argv):
@@ -36,7 +37,21 @@ def test_attention_backend_choices_are_the_pinned_release():
 
 
 def test_cuda_graph_disable_spellings():
-    assert cuda_graph_enabled(prepare_server_args(["--model-path", "/m"]))
+    assert backends(prepare_server_args(["--model-path", "/m"]))[:2] == ("full", "breakable")
     for flags in (["--disable-cuda-graph"], ["--cuda-graph-backend-decode", "disabled"],
                   ["--disable-decode-cuda-graph"]):
-        assert not cuda_graph_enabled(prepare_server_args(["--model-path", "/m", *flags]))
+        assert backends(prepare_server_args(["--model-path", "/m", *flags]))[0] == "disabled"
+    # What the LaunchSpec renders for sglang_server_cuda_graph: false turns both off.
+    both = ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
+    assert backends(prepare_server_args(["--model-path", "/m", *both]))[:2] == (
+        "disabled", "disabled")
+
+
+def test_the_simulator_parses_with_the_pinned_release():
+    code = ("import sys; from sglang_fleet.sim.server_args import prepare_server_args; "
+            "prepare_server_args(sys.argv[1:])")
+    import os
+    old = subprocess.run([sys.executable, "-c", code, "--model-path", "/m",
+                          "--attention-backend", "cutlass_mla"], capture_output=True, text=True,
+                         env={**os.environ, "SGLANG_SIM_VERSION": "0.5.4.post3"})
+    assert old.returncode == 0, old.stderr
