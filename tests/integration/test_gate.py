@@ -63,8 +63,10 @@ def test_hang_in_weight_loading_is_stalled_in_that_phase(failing_fleet):
 
 def test_crash_at_start_reports_exit_status_and_error_lines(failing_fleet):
     out = failing_fleet.run.output
+    # As SGLang 0.5.23 does, the main process kills itself (SIGKILL: 128 + 9) once a child
+    # reports its failure.
     assert verdict_line(out, "sim-node-3").startswith(
-        "sim-node-3: crashed in launching: the server exited (status 1)")
+        "sim-node-3: crashed in launching: the server exited (status 137)")
     block = out[out.index("sim-node-3: crashed"):][:3000]
     assert "Scheduler hit an exception" in block
 
@@ -97,7 +99,8 @@ def test_generation_hanging_after_ready_is_unhealthy(mixed_fleet):
     line = verdict_line(mixed_fleet.run.output, "sim-node-1")
     assert line.startswith("sim-node-1: unhealthy in serving: serving, but /health answered 503")
     block = mixed_fleet.run.output[mixed_fleet.run.output.index(line):][:8000]
-    assert "ready_endpoint: 200" in block, "up, but generation fails"
+    # 0.5.23's /ready answers 503 once a health check failed: the server knows it is unwell.
+    assert "health: 503" in block and "ready_endpoint: 503" in block
 
 
 def test_xid_in_the_kernel_log_is_a_gpu_fault_with_nvidias_action(mixed_fleet):
@@ -113,7 +116,7 @@ def test_slow_but_steady_load_is_never_called_stalled(mixed_fleet):
     assert "sim-node-3: ready at" in out
     assert "sim-node-3: stalled" not in out
     polls = re.findall(r"GATE \[sim-node-3\]: loading_weights (\d+)/64", out)
-    assert len(polls) >= 10, "observed all through the load"
+    assert len(set(polls)) >= 5, "observed all through the load"
     assert [int(x) for x in polls] == sorted(int(x) for x in polls)
 
 
