@@ -66,8 +66,8 @@ class Bystanders:
 
 def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path):
     # A ready deploy first: it provisions the node's simulated GPUs that the stand-in
-    # persistence daemon holds, and gives the ledger a last known good.
-    assert one_node.deploy().rc == 0
+    # persistence daemon holds, and gives the test's ledger a last known good.
+    assert one_node.deploy(extra=recover_settings(one_node)).rc == 0
     by = Bystanders(tmp_path, one_node.host_root("sim-node-1") / "sim" / "gpus")
     try:
         run = run_playbook("deploy.yml", one_node.inventory, recover_settings(one_node, **INCIDENT))
@@ -75,7 +75,7 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path)
         out = run.output
         assert "sim-node-1: stalled in capturing_cuda_graph" in out
         assert "sim-node-1: recovered:" in out
-        assert "rule flashinfer-mla-sm120-graph-capture-hang" in out
+        assert "rule flashinfer-mla-sm120-graph-capture-hang" in " ".join(out.split())
         assert by.alive(), "recovery touched a bystander"
         info = requests.get(one_node.url("sim-node-1") + "/server_info", timeout=5).json()
         assert info["attention_backend"] == "triton"
@@ -99,7 +99,9 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path)
         kinds = [e["kind"] for e in ledger(one_node)]
         assert kinds[-3:] == ["recovery", "ready", "recovery_outcome"]
         rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
-        assert rec["next"]["source"] == "rule" and rec["reboot_needed"] is False
+        # The incident's configuration differs from the ready deploy before it: back to that
+        # last known good (which the Rule's fix, triton, also gives).
+        assert rec["next"]["source"] == "last_known_good" and rec["reboot_needed"] is False
         # Logs of the failed run are still on the one_node.
         log = one_node.log_file("sim-node-1").read_text()
         assert "Capture target decode CUDA graph begin" in log
