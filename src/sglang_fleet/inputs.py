@@ -21,7 +21,7 @@ MAX_ALIAS_EXPANSION = 100_000
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 # Inventory entries Ansible skips (ansible-core's REJECT_EXTS and INVENTORY_IGNORE_EXTS).
 _IGNORED = re.compile(r"^\.|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|"
-                      r"\.retry|\.ini)$")
+                      r"\.retry)$")
 _VARS_FOLDERS = ("group_vars", "host_vars")
 # Names a secret may hide under in -e, at any depth: the settings and their env variables.
 _SECRET_NAMES = frozenset(SECRET_SETTINGS) | {API_KEY_VAR, HF_TOKEN_VAR} | {
