@@ -57,10 +57,15 @@ def say(text: str = "") -> None:
 
 
 def run_folder(args: argparse.Namespace, command: str) -> Path:
+    """The run's folder, created private (0700): its records name settings and evidence."""
     if args.run_dir:
-        return Path(args.run_dir).resolve()
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return project_dir() / ".sglang-fleet" / "runs" / f"{stamp}-{command}"
+        folder = Path(args.run_dir).resolve()
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        folder = project_dir() / ".sglang-fleet" / "runs" / f"{stamp}-{command}"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
 
 
 def default_inventory() -> Path | None:

@@ -31,6 +31,10 @@ _SECRET_NAMES = frozenset(SECRET_SETTINGS) | {API_KEY_VAR, HF_TOKEN_VAR} | {
 class InputError(Exception):
     """A refused input: the message names the file or option, the problem and the fix."""
 
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(message)
+        self.fix = fix
+
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's error as one line: where, what, and the construct it was reading."""
@@ -84,7 +88,8 @@ def compose_bounded(text: str, name: str) -> list[yaml.Node]:
             if expanded - distinct > MAX_ALIAS_EXPANSION:
                 raise InputError(
                     f"its YAML aliases expand {distinct:,} values into {expanded:,} (more than "
-                    f"{MAX_ALIAS_EXPANSION:,} added by aliases: an alias bomb?)")
+                    f"{MAX_ALIAS_EXPANSION:,} added by aliases: an alias bomb?)",
+                    fix="write the values out, or share fewer of them through aliases")
     except yaml.YAMLError as exc:
         raise InputError(f"not valid YAML: {yaml_problem(exc)}") from None
     except RecursionError:
@@ -152,8 +157,8 @@ def check_inventory_files(inventory: Path) -> int:
         try:
             compose_bounded(_decode(data), str(path))
         except InputError as exc:
-            raise InputError(f"inventory file {path}: {exc}. Fix: correct the file; "
-                             f"Ansible would not read it") from None
+            fix = exc.fix or "correct the file: Ansible cannot read it"
+            raise InputError(f"inventory file {path}: {exc}. Fix: {fix}") from None
     return len(files)
 
 

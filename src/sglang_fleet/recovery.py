@@ -80,16 +80,16 @@ def failure_cause(verdict: dict[str, Any], config_hash: str | None,
               if config_hash and e.get("config_hash") == config_hash]
     if before:
         return REPEATED, (f"{config_hash} failed before within {window_s:.0f} s "
-                          f"({len(before) + 1} failures, last {name} in {phase}): the "
+                          f"({len(before) + 1} failures, the last {name} in {phase}), so the "
                           f"configuration is suspect")
     if name == "gpu_fault":
-        return HARDWARE, ("a GPU fault is the hardware's, not the configuration's: "
-                          "first failure of this configuration")
+        return HARDWARE, ("a GPU fault is the hardware's, not the configuration's, and this "
+                          "is its first failure")
     if phase == "serving":
         return AFTER_READY, (f"it was ready on {config_hash} and failed later ({name} while "
-                             f"serving): first failure of this configuration")
-    return START_UP, (f"it failed while starting ({name} in {phase}): the configuration is "
-                      f"suspect")
+                             f"serving), its first failure")
+    return START_UP, (f"it failed while starting ({name} in {phase}), so the configuration "
+                      f"is suspect")
 
 
 def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],

@@ -217,8 +217,8 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(one_node):
     assert (f"sim-node-1: recovered: configuration {good['config_hash']} failed (unhealthy in "
             f"serving)") in out
     assert (f"Path: restart, because it was ready on {good['config_hash']} and failed later "
-            f"(unhealthy while serving): first failure of this configuration: restart on the "
-            f"same configuration {good['config_hash']}") in out
+            f"(unhealthy while serving), its first failure: restart on the same configuration "
+            f"{good['config_hash']}. Now {good['config_hash']} is ready.") in out
     assert "The inventory already describes it." in out
     assert "processes stopped" in out and "was 1" not in out
     rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
@@ -284,9 +284,9 @@ def test_a_one_off_change_that_hangs_is_named_and_reverted_to_the_last_known_goo
         assert f"recovered: configuration {spec['config_hash']} failed (stalled in " \
                f"capturing_cuda_graph)" in out
         assert (f"Path: last_known_good, because it failed while starting (stalled in "
-                f"capturing_cuda_graph): the configuration is suspect: revert to the last known "
-                f"good {good}: the configuration that failed, {spec['config_hash']}, differs "
-                f"from it") in out
+                f"capturing_cuda_graph), so the configuration is suspect: revert to the last "
+                f"known good {good}: the configuration that failed, {spec['config_hash']}, "
+                f"differs from it") in out
         assert f"Now {good} is ready. The inventory already describes it." in out
         rec = [e for e in ledger(fleet) if e["kind"] == "recovery"][-1]
         assert rec["config_hash"] == spec["config_hash"], "the one-off is the one that failed"

@@ -155,7 +155,9 @@ def test_a_second_failure_on_the_same_configuration_goes_down_the_chain():
     earlier = {"kind": "recovery", "host": "n1", "config_hash": GOOD_HASH, "at": NOW - 600,
                "verdict": "unhealthy", "phase": "serving"}
     choice = choose(verdict("unhealthy", "serving"), running(), [ready_entry(), earlier])
-    assert choice["cause"] == "repeated" and "failed before within 3600 s" in choice["why"]
+    assert choice["cause"] == "repeated"
+    assert choice["why"] == ("aaaaaaaaaaaa failed before within 3600 s (2 failures, the last "
+                             "unhealthy in serving), so the configuration is suspect")
     assert choice["source"] == "fallback"
     assert choice["overrides"] == {"sglang_server_cuda_graph": False}
     # Outside the window, or a trial of an experiment, it is a first failure again.
