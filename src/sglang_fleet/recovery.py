@@ -147,13 +147,15 @@ def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
             allowed = [r for r in effective.get(PREFIX + "allow_rules") or [] if r != rule.id]
             return {**base, "overrides": {rule.fix_variable: rule.fix_value,
                                           PREFIX + "allow_rules": allowed},
-                    "reason": f"rule {rule.id}: set {rule.fix_variable}={rule.fix_value!r}",
+                    "reason": f"the fix of rule {rule.id}: set "
+                              f"{rule.fix_variable}={rule.fix_value!r}",
                     "source": "rule", "rule": rule.id}
     tried = settings.get(PREFIX + "overrides") or {}
     for step in fallback_chain or []:
         if any(tried.get(k) != v for k, v in step.items()):
             return {**base, "overrides": dict(step),
-                    "reason": "fallback: " + ", ".join(f"{k}={v!r}" for k, v in step.items()),
+                    "reason": "the next untried fallback: set " + ", ".join(
+                        f"{k}={v!r}" for k, v in step.items()),
                     "source": "fallback"}
     return {**base, "overrides": {}, "source": "none",
             "reason": "no rule, no last known good to revert to and no untried fallback left"}

@@ -152,7 +152,7 @@ def test_crash_loop_guard_stops_after_the_configured_attempts(one_node):
     settings = recover_settings(one_node, sglang_server_sim_fault="crash:launching",
                                 sglang_recover_max_attempts=1)
     first = run_playbook("deploy.yml", one_node.inventory, settings)
-    assert first.rc != 0 and "and it failed again" in first.output
+    assert first.rc != 0 and "and it failed again" in words(first.output)
     second = run_playbook("playbooks/recover.yml", one_node.inventory, settings)
     assert second.rc != 0
     assert "crash-loop guard: 1 recoveries within 3600 s (limit 1)" in second.output
