@@ -42,11 +42,6 @@ def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None
     return None
 
 
-def last_known_good(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None:
-    entry = last_ready(ledger, host)
-    return entry.get("settings") if entry else None
-
-
 def effective_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Settings with their sglang_server_overrides applied, as the LaunchSpec sees them."""
     out = dict(settings)
