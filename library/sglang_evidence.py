@@ -9,10 +9,15 @@ DOCUMENTATION = r"""
 module: sglang_evidence
 short_description: Collect a failed server's evidence on its node before anything is killed
 description:
-  - Writes a timestamped folder with the verdict, the LaunchSpec (secrets masked), the log
-    tail, the current run's full log and its phase timeline, the process table with states,
-    a py-spy dump of every server process (its absence is reported, not fatal), kernel
-    Xid/OOM lines since the start, and a GPU snapshot.
+  - Writes a timestamped folder with the verdict, the LaunchSpec that ran (secrets masked at
+    any depth), the log tail, the current run's full log and its phase timeline, the process
+    table with states, a py-spy dump of every server process (its absence is reported, not
+    fatal), kernel Xid/OOM lines since the start, and a GPU snapshot. The folder is 0700 and
+    every file in it 0600.
+  - The LaunchSpec is the one the node recorded when it started the server
+    (I(running_spec_file)); when the node recorded none, the controller's I(launch_spec) is
+    written instead and C(summary.json) says so. The running configuration's hash comes from
+    that file, else the state file, else the live processes' C(SGLANG_FLEET_CONFIG).
   - py-spy can leave a process stopped (state T); every dumped process gets SIGCONT after.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
@@ -33,9 +38,14 @@ options:
     type: dict
     default: {}
   launch_spec:
-    description: The LaunchSpec (it holds no secret values).
+    description: The controller's LaunchSpec for this host, used when the node recorded no
+      running spec.
     type: dict
     default: {}
+  running_spec_file:
+    description: The copy of the LaunchSpec the node recorded when it last started the
+      server (C({run_dir}/{deployment}.running-spec.json)).
+    type: path
   kernel_log:
     description: C(kmsg), a simulated kernel log file, or C(none).
     type: str
@@ -68,6 +78,7 @@ EXAMPLES = r"""
     evidence_dir: /opt/sglang-fleet/evidence
     verdict: "{{ sglang_server_verdict }}"
     launch_spec: "{{ sglang_server_launch_spec }}"
+    running_spec_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.running-spec.json
 """
 
 RETURN = r"""
@@ -84,11 +95,35 @@ py_spy:
   description: py-spy status, the executable used or why no dump was taken.
   returned: success
   type: str
+running:
+  description: The configuration that ran, as the node recorded it.
+  returned: success
+  type: dict
+  contains:
+    config_hash:
+      description: The running configuration's 12-hex hash, or null when the node has no
+        record of it.
+      type: str
+    source:
+      description: Where the record came from (C(running_spec), C(state_file), C(processes))
+        or C(controller) when the node recorded nothing.
+      type: str
+    settings:
+      description: The running LaunchSpec's settings (secrets masked), or null when only the
+        hash is known.
+      type: dict
+    facts:
+      description: The running LaunchSpec's facts (what Rules match on), or null.
+      type: dict
+    note:
+      description: Why the controller's LaunchSpec stands in for the running one, if it does.
+      type: str
 """
 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -102,7 +137,17 @@ from ansible.module_utils.sglang_fleet_files import read_json
 from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
 from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
 from ansible.module_utils.sglang_fleet_observe import kernel_lines, read_log, xids_and_ooms
-from ansible.module_utils.sglang_fleet_procs import MASK, deployment_processes, secret_values
+from ansible.module_utils.sglang_fleet_procs import (
+    MASK,
+    SECRET_FLAGS,
+    deployment_processes,
+    environ_of,
+    secret_values,
+)
+from ansible.module_utils.sglang_fleet_secrets import mask_secrets
+
+# The environment variable the LaunchSpec names its configuration with (spec.CONFIG_VAR).
+CONFIG_VAR = "SGLANG_FLEET_CONFIG"
 
 
 def _find_py_spy(p):
@@ -128,9 +173,49 @@ def _dump(py_spy, pid):
     finally:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)  # py-spy can leave the target stopped
+    # Mask the value where py-spy prints it, the command line, without blanking other text
+    # that happens to equal it.
     for secret in secrets:
-        text = text.replace(secret, MASK)
+        flags = "|".join(re.escape(f) for f in SECRET_FLAGS)
+        text = re.sub(r"(?<!\S)((?:%s)(?:=|\s+))%s(?=\s|$)" % (flags, re.escape(secret)),
+                      lambda m: m.group(1) + MASK, text)
     return text
+
+
+def running_configuration(p, state, members):
+    """What ran: the node's copy of the started LaunchSpec when it has one (and it names the
+    same configuration as the state file), else the hash alone from the state file or the
+    live processes, else the controller's LaunchSpec with a note saying so."""
+    recorded = read_json(p["running_spec_file"]) if p["running_spec_file"] else None
+    if not isinstance(recorded, dict) or not recorded.get("config_hash"):
+        recorded = None
+    state_hash = state.get("config_hash")
+    live = sorted(set(filter(None, ((environ_of(m["pid"]) or {}).get(CONFIG_VAR)
+                                    for m in members))))
+    if recorded and state_hash and recorded["config_hash"] != state_hash:
+        recorded = None  # a stale copy: the state file names a later start
+    if recorded:
+        return recorded, {"config_hash": recorded["config_hash"], "source": "running_spec",
+                          "settings": mask_secrets(recorded.get("settings")),
+                          "facts": recorded.get("facts"), "note": ""}
+    controller = p["launch_spec"]
+    known = state_hash or (live[0] if len(live) == 1 else None)
+    source = "state_file" if state_hash else "processes" if known else "controller"
+    where = p["running_spec_file"] or "(no running_spec_file given)"
+    if known and known != controller.get("config_hash"):
+        note = ("the node recorded the running configuration %s (%s) but not its LaunchSpec "
+                "(%s): launch_spec.json is the controller's %s, which is NOT what ran"
+                % (known, source.replace("_", " "), where, controller.get("config_hash")))
+    else:
+        note = ("the node recorded no running LaunchSpec (%s): launch_spec.json is the "
+                "controller's %s" % (where, controller.get("config_hash")))
+    use_controller = not known or known == controller.get("config_hash")
+    return controller, {"config_hash": known or controller.get("config_hash"),
+                        "source": source if known else "controller",
+                        "settings": mask_secrets(controller.get("settings"))
+                        if use_controller else None,
+                        "facts": controller.get("facts") if use_controller else None,
+                        "note": note}
 
 
 def main():
@@ -140,6 +225,7 @@ def main():
             evidence_dir=dict(type="path", required=True),
             verdict=dict(type="dict", default={}),
             launch_spec=dict(type="dict", default={}),
+            running_spec_file=dict(type="path"),
             kernel_log=dict(type="str", default="kmsg"),
             py_spy=dict(type="str", default=""),
             server_python=dict(type="path"),
@@ -153,14 +239,17 @@ def main():
     name = "%s-%s" % (stamp, p["marker"].split(":", 1)[-1])
     path = os.path.join(p["evidence_dir"], name)
     if module.check_mode:
-        module.exit_json(changed=True, path=path, files=[], py_spy="not run in check mode")
-    os.makedirs(path)
+        module.exit_json(changed=True, path=path, files=[], py_spy="not run in check mode",
+                         running={})
+    os.makedirs(path, 0o700)
     files = []
 
     def write(fname, content):
-        with open(os.path.join(path, fname), "w") as f:
+        # 0600 from creation: the bundle holds settings, logs and command lines.
+        fd = os.open(os.path.join(path, fname), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(content if isinstance(content, str) else
-                    json.dumps(content, indent=2, sort_keys=True, default=str))
+                    json.dumps(mask_secrets(content), indent=2, sort_keys=True, default=str))
         files.append(os.path.join(path, fname))
 
     state = read_json(p["state_file"]) or {}
@@ -168,8 +257,9 @@ def main():
     unit = p["unit_name"] if p["manager"] == "systemd" else None
     members = deployment_processes(p["marker"], session, unit)
 
+    spec, running = running_configuration(p, state, members)
     write("verdict.json", p["verdict"])
-    write("launch_spec.json", p["launch_spec"])
+    write("launch_spec.json", spec)
     text, _ = read_log(p["log_file"])
     run = current_run(text)
     write("run.log", run)
@@ -197,8 +287,11 @@ def main():
         write("gpus.json", {"error": str(exc)})
     write("summary.json", {"marker": p["marker"], "collected_at": time.time(),
                            "py_spy": spy_status, "processes": len(members),
-                           "log_file_on_node": p["log_file"]})
-    module.exit_json(changed=True, path=path, files=files, py_spy=spy_status)
+                           "log_file_on_node": p["log_file"],
+                           "running_config_hash": running["config_hash"],
+                           "running_config_source": running["source"],
+                           "note": running["note"]})
+    module.exit_json(changed=True, path=path, files=files, py_spy=spy_status, running=running)
 
 
 if __name__ == "__main__":

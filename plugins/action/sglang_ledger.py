@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
@@ -14,6 +16,7 @@ try:
 
     from sglang_fleet.recovery import proposed_rules
     from sglang_fleet.store import append_jsonl, read_jsonl
+    from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -33,6 +36,8 @@ class ActionModule(ActionBase):
         entry = self._task.args.get("entry")
         if not path or not isinstance(entry, dict):
             raise AnsibleActionFail("sglang_ledger needs path (str) and entry (dict)")
+        # Entries carry settings: a secret nested anywhere in them is masked, never stored.
+        entry = mask_secrets(entry)
         if self._task.check_mode:
             result.update(changed=True, proposed_rules=[], entry=entry)
             return result
@@ -40,7 +45,9 @@ class ActionModule(ActionBase):
         # Only a recovery can add a proposal; results-store entries skip the ledger scan.
         proposals = proposed_rules(read_jsonl(path)) if entry.get("kind") == "recovery" else []
         if proposals:
-            with open(path.rsplit("/", 1)[0] + "/proposed-rules.yml", "w") as f:
+            target = path.rsplit("/", 1)[0] + "/proposed-rules.yml"
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write("# Proposed by sglang-fleet from repeated failures in the ledger.\n"
                         "# Review, then move into src/sglang_fleet/data/rules.yml.\n")
                 yaml.safe_dump(proposals, f, sort_keys=False)

@@ -61,10 +61,14 @@ def sim_model_config_filter(spec):
     return sim_model_config(spec)
 
 
-def next_spec(settings, facts, ledger_path, host, fallback_chain=None):
+def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
+              running=None, window_s=3600):
+    """The next configuration for a failed server: `verdict` is the gate's, `running` what
+    ran as the node recorded it (sglang_evidence's `running`); see recovery.choose_next."""
     _need_package()
     return choose_next(dict(settings), dict(facts), read_jsonl(ledger_path), str(host),
-                       list(fallback_chain or []))
+                       list(fallback_chain or []), dict(verdict or {}), dict(running or {}),
+                       float(window_s))
 
 
 def recoveries_in_window(ledger_path, host, window_s):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import signal
 import sys
@@ -15,19 +16,27 @@ import yaml
 
 from sglang_fleet import diagnose, experiments
 from sglang_fleet.bisect import find_culprit
+from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
 from sglang_fleet.metrics import prometheus_text, write_textfile
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.rules import matching_rules
-from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
-from sglang_fleet.spec import FACT_OF_SETTING, SECRET_SETTINGS
+from sglang_fleet.runner import (
+    Interrupted,
+    failures,
+    playbook_run,
+    project_dir,
+    task_results,
+)
+from sglang_fleet.spec import FACT_OF_SETTING
 from sglang_fleet.store import state_path
 from sglang_fleet.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
+    EXIT_SIGINT,
     EXIT_USAGE,
     build_summary,
     exit_code,
@@ -49,39 +58,55 @@ def say(text: str = "") -> None:
 
 
 def run_folder(args: argparse.Namespace, command: str) -> Path:
+    """The run's folder, created private (0700): its records name settings and evidence."""
     if args.run_dir:
-        return Path(args.run_dir).resolve()
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return Path(state_path("runs", project_dir())) / f"{stamp}-{command}"
+        folder = Path(args.run_dir).resolve()
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        folder = Path(state_path("runs", project_dir())) / f"{stamp}-{command}"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
 
 
-def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
-    """-e as ansible-playbook takes it: JSON/YAML mappings or key=value pairs."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        text = item.strip()
-        if text.startswith("{"):
-            value = yaml.safe_load(text)
-            if not isinstance(value, dict):
-                raise UsageError(f"-e {item!r}: not a mapping")
-            out.update(value)
-            continue
-        for pair in text.split():
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise UsageError(f"-e {pair!r}: expected key=value or a JSON mapping")
-            out[key] = yaml.safe_load(value) if value else ""
-    secret = sorted(set(out) & set(SECRET_SETTINGS))
-    if secret:
-        raise UsageError(f"-e {', '.join(secret)}: a secret on the command line ends up in "
-                         f"the runner artifacts and the shell history. Fix: keep it in the "
-                         f"inventory, encrypted with ansible-vault")
-    return out
+def default_inventory() -> Path | None:
+    """The inventory ansible.cfg names (used when -i is not given)."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    path = project_dir() / "ansible.cfg"
+    cfg.read(path)
+    value = cfg.get("defaults", "inventory", fallback="").split(",")[0].strip()
+    return (path.parent / value).resolve() if value else None
 
 
 def check_inventory(args: argparse.Namespace) -> None:
+    """Refuse, before Ansible starts, an inventory that is missing or whose YAML Ansible
+    could not read or could read only at a cost without bound (InputError: exit 2)."""
     if args.inventory and not Path(args.inventory).exists():
         raise UsageError(f"--inventory {args.inventory}: no such file or folder")
+    inventory = Path(args.inventory) if args.inventory else default_inventory()
+    if inventory and inventory.exists():
+        check_inventory_files(inventory)
+
+
+def _parse_problems(run: Any) -> list[str]:
+    """Ansible's own lines saying why no host ran (an inventory it could not parse, ...)."""
+    try:
+        text = run.stdout.read()
+    except (OSError, ValueError, AttributeError):
+        return []
+    keep = ("unable to parse", "failed to parse", "error!", "could not match supplied host",
+            "no inventory was parsed", "provided hosts list is empty")
+    return [line.strip() for line in text.splitlines()
+            if any(k in line.lower() for k in keep)][:12]
+
+
+def _interruption_lines(exc: Interrupted) -> list[str]:
+    killed = (f"; {exc.ended} of its processes did not stop on SIGTERM and were killed"
+              if exc.ended else "")
+    return [f"interrupted by {exc.name}: this run's ansible-playbook and its workers are "
+            f"stopped{killed}.",
+            "The servers keep starting: what the run had started on the nodes keeps running. "
+            "See where they are with `sglang-fleet health`."]
 
 
 def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
@@ -92,20 +117,37 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     check_inventory(args)
     folder = run_folder(args, command)
     started = time.time()
-    with playbook_run(playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
-                      private_data_dir=str(folder / "runner"),
-                      event_handler=Progress()) as run:
-        outcomes = host_outcomes(list(run.events), run.stats)
-        rc = run.rc
+    interrupted: Interrupted | None = None
+    problems: list[str] = []
+    try:
+        with playbook_run(playbook, inventory=args.inventory, limit=args.limit,
+                          extravars=extra, private_data_dir=str(folder / "runner"),
+                          event_handler=Progress()) as run:
+            events, stats, rc = list(run.events), run.stats, run.rc
+            problems = [] if stats else _parse_problems(run)
+    except Interrupted as exc:
+        interrupted = exc
+    outcomes = host_outcomes(events, stats, interrupted=interrupted is not None)
     if require_ready:
         judge_readiness(outcomes)
     summary = build_summary(command, rc, outcomes, started, time.time(), folder,
+                            interrupted_by=interrupted.name if interrupted else None,
+                            interrupted_exit=interrupted.exit_code if interrupted else None,
                             inventory=args.inventory, limit=args.limit)
     json_path = Path(args.json) if getattr(args, "json", None) else folder / "summary.json"
     junit_path = Path(args.junit) if getattr(args, "junit", None) else folder / "junit.xml"
     write_summary(summary, outcomes, json_path, junit_path)
     say()
-    say(host_table(summary) if outcomes else "no host ran: check --limit and the inventory")
+    if outcomes:
+        say(host_table(summary))
+    elif problems:
+        say("no host ran; Ansible said:")
+        for line in problems:
+            say(f"  {line}")
+    else:
+        say("no host ran: check --limit and the inventory")
+    for line in _interruption_lines(interrupted) if interrupted else []:
+        say(line)
     say(f"result: {summary['result']} (exit {summary['exit_code']}); summary {json_path}, "
         f"JUnit {junit_path}, runner artifacts {folder / 'runner'}")
     return summary["exit_code"], outcomes, summary
@@ -143,6 +185,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 # ---- render ------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
+    check_inventory(args)
     with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=args.host) as run:
         results = task_results(run, RENDER_TASK)
         problems = failures(run)
@@ -322,6 +365,7 @@ def _runner(args: argparse.Namespace, folder: Path, bench: dict[str, Any]
     if not args.limit:
         raise UsageError("--limit is required: name the host (or the multi-node group) the "
                          "experiment deploys to; its server is replaced by each trial")
+    check_inventory(args)
     return experiments.TrialRunner(args.inventory, args.limit, folder, folder.name, bench,
                                    parse_extra_vars(args.extra_vars))
 
@@ -509,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: 0 every host ready (or the command succeeded), 1 some hosts failed, "
                "2 usage or inventory error (no node touched), 3 unreachable hosts, 4 internal "
-               "error.\nEach run writes summary.json, junit.xml and the ansible-runner artifacts "
+               "error, 130/143 interrupted by SIGINT/SIGTERM (the servers keep starting)."
+               "\nEach run writes summary.json, junit.xml and the ansible-runner artifacts "
                "to .sglang-fleet/runs/<time>-<command>/ (--run-dir moves it).")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -601,12 +646,19 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
-    except (UsageError, experiments.PlanError) as exc:
+    except (UsageError, InputError, experiments.PlanError) as exc:
         print(f"sglang-fleet {args.command}: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except FileNotFoundError as exc:
         print(f"sglang-fleet: {exc}", file=sys.stderr)
         code = EXIT_USAGE
+    except Interrupted as exc:  # between or inside the playbook runs of sweep, bisect, ...
+        for line in _interruption_lines(exc):
+            print(line, file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside a playbook run: nothing of ours is running
+        print(f"sglang-fleet {args.command}: interrupted (exit {EXIT_SIGINT})", file=sys.stderr)
+        code = EXIT_SIGINT
     except Exception:  # a bug: say so, with the traceback, and exit with the internal code
         traceback.print_exc()
         print(f"sglang-fleet {args.command}: internal error (exit {EXIT_INTERNAL})",

@@ -29,10 +29,17 @@ def stage_of(data: dict[str, Any]) -> str | None:
     return None
 
 
+# A host's status at the end of a run. A host is `ok` only when the run reached its recap with
+# no failure for it; a run that ended before (killed, or an internal error) leaves it
+# `not observed`, an interrupted one `interrupted`.
+OK, FAILED, UNREACHABLE = "ok", "failed", "unreachable"
+INTERRUPTED, NOT_OBSERVED = "interrupted", "not observed"
+
+
 @dataclass
 class HostOutcome:
     host: str
-    status: str = "ok"  # ok, failed, unreachable
+    status: str = OK  # OK, FAILED, UNREACHABLE, INTERRUPTED, NOT_OBSERVED
     verdict: dict[str, Any] | None = None  # the last health observation
     message: str = ""  # the last failure's message
     failed_task: str = ""
@@ -42,6 +49,8 @@ class HostOutcome:
     notes: list[str] = field(default_factory=list)
     # stage -> None when it ran and passed, else the failure message (rescued or not)
     stages: dict[str, str | None] = field(default_factory=dict)
+    last_stage: str | None = None  # where the host was last seen: stage and task
+    last_task: str = ""
 
     @property
     def verdict_name(self) -> str:
@@ -49,7 +58,7 @@ class HostOutcome:
             return "unreachable"
         if self.verdict:
             return str(self.verdict.get("verdict"))
-        return "failed" if self.status == "failed" else "not observed"
+        return "failed" if self.status == FAILED else NOT_OBSERVED
 
     @property
     def evidence(self) -> str | None:
@@ -63,8 +72,10 @@ def _message(res: dict[str, Any]) -> str:
     return str(msg).strip()
 
 
-def host_outcomes(events: list[dict[str, Any]],
-                  stats: dict[str, Any] | None) -> dict[str, HostOutcome]:
+def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
+                  interrupted: bool = False) -> dict[str, HostOutcome]:
+    """Each host's outcome. `stats` is the run's recap (None when the run ended without
+    one); a host missing from it is `interrupted` or `not observed`, never `ok`."""
     out: dict[str, HostOutcome] = {}
 
     def get(host: str) -> HostOutcome:
@@ -79,6 +90,9 @@ def host_outcomes(events: list[dict[str, Any]],
         res = data.get("res") or {}
         action = data.get("task_action") or ""
         stage = stage_of(data)
+        if kind in _RAN or kind in ("runner_on_start", "runner_retry"):
+            o = get(host)
+            o.last_stage, o.last_task = stage or o.last_stage, data.get("task") or o.last_task
         if stage and kind in _RAN:
             stages = get(host).stages
             if kind != "runner_on_ok" and not data.get("ignore_errors"):
@@ -91,6 +105,10 @@ def host_outcomes(events: list[dict[str, Any]],
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             o = get(host)
             o.message, o.failed_task = _message(res), data.get("task", "")
+        if action == "sglang_health" and "verdict" in res and kind == "runner_retry":
+            # A gate poll still waiting: the host's last known verdict if the run ends here.
+            get(host).verdict = {k: res.get(k) for k in
+                                 ("verdict", "phase", "reason", "progress_text", "evidence")}
         if kind not in _OK:
             continue
         if action == "sglang_health" and "verdict" in res:
@@ -106,9 +124,13 @@ def host_outcomes(events: list[dict[str, Any]],
             get(host).recovery = res["entry"]
         elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
             get(host).notes.append(res["msg"])
-    for key, status in (("failures", "failed"), ("dark", "unreachable")):
+    for key, status in (("failures", FAILED), ("dark", UNREACHABLE)):
         for host in (stats or {}).get(key) or {}:
             get(host).status = status
     for host in (stats or {}).get("ok") or {}:
         get(host)
+    recapped = {h for value in (stats or {}).values() if isinstance(value, dict) for h in value}
+    for host, o in out.items():
+        if o.status == OK and host not in recapped:
+            o.status = INTERRUPTED if interrupted else NOT_OBSERVED
     return out

@@ -11,10 +11,19 @@ from typing import Any
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.spec import PREFIX, public_settings
 
-# Settings that describe where and how, not what runs: never "reverted" by recovery.
-NOT_CONFIGURATION = (PREFIX + "overrides", PREFIX + "allow_rules", PREFIX + "sim_fault",
-                     PREFIX + "sim_time_factor", PREFIX + "root", PREFIX + "python",
-                     PREFIX + "port", PREFIX + "host", PREFIX + "deployment_name")
+# Settings that say where a server runs, how it is reached or how it is watched, not what
+# runs: recovery never changes them, and they never make two configurations differ.
+NOT_CONFIGURATION = tuple(PREFIX + name for name in (
+    "overrides", "root", "python", "port", "host", "deployment_name", "group", "node_rank",
+    "dist_init_host", "dist_init_port", "shm_dir", "kernel_log", "gate_stall_windows",
+    "gate_ceilings", "gate_poll_interval", "health_timeout", "sim_time_factor",
+    "sim_gpu_count", "sim_compute_capability"))
+
+# Why a server failed, as far as choosing its next configuration goes.
+AFTER_READY = "after_ready"  # it was ready on this configuration and failed later
+HARDWARE = "hardware"  # a GPU fault: the hardware's, not the configuration's
+START_UP = "start_up"  # it never became ready on this configuration
+REPEATED = "repeated"  # it failed on this configuration before, within the window
 
 
 def recent_recoveries(ledger: list[dict[str, Any]], host: str, window_s: float,
@@ -33,44 +42,118 @@ def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None
     return None
 
 
-def last_known_good(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None:
-    entry = last_ready(ledger, host)
-    return entry.get("settings") if entry else None
+def effective_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings with their sglang_server_overrides applied, as the LaunchSpec sees them."""
+    out = dict(settings)
+    out.update(settings.get(PREFIX + "overrides") or {})
+    return out
+
+
+def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Configuration variables whose values differ between two sets of settings."""
+    a, b = public_settings(effective_settings(a)), public_settings(effective_settings(b))
+    return sorted(k for k in set(a) | set(b)
+                  if k not in NOT_CONFIGURATION and a.get(k) != b.get(k))
+
+
+def overrides_to_reach(target: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """The overrides that turn `start` into `target`, variable by variable (a variable that
+    `target` does not record keeps its value: its default then applies to both)."""
+    start_eff = effective_settings(start)
+    target = effective_settings(target)
+    return {k: target[k] for k in differing(target, start) if k in target
+            and start_eff.get(k) != target[k]}
+
+
+def failure_cause(verdict: dict[str, Any], config_hash: str | None,
+                  ledger: list[dict[str, Any]], host: str, window_s: float,
+                  now: float | None = None) -> tuple[str, str]:
+    """(cause, why): a configuration fault (START_UP, REPEATED) or a fault of the running
+    server (AFTER_READY, HARDWARE), judged from the verdict's phase and the ledger."""
+    name, phase = verdict.get("verdict"), verdict.get("phase")
+    before = [e for e in recent_recoveries(ledger, host, window_s, now)
+              if config_hash and e.get("config_hash") == config_hash]
+    if before:
+        return REPEATED, (f"{config_hash} failed before within {window_s:.0f} s "
+                          f"({len(before) + 1} failures, the last {name} in {phase}), so the "
+                          f"configuration is suspect")
+    if name == "gpu_fault":
+        return HARDWARE, ("a GPU fault is the hardware's, not the configuration's, and this "
+                          "is its first failure")
+    if phase == "serving":
+        return AFTER_READY, (f"it was ready on {config_hash} and failed later ({name} while "
+                             f"serving), its first failure")
+    return START_UP, (f"it failed while starting ({name} in {phase}), so the configuration "
+                      f"is suspect")
 
 
 def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
                 ledger: list[dict[str, Any]], host: str,
-                fallback_chain: list[dict[str, Any]]) -> dict[str, Any]:
-    """The next configuration: the matching Rule's fix, else the one variable that differs
-    from the host's last known good spec reverted, else the next untried fallback."""
-    effective = dict(settings)
-    effective.update(settings.get(PREFIX + "overrides") or {})
-    tried = settings.get(PREFIX + "overrides") or {}
-    for rule in matching_rules(spec_facts):
+                fallback_chain: list[dict[str, Any]],
+                verdict: dict[str, Any] | None = None,
+                running: dict[str, Any] | None = None,
+                window_s: float = 3600.0, now: float | None = None) -> dict[str, Any]:
+    """The next configuration for a failed server.
+
+    `settings` and `spec_facts` are what the recovery redeploys from (the inventory and this
+    run's extra variables); `running` is what ran and failed, as the node recorded it
+    ({config_hash, settings, facts}; either may be missing). A first failure of a server
+    that was ready on its configuration (or a GPU fault) restarts that same configuration.
+    A start-up failure or a repeated one goes down the chain: revert to the host's last known
+    good when what ran differs from it, else the matching Rule's fix, else the next untried
+    fallback. The choice carries its path (`source`), its `reason` and `why` it was taken.
+    """
+    # Without a record of what ran, what ran is taken to be what the recovery deploys from.
+    running = running or {"settings": settings, "facts": spec_facts}
+    run_hash = running.get("config_hash")
+    run_settings = running.get("settings")
+    run_facts = running.get("facts") or spec_facts
+    cause, why = failure_cause(verdict or {}, run_hash, ledger, host, window_s, now)
+    base = {"failed_config": run_hash, "cause": cause, "why": why}
+    effective = effective_settings(settings)
+
+    if cause in (AFTER_READY, HARDWARE):
+        overrides = overrides_to_reach(run_settings, settings) if run_settings else {}
+        return {**base, "overrides": overrides, "source": "restart", "config_hash": run_hash,
+                "reason": f"restart on the same configuration {run_hash}"}
+
+    good = last_ready(ledger, host)
+    if good and good.get("settings") is not None:
+        good_hash = good.get("config_hash")
+        if run_settings is not None:
+            changed = differing(run_settings, good["settings"])
+            differs = bool(changed)
+        else:  # only the hash of what ran is known
+            changed = []
+            differs = bool(good_hash and run_hash and run_hash != good_hash)
+        if differs:
+            detail = (f"{len(changed)} variable(s) differ: {', '.join(changed)}" if changed
+                      else "its settings were not recorded on the node")
+            reason = (f"revert to the last known good {good_hash or '(unnamed)'}: the "
+                      f"configuration that failed, {run_hash}, differs from it ({detail})")
+            rules = [r.id for r in matching_rules(run_facts)]
+            if rules:
+                reason += f"; it also matches rule {', '.join(rules)}"
+            return {**base, "overrides": overrides_to_reach(good["settings"], settings),
+                    "source": "last_known_good", "config_hash": good_hash, "reason": reason}
+
+    for rule in matching_rules(run_facts):
         if effective.get(rule.fix_variable) != rule.fix_value:
             allowed = [r for r in effective.get(PREFIX + "allow_rules") or [] if r != rule.id]
-            return {"overrides": {rule.fix_variable: rule.fix_value,
-                                  PREFIX + "allow_rules": allowed},
-                    "reason": f"rule {rule.id}: set {rule.fix_variable}={rule.fix_value!r}",
+            return {**base, "overrides": {rule.fix_variable: rule.fix_value,
+                                          PREFIX + "allow_rules": allowed},
+                    "reason": f"the fix of rule {rule.id}: set "
+                              f"{rule.fix_variable}={rule.fix_value!r}",
                     "source": "rule", "rule": rule.id}
-    good = last_known_good(ledger, host)
-    if good:
-        current = public_settings(effective)
-        differing = sorted(k for k in set(current) | set(good)
-                           if k not in NOT_CONFIGURATION and current.get(k) != good.get(k))
-        if differing:
-            name = differing[0]
-            return {"overrides": {name: good.get(name)},
-                    "reason": f"revert {name} to the last known good value {good.get(name)!r} "
-                              f"(was {current.get(name)!r}; {len(differing)} variable(s) differ)",
-                    "source": "last_known_good"}
+    tried = settings.get(PREFIX + "overrides") or {}
     for step in fallback_chain or []:
         if any(tried.get(k) != v for k, v in step.items()):
-            return {"overrides": dict(step),
-                    "reason": "fallback: " + ", ".join(f"{k}={v!r}" for k, v in step.items()),
+            return {**base, "overrides": dict(step),
+                    "reason": "the next untried fallback: set " + ", ".join(
+                        f"{k}={v!r}" for k, v in step.items()),
                     "source": "fallback"}
-    return {"overrides": {}, "reason": "no rule, no last known good difference and no untried "
-                                       "fallback left", "source": "none"}
+    return {**base, "overrides": {}, "source": "none",
+            "reason": "no rule, no last known good to revert to and no untried fallback left"}
 
 
 def proposed_rules(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:

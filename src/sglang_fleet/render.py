@@ -10,25 +10,45 @@ from sglang_fleet.spec import API_KEY_VAR
 MASK = "********"
 HEADER = "# Managed by sglang-fleet: changes here are overwritten by the next deploy."
 
-# SGLang logs its arguments, API key included (0.5.23 redacts only watermark keys). This filter
-# sits between the server and the log: it replaces the key's bytes as they stream, holds back
-# only a tail that could begin a key split across reads, and keeps carriage returns.
-_REDACT = """import os, sys
-key, mask = os.environ[sys.argv[1]].encode(), b"********"
+# SGLang logs its arguments, API key included (0.5.23 redacts only watermark keys), in exactly
+# one place: the engine's `server_args=` line, as Python's repr of each value. 0.5.23 logs a
+# dict (`'api_key': 'K'`), 0.5.4 a dataclass (`ServerArgs(..., api_key='K', ...)`); the same
+# shapes cover `admin_api_key`. This filter sits between the server and the log and masks the
+# key there only, so a key that is also a common word (`ready`, `0`) never blanks other text.
+# It streams: it holds back only a tail that could begin such a field split across reads,
+# keeps carriage returns (tqdm redraws), and with an empty key copies the log through.
+_REDACT = r"""import os, sys
+name = sys.argv[1]
+key = os.environ.get(name, "")
+value = repr(key).encode("utf-8", "backslashreplace")
+masked = b"'********'"
+fields = [(anchor + value, anchor + masked) for anchor in (b"api_key': ", b"api_key=")]
+longest = max(len(f) for f, _ in fields)
+
+
+def out(data):
+    while data:
+        data = data[os.write(1, data):]
+
+
+if not key:
+    out(("sglang-fleet log filter: %s is empty; nothing to mask\n" % name).encode())
 pending = b""
 while True:
     chunk = os.read(0, 65536)
-    data = (pending + chunk).replace(key, mask)
+    data = pending + chunk
     pending = b""
-    for n in range(min(len(key) - 1, len(data)), 0, -1):
-        if chunk and key.startswith(data[-n:]):
-            data, pending = data[:-n], data[-n:]
-            break
-    os.write(1, data)
+    if key:
+        for field, replacement in fields:
+            data = data.replace(field, replacement)
+        for n in range(min(longest - 1, len(data)), 0, -1) if chunk else ():
+            if any(field.startswith(data[-n:]) for field, _ in fields):
+                data, pending = data[:-n], data[-n:]
+                break
+    out(data)
     if not chunk:
         break
 """
-
 
 def _argv_word(item: Any) -> str:
     if isinstance(item, dict) and "env" in item:

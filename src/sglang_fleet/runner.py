@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import ansible_runner
+
+from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 
 
 def project_dir() -> Path:
@@ -34,21 +40,157 @@ _SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE|AUTH|
 MASK = "********"
 
 
+def _rewrite_json(path: Path, change: Callable[[Any], Any]) -> None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    masked = change(record)
+    if masked != record:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(masked))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
+def _mask_command(record: dict[str, Any]) -> dict[str, Any]:
+    env = record.get("env") or {}
+    out = dict(record, env={k: (MASK if _SECRET_ENV.search(k) and v else v)
+                            for k, v in env.items()})
+    args = []
+    for arg in record.get("command") or []:
+        if isinstance(arg, str) and arg.startswith("{"):  # -e {json}
+            with contextlib.suppress(ValueError):
+                arg = json.dumps(mask_secrets(json.loads(arg)))
+        args.append(arg)
+    if "command" in record:
+        out["command"] = args
+    return out
+
+
 def scrub_artifacts(private_data_dir: str) -> None:
-    """Mask secret-looking environment values in the runner's `command` records."""
-    for path in Path(private_data_dir).glob("artifacts/*/command"):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        env = record.get("env") or {}
-        masked = {k: (MASK if _SECRET_ENV.search(k) and v else v) for k, v in env.items()}
-        if masked != env:
-            record["env"] = masked
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record))
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, path)
+    """Keep the runner's records private and free of secrets: every file 0600 (folders
+    0700); secret-looking environment values masked in the `command` records; values under
+    secret names masked, at any depth, in the extra variables and every job event."""
+    root = Path(private_data_dir)
+    for path in root.glob("artifacts/*/command"):
+        _rewrite_json(path, _mask_command)
+    for path in [root / "env" / "extravars", *root.glob("artifacts/*/job_events/*.json")]:
+        if path.is_file():
+            _rewrite_json(path, mask_secrets)
+    for path in [root, *root.rglob("*")]:
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
+
+
+class Interrupted(Exception):
+    """The run was interrupted (SIGINT or SIGTERM) and its Ansible processes ended."""
+
+    def __init__(self, signum: int, ended: int):
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.ended = ended  # processes still running in the run's sessions, then killed
+        super().__init__(f"interrupted by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+class InterruptGuard:
+    """SIGINT and SIGTERM during a playbook run end the run completely, and nothing else.
+
+    ansible-playbook gets SIGTERM, which it passes on to its workers. Each worker calls
+    setsid(), so a signal to ansible-playbook's process group alone misses them (that is what
+    ansible-runner's own handler does, and a worker survived it). After a grace period,
+    every process still in the session of ansible-playbook or of one of its workers gets
+    SIGKILL. The servers the run started live in sessions of their own and keep running.
+    """
+
+    def __init__(self, grace_s: float = 10.0):
+        self.grace_s = grace_s
+        self.signum: int | None = None
+        self.playbooks: set[int] = set()  # ansible-playbook: a child of ours, session leader
+        self.signalled: set[int] = set()
+        self.sessions: set[int] = set()
+        self.deadline = 0.0
+        self.ended = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> InterruptGuard:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        if self.signum is not None:
+            self.ended = self._finish()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.deadline = time.monotonic() + self.grace_s
+            self._terminate()
+        else:  # a second interrupt: no more grace
+            self.deadline = 0.0
+            self._kill()
+
+    def cancel(self) -> bool:
+        """ansible-runner's cancel callback, polled while it reads the run's output. It never
+        asks runner to cancel: runner would SIGKILL ansible-playbook's group only."""
+        if self.signum is not None:
+            self._terminate()
+            if time.monotonic() > self.deadline:
+                self._kill()
+        return False
+
+    def _track(self) -> None:
+        me = os.getpid()
+        table = {pid: info for pid in procs.all_pids() if (info := procs.process_info(pid))}
+        for pid, info in table.items():
+            if info["ppid"] == me and info["sid"] == pid:
+                self.playbooks.add(pid)
+                self.sessions.add(pid)
+        for pid, info in table.items():
+            if info["ppid"] in self.playbooks and info["sid"] == pid:
+                self.sessions.add(pid)  # a worker, in the session it made
+
+    def _terminate(self) -> None:
+        self._track()
+        for pid in self.playbooks - self.signalled:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+            self.signalled.add(pid)
+
+    def members(self) -> list[int]:
+        """Live processes in the run's sessions (this process excluded)."""
+        me = os.getpid()
+        out = []
+        for pid in procs.all_pids():
+            info = procs.process_info(pid)
+            if info and pid != me and info["sid"] in self.sessions and \
+                    info["state"] not in ("Z", "X"):
+                out.append(pid)
+        return out
+
+    def _kill(self) -> int:
+        self._track()
+        pids = self.members()
+        procs.signal_pids(pids, signal.SIGKILL)
+        return len(pids)
+
+    def _finish(self) -> int:
+        """After ansible-playbook exited: wait out the grace for what it told to stop, then
+        SIGKILL the rest and wait until none is left. Returns how many had to be killed."""
+        while self.members() and time.monotonic() < self.deadline:
+            time.sleep(0.1)
+        killed = self._kill() if self.members() else 0
+        end = time.monotonic() + 10
+        while self.members() and time.monotonic() < end:
+            time.sleep(0.05)
+        return killed
 
 
 @contextmanager
@@ -63,30 +205,37 @@ def playbook_run(playbook: str, inventory: str | None = None, limit: str | None 
     """Run a playbook; the runner (events, stats) is readable inside the `with` block.
 
     Without private_data_dir the artifacts go to a temporary folder removed afterwards; with
-    one, they are kept, secret-looking environment values masked.
+    one, they are kept, private (0700), secrets masked. Without a cancel_callback, SIGINT and
+    SIGTERM end the run and every Ansible process it started (InterruptGuard), and the
+    `with` block raises Interrupted once its body has read what the run left.
     """
     project = project_dir()
     # ansible-playbook must be on PATH for runner: use the one beside this interpreter.
     bin_dir = str(Path(sys.executable).parent)
     envvars = {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
                "ANSIBLE_CONFIG": str(project / "ansible.cfg")}
+    guard = InterruptGuard() if cancel_callback is None else None
     kwargs: dict[str, Any] = dict(
         project_dir=str(project), playbook=str(project / playbook), quiet=True,
         envvars=envvars, extravars=extravars or {}, limit=limit,
         inventory=str(Path(inventory).resolve()) if inventory else None,
         cmdline=cmdline, event_handler=event_handler, rotate_artifacts=rotate_artifacts,
-        # Without a callback, runner installs SIGINT/SIGTERM handlers of its own for good.
-        cancel_callback=cancel_callback,
+        # With a callback, runner installs no SIGINT/SIGTERM handlers of its own.
+        cancel_callback=cancel_callback or (guard.cancel if guard else None),
     )
-    if private_data_dir:
-        os.makedirs(private_data_dir, exist_ok=True)
-        try:
-            yield ansible_runner.run(private_data_dir=private_data_dir, **kwargs)
-        finally:
-            scrub_artifacts(private_data_dir)
-        return
-    with tempfile.TemporaryDirectory(prefix="sglang-fleet-") as tmp:
-        yield ansible_runner.run(private_data_dir=tmp, **kwargs)
+    with guard or contextlib.nullcontext():
+        if private_data_dir:
+            os.makedirs(private_data_dir, mode=0o700, exist_ok=True)
+            os.chmod(private_data_dir, 0o700)
+            try:
+                yield ansible_runner.run(private_data_dir=private_data_dir, **kwargs)
+            finally:
+                scrub_artifacts(private_data_dir)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sglang-fleet-") as tmp:
+                yield ansible_runner.run(private_data_dir=tmp, **kwargs)
+    if guard and guard.signum is not None:
+        raise Interrupted(guard.signum, guard.ended)
 
 
 def task_results(runner: ansible_runner.Runner, task_name: str) -> dict[str, dict[str, Any]]:

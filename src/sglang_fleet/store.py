@@ -45,7 +45,8 @@ def append_jsonl(path: str, entry: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     line = (json.dumps(dict(entry, at=entry.get("at", time.time())), sort_keys=True,
                        default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # 0600: ledger entries carry settings and evidence paths, results carry the hardware.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line)
     finally:

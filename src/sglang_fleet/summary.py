@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.outcomes import STAGES, HostOutcome
+from sglang_fleet.outcomes import INTERRUPTED, NOT_OBSERVED, STAGES, HostOutcome
 
 EXIT_OK = 0  # every host ready (or its command succeeded)
 EXIT_HOSTS_FAILED = 1  # some hosts failed: verdicts and evidence in the summary
 EXIT_USAGE = 2  # bad command line, unreadable or invalid inventory: no node touched
 EXIT_UNREACHABLE = 3  # some hosts could not be reached
-EXIT_INTERNAL = 4  # a bug or an interrupted run: see the runner artifacts
+EXIT_INTERNAL = 4  # a bug, or a run that ended without its recap: see the runner artifacts
+EXIT_SIGINT = 130  # interrupted (Ctrl-C): 128 + the signal, as shells report it
+EXIT_SIGTERM = 143  # terminated (SIGTERM)
 EXIT_CODES = {EXIT_OK: "ok", EXIT_HOSTS_FAILED: "hosts failed", EXIT_USAGE: "usage error",
-              EXIT_UNREACHABLE: "unreachable hosts", EXIT_INTERNAL: "internal error"}
+              EXIT_UNREACHABLE: "unreachable hosts", EXIT_INTERNAL: "internal error",
+              EXIT_SIGINT: "interrupted", EXIT_SIGTERM: "interrupted"}
 
 
 def judge_readiness(outcomes: dict[str, HostOutcome]) -> None:
@@ -28,7 +32,10 @@ def judge_readiness(outcomes: dict[str, HostOutcome]) -> None:
             o.stages["health"] = o.message
 
 
-def exit_code(rc: int, outcomes: dict[str, HostOutcome]) -> int:
+def exit_code(rc: int, outcomes: dict[str, HostOutcome],
+              interrupted_exit: int | None = None) -> int:
+    if interrupted_exit is not None:
+        return interrupted_exit  # its own outcome, whatever the hosts had reached
     failed = [o for o in outcomes.values() if o.status == "failed"]
     if not outcomes:
         return EXIT_USAGE  # nothing ran: a parse error, a bad path, or no host matched
@@ -38,7 +45,22 @@ def exit_code(rc: int, outcomes: dict[str, HostOutcome]) -> int:
         return EXIT_USAGE  # the inventory was refused before any node was touched
     if failed:
         return EXIT_HOSTS_FAILED
+    if any(o.status == NOT_OBSERVED for o in outcomes.values()):
+        return EXIT_INTERNAL  # the run ended before its recap: nothing is known to be ok
     return EXIT_OK if rc == 0 else EXIT_INTERNAL
+
+
+def where_it_was(o: HostOutcome, with_task: bool = True) -> str:
+    """A host's last known state, for a run that ended before its recap: its stage (and
+    task), and its last gate verdict with progress."""
+    v = o.verdict or {}
+    if v:
+        state = f"{v.get('verdict')}: {v.get('progress_text') or v.get('phase') or ''}".rstrip()
+    else:
+        state = "no verdict yet"
+    stage = f"in {o.last_stage}" if o.last_stage else "before any stage"
+    task = f" ({o.last_task})" if o.last_task and with_task else ""
+    return f"{stage}{task}; {state}"
 
 
 def host_record(o: HostOutcome) -> dict[str, Any]:
@@ -48,6 +70,7 @@ def host_record(o: HostOutcome) -> dict[str, Any]:
         "reason": v.get("reason"), "progress": v.get("progress_text"),
         "evidence": o.evidence, "message": o.message if o.status != "ok" else "",
         "failed_task": o.failed_task if o.status != "ok" else "",
+        "last_stage": o.last_stage, "last_task": o.last_task,
         "stages": {s: ("passed" if msg is None else "failed") for s, msg in o.stages.items()},
     }
     if o.benchmark:
@@ -58,19 +81,25 @@ def host_record(o: HostOutcome) -> dict[str, Any]:
                                "config_hash": o.benchmark.get("config_hash")}
     if o.canary:
         record["canary"] = o.canary
+    if o.status in (INTERRUPTED, NOT_OBSERVED):
+        record["last_state"] = where_it_was(o, with_task=False)
+        record["message"] = f"{o.status} {where_it_was(o)}" + (
+            f"; last failure: {o.message}" if o.message else "")
     if o.recovery:
         record["recovery"] = {k: o.recovery.get(k) for k in
-                              ("verdict", "phase", "evidence", "seconds_to_free",
+                              ("config_hash", "verdict", "phase", "evidence", "seconds_to_free",
                                "reboot_needed", "next")}
     return record
 
 
 def build_summary(command: str, rc: int, outcomes: dict[str, HostOutcome], started: float,
-                  finished: float, run_dir: Path, **extra: Any) -> dict[str, Any]:
-    code = exit_code(rc, outcomes)
+                  finished: float, run_dir: Path, interrupted_by: str | None = None,
+                  interrupted_exit: int | None = None, **extra: Any) -> dict[str, Any]:
+    code = exit_code(rc, outcomes, interrupted_exit)
     return {
         "command": command, "exit_code": code, "result": EXIT_CODES[code],
-        "ansible_rc": rc, "started": started, "finished": finished,
+        "interrupted_by": interrupted_by, "ansible_rc": rc,
+        "started": started, "finished": finished,
         "seconds": round(finished - started, 1), "run_dir": str(run_dir),
         "hosts": {h: host_record(o) for h, o in sorted(outcomes.items())}, **extra,
     }
@@ -112,6 +141,8 @@ def junit_xml(summary: dict[str, Any], outcomes: dict[str, HostOutcome]) -> str:
         stages = [(s, o.stages[s]) for s in STAGES if s in o.stages]
         if o.status == "unreachable":
             stages.append(("connect", o.message or "unreachable"))
+        elif o.status in (INTERRUPTED, NOT_OBSERVED):
+            stages.append((o.last_stage or "run", f"{o.status} {where_it_was(o)}"))
         elif o.status == "failed" and all(msg is None for _, msg in stages):
             stages.append((o.failed_task or "run", o.message or "failed"))
         for stage, message in stages:
@@ -128,7 +159,9 @@ def host_table(summary: dict[str, Any]) -> str:
     rows = [("HOST", "STATUS", "VERDICT", "DETAIL", "EVIDENCE")]
     for host, r in summary["hosts"].items():
         detail = r["progress"] or ""
-        if r["status"] != "ok" or r["verdict"] not in ("ready", "not observed"):
+        if r["status"] in (INTERRUPTED, NOT_OBSERVED):
+            detail = r["last_state"]
+        elif r["status"] != "ok" or r["verdict"] not in ("ready", "not observed"):
             detail = (f"{r['phase']}: {r['reason']}" if r["reason"] else
                       (r["message"] or "").splitlines()[0] if r["message"] else detail)
         if r.get("benchmark"):
@@ -141,9 +174,16 @@ def host_table(summary: dict[str, Any]) -> str:
                      .rstrip() for row in rows)
 
 
+def _write_private(path: Path, text: str) -> None:
+    """0600: the summary names settings and evidence paths."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
 def write_summary(summary: dict[str, Any], outcomes: dict[str, HostOutcome], json_path: Path,
                   junit_path: Path) -> None:
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    junit_path.parent.mkdir(parents=True, exist_ok=True)
-    junit_path.write_text(junit_xml(summary, outcomes))
+    _write_private(json_path, json.dumps(summary, indent=2, default=str) + "\n")
+    _write_private(junit_path, junit_xml(summary, outcomes))

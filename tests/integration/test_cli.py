@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,12 +24,15 @@ from sglang_fleet.testfleet.local import (
     sglang_fleet,
     wait_for,
 )
+from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
 API_KEY = "sk-cli-secret-7f3a9c"
 HF_TOKEN = "hf_cli_secret_b81d2e"
 SHELL_TOKEN = "shell-secret-44c0de"  # an operator's unrelated secret in the environment
+NESTED_KEY = "sk-nested-override-5e1f0a9b"  # a key given inside sglang_server_overrides
+NESTED_TOKEN = "hf_nested_override_c3d4e5"
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +147,23 @@ def test_unreachable_hosts_exit_3(tmp_path):
     assert junit_cases(tmp_path / "run" / "junit.xml")[("gone-node", "connect")] is not None
 
 
+def test_a_secret_inside_overrides_on_the_command_line_is_refused_with_the_fix(fleet):
+    pid = fleet.main_pid("sim-node-1")
+    run_dir = fleet.root.parent / "runs" / "nested-secret"
+    overrides = {"sglang_server_overrides": {"sglang_server_api_key": NESTED_KEY,
+                                             "sglang_server_extra_env": {
+                                                 "HF_TOKEN": NESTED_TOKEN}}}
+    proc = cli(fleet, "deploy", run_dir, "-e", json.dumps(overrides))
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert ("-e sglang_server_overrides.sglang_server_api_key, "
+            "sglang_server_overrides.sglang_server_extra_env.HF_TOKEN") in proc.stdout
+    assert "Fix: set sglang_server_api_key / sglang_server_hf_token in the inventory" in \
+        proc.stdout
+    assert "Traceback" not in proc.stdout
+    assert not (run_dir / "runner").exists(), "refused before Ansible started"
+    assert fleet.main_pid("sim-node-1") == pid
+
+
 def test_no_secret_in_any_artifact_output_or_log(fleet):
     """Runs after the commands above: every file they left, and everything they printed."""
     roots = [fleet.root.parent / "runs", fleet.root.parent / "evidence"]
@@ -149,18 +171,157 @@ def test_no_secret_in_any_artifact_output_or_log(fleet):
     files += [fleet.root.parent / n for n in ("ledger.jsonl", "results.jsonl")]
     files += list(fleet.root.glob("*/logs/*"))
     assert any(p.name == "command" for p in files), "the runner's command record is checked"
+    assert_no_secret(files, fleet.outputs, (API_KEY, HF_TOKEN, SHELL_TOKEN, NESTED_KEY,
+                                            NESTED_TOKEN))
+    # Every record that holds settings is the operator's alone.
+    private = [p for r in roots for p in r.rglob("*")] + [fleet.root.parent / "ledger.jsonl"]
+    assert any(p.name == "launch_spec.json" for p in private)
+    for path in private:
+        if path.exists():
+            assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    # The node's env file is where the key must be: 0600, read by the launch script only.
+    env_file = next(fleet.root.glob("sim-node-1/conf/*.env"))
+    assert API_KEY in env_file.read_text() and env_file.stat().st_mode & 0o777 == 0o600
+
+
+def assert_no_secret(files, outputs, secrets) -> None:
     for path in files:
         if not path.exists():
             continue
         data = path.read_bytes()
-        for secret in (API_KEY, HF_TOKEN, SHELL_TOKEN):
+        for secret in secrets:
             assert secret.encode() not in data, f"{secret} found in {path}"
-    for output in fleet.outputs:
-        for secret in (API_KEY, HF_TOKEN, SHELL_TOKEN):
+    for output in outputs:
+        for secret in secrets:
             assert secret not in output
-    # The node's env file is where the key must be: 0600, read by the launch script only.
-    env_file = next(fleet.root.glob("sim-node-1/conf/*.env"))
-    assert API_KEY in env_file.read_text() and env_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_secret_nested_in_the_inventorys_overrides_reaches_no_artifact(tmp_path):
+    """The inventory route for the same mistake: whether the LaunchSpec refuses it or not,
+    the value must appear in no run record, evidence file, ledger, log or output."""
+    nested = make_fleet(tmp_path, hosts=1, time_factor=0.005)
+    nested.set_host_vars("sim-node-1", {
+        "sglang_server_sim_fault": "hang:loading_weights",
+        "sglang_server_overrides": {"sglang_server_api_key": NESTED_KEY,
+                                    "sglang_server_extra_env": {"MY_SERVICE_TOKEN": NESTED_TOKEN}}})
+    nested.outputs = []
+    try:
+        proc = cli(nested, "deploy", tmp_path / "runs" / "deploy", "--recover")
+        assert proc.returncode in (1, 2), proc.stdout[-3000:]
+        files = [p for r in (tmp_path / "runs", tmp_path / "evidence") for p in r.rglob("*")
+                 if p.is_file()]
+        files += [tmp_path / "ledger.jsonl", *nested.root.glob("*/logs/*"),
+                  *nested.root.glob("*/evidence/*/*")]
+        assert_no_secret(files, nested.outputs, (NESTED_KEY, NESTED_TOKEN))
+        if proc.returncode == 1:  # deployed and recovered: the evidence shows where it was
+            (spec_file,) = (tmp_path / "evidence").rglob("launch_spec.json")
+            settings = json.loads(spec_file.read_text())["settings"]
+            assert settings["sglang_server_overrides"]["sglang_server_api_key"] == "********"
+            assert spec_file.stat().st_mode & 0o777 == 0o600
+            assert (tmp_path / "ledger.jsonl").stat().st_mode & 0o777 == 0o600
+    finally:
+        nested.stop()
+        nested.kill_leftovers()
+
+
+def test_broken_inputs_exit_2_with_the_real_error_before_ansible_starts(tmp_path):
+    base = REPO / "inventory" / "local"
+    bomb = "".join(f"_{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n"
+                   for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    broken = {
+        "alias-bomb": ('_a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]\n' + bomb
+                       + "sglang_server_extra_args: *i\n").encode(),
+        "bad-utf8": b'sglang_server_served_model_name: "Kimi\xff"\n',
+        "bad-yaml": b"sglang_server_tp: [8\n",
+    }
+    expected = {"alias-bomb": "(more than 100,000 added by aliases: an alias bomb?)",
+                "bad-utf8": "not valid UTF-8: byte 0xff at line",
+                "bad-yaml": "not valid YAML: line"}
+    for name, text in broken.items():
+        inv = tmp_path / name
+        shutil.copytree(base, inv)
+        with open(inv / "group_vars" / "sglang_servers.yml", "ab") as f:
+            f.write(text)
+        started = time.monotonic()
+        proc = subprocess.Popen([str(BIN / "sglang-fleet"), "deploy", "-i", str(inv),
+                                 "--run-dir", str(tmp_path / f"run-{name}")], cwd=REPO,
+                                env=ansible_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        out = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.monotonic() - started
+        assert os.waitstatus_to_exitcode(status) == 2, out
+        assert f"inventory file {inv}/group_vars/sglang_servers.yml: " in out
+        assert expected[name] in out and "Traceback" not in out
+        assert not (tmp_path / f"run-{name}" / "runner").exists(), "Ansible never started"
+        # Bounded: the CLI's whole run (interpreter start included) and its peak memory.
+        assert seconds < 5 and usage.ru_maxrss < 200_000, (name, seconds, usage.ru_maxrss)
+    for arg, message in ((b'{"sglang_server_tp": 8', b"not valid YAML: line 1, column 23"),
+                         (b"sglang_server_served_model_name=K\xff",
+                          b"-e: not valid UTF-8: byte 0xff at position 34")):
+        proc = subprocess.run([str(BIN / "sglang-fleet").encode(), b"deploy", b"-e", arg],
+                              cwd=REPO, env=ansible_env(), capture_output=True)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert b"Traceback" not in proc.stderr
+
+
+def run_sessions(cli_pid: int, sessions: set[int]) -> None:
+    """Add the sessions the CLI's run created: ansible-playbook's (a child of the CLI that
+    leads its own session) and each of its workers' (they call setsid)."""
+    table = {pid: info for pid in procs.all_pids() if (info := procs.process_info(pid))}
+    for pid, info in table.items():
+        if info["ppid"] == cli_pid and info["sid"] == pid:
+            sessions.add(pid)
+    for pid, info in table.items():
+        if info["ppid"] in sessions and info["sid"] == pid:
+            sessions.add(pid)
+
+
+def session_members(sessions: set[int]) -> list[dict]:
+    return [info for pid in procs.all_pids() if (info := procs.process_info(pid))
+            and info["sid"] in sessions and info["state"] != "Z"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_deploy_leaves_no_ansible_process_and_says_what_it_reached(
+        tmp_path, signum):
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.05)  # slow enough to interrupt
+    run_dir = tmp_path / "run"
+    output = tmp_path / "out.txt"
+    try:
+        with open(output, "w") as out:
+            proc = subprocess.Popen(
+                [str(BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
+                 "--run-dir", str(run_dir), "-e", json.dumps(fleet.with_stores())],
+                cwd=REPO, env=ansible_env(), stdout=out, stderr=subprocess.STDOUT)
+        sessions: set[int] = set()
+
+        def gate_running() -> bool:
+            run_sessions(proc.pid, sessions)
+            return "GATE [sim-node-1]" in output.read_text() and len(sessions) > 1
+
+        wait_for(gate_running, timeout=180, interval=0.2)
+        assert session_members(sessions), "the run's Ansible processes were found"
+        proc.send_signal(signum)
+        code = proc.wait(timeout=60)
+        text = output.read_text()
+        assert code == 128 + signum, text[-3000:]
+        wait_for(lambda: not session_members(sessions), timeout=15)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["result"] == "interrupted" and summary["exit_code"] == 128 + signum
+        assert summary["interrupted_by"] == signal.Signals(signum).name
+        host = summary["hosts"]["sim-node-1"]
+        assert host["status"] == "interrupted" and host["verdict"] == "progressing"
+        assert host["last_state"].startswith("in health; progressing: ")
+        assert f"interrupted by {signal.Signals(signum).name}" in text
+        assert "The servers keep starting" in text
+        assert "sim-node-1  interrupted  progressing" in text
+        assert "Traceback" not in text and "internal error" not in text
+        # And they do: the server the run started is still there.
+        assert fleet.server_processes("sim-node-1")
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
 
 
 def server_main_pid(fleet) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -72,8 +73,8 @@ class Bystanders:
 
 def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path):
     # A ready deploy first: it provisions the node's simulated GPUs that the stand-in
-    # persistence daemon holds, and gives the ledger a last known good.
-    assert one_node.deploy().rc == 0
+    # persistence daemon holds, and gives the test's ledger a last known good.
+    assert one_node.deploy(extra=recover_settings(one_node)).rc == 0
     by = Bystanders(tmp_path, one_node.host_root("sim-node-1") / "sim" / "gpus")
     try:
         run = run_playbook("deploy.yml", one_node.inventory, recover_settings(one_node, **INCIDENT))
@@ -81,7 +82,7 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path)
         out = run.output
         assert "sim-node-1: stalled in capturing_cuda_graph" in out
         assert "sim-node-1: recovered:" in out
-        assert "rule flashinfer-mla-sm120-graph-capture-hang" in out
+        assert "rule flashinfer-mla-sm120-graph-capture-hang" in " ".join(out.split())
         assert by.alive(), "recovery touched a bystander"
         info = requests.get(one_node.url("sim-node-1") + "/server_info", timeout=5).json()
         assert info["attention_backend"] == "triton"
@@ -105,7 +106,9 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(one_node, tmp_path)
         kinds = [e["kind"] for e in ledger(one_node)]
         assert kinds[-3:] == ["recovery", "ready", "recovery_outcome"]
         rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
-        assert rec["next"]["source"] == "rule" and rec["reboot_needed"] is False
+        # The incident's configuration differs from the ready deploy before it: back to that
+        # last known good (which the Rule's fix, triton, also gives).
+        assert rec["next"]["source"] == "last_known_good" and rec["reboot_needed"] is False
         # Logs of the failed run are still on the one_node.
         log = one_node.log_file("sim-node-1").read_text()
         assert "Capture target decode CUDA graph begin" in log
@@ -155,7 +158,7 @@ def test_crash_loop_guard_stops_after_the_configured_attempts(one_node):
     settings = recover_settings(one_node, sglang_server_sim_fault="crash:launching",
                                 sglang_recover_max_attempts=1)
     first = run_playbook("deploy.yml", one_node.inventory, settings)
-    assert first.rc != 0 and "and it failed again" in first.output
+    assert first.rc != 0 and "and it failed again" in words(first.output)
     second = run_playbook("playbooks/recover.yml", one_node.inventory, settings)
     assert second.rc != 0
     assert "crash-loop guard: 1 recoveries within 3600 s (limit 1)" in second.output
@@ -194,3 +197,121 @@ def test_a_failed_rank_takes_its_whole_multi_node_group_along(tmp_path):
         assert requests.get(fleet.url("sim-node-1") + "/health", timeout=30).status_code == 200
     finally:
         run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+
+
+# ---- faults of a running server keep its configuration; what ran is what is judged --------
+
+def words(text: str) -> str:
+    return " ".join(text.split())  # Ansible's YAML output folds long messages
+
+
+def test_a_frozen_server_is_restarted_on_the_same_configuration(one_node):
+    """Issue 13's trial: SIGSTOP a ready server's processes. It was ready on its
+    configuration and failed later: restarted on the same one, not `cuda_graph=false`."""
+    settings = recover_settings(one_node, sglang_server_health_timeout=21,
+                                sglang_recover_term_timeout=5)
+    assert one_node.deploy(extra=settings).rc == 0
+    good = [e for e in ledger(one_node) if e["kind"] == "ready"][-1]
+    frozen = [p["pid"] for p in one_node.server_processes("sim-node-1")]
+    procs.signal_pids(frozen, signal.SIGSTOP)
+    try:
+        run = run_playbook("playbooks/recover.yml", one_node.inventory, settings)
+    finally:
+        procs.signal_pids(frozen, signal.SIGCONT)
+    assert run.rc == 0, run.output[-4000:]
+    out = words(run.output)
+    assert (f"sim-node-1: recovered: configuration {good['config_hash']} failed (unhealthy in "
+            f"serving)") in out
+    assert (f"Path: restart, because it was ready on {good['config_hash']} and failed later "
+            f"(unhealthy while serving), its first failure: restart on the same configuration "
+            f"{good['config_hash']}. Now {good['config_hash']} is ready.") in out
+    assert "The inventory already describes it." in out
+    assert "processes stopped" in out and "was 1" not in out
+    rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
+    assert rec["config_hash"] == good["config_hash"] and rec["verdict"] == "unhealthy"
+    assert rec["next"]["source"] == "restart" and rec["next"]["overrides"] == {}
+    again = [e for e in ledger(one_node) if e["kind"] == "ready"][-1]
+    assert again["config_hash"] == good["config_hash"], "same configuration, restarted"
+    assert again["settings"]["sglang_server_cuda_graph"] is True
+    assert all(procs.process_info(pid) is None for pid in frozen), "the frozen run is gone"
+    assert requests.get(one_node.url("sim-node-1") + "/health", timeout=30).status_code == 200
+    # Without a record of the running spec on the node, the evidence says what it holds.
+    (bundle,) = (one_node.root.parent / "evidence" / "sim-node-1").iterdir()
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["running_config_hash"] == good["config_hash"]
+    assert "launch_spec.json is the controller's" in summary["note"]
+
+
+def one_off_spec(run_dir) -> dict:
+    """The LaunchSpec a CLI deploy published, from its runner events."""
+    for path in sorted(run_dir.glob("runner/artifacts/*/job_events/*.json")):
+        facts = ((json.loads(path.read_text()).get("event_data") or {}).get("res") or {}).get(
+            "ansible_facts") or {}
+        if "sglang_server_launch_spec" in facts:
+            return facts["sglang_server_launch_spec"]
+    raise AssertionError(f"no LaunchSpec in {run_dir}'s events")
+
+
+def record_running_spec(fleet, host, spec) -> None:
+    """What the node records at each start (the safety branch's node side, written here as a
+    fixture): the started LaunchSpec beside the state file, and its hash in the state file."""
+    run = fleet.host_root(host) / "run"
+    path = run / f"{spec['deployment']}.running-spec.json"
+    path.write_text(json.dumps(spec))
+    path.chmod(0o600)
+    state_file = run / f"{spec['deployment']}.pid"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps(dict(state, config_hash=spec["config_hash"])))
+
+
+def test_a_one_off_change_that_hangs_is_named_and_reverted_to_the_last_known_good(tmp_path):
+    """Issue 12's scenario: deploy a known good configuration, deploy a one-off change with
+    -e that hangs, then `sglang-fleet recover --limit HOST` without the -e."""
+    from sglang_fleet.testfleet.local import make_fleet, sglang_fleet
+    fleet = make_fleet(tmp_path, hosts=1)
+    stores = json.dumps(fleet.with_stores(**FAST_GATE))
+    common = ("-i", str(fleet.inventory), "-e", stores)
+    try:
+        first = sglang_fleet("deploy", *common, "--run-dir", str(tmp_path / "good"))
+        assert first.returncode == 0, first.stdout[-3000:]
+        good = [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"]
+        one_off = sglang_fleet("deploy", *common, "-e", json.dumps(INCIDENT),
+                               "--run-dir", str(tmp_path / "one-off"))
+        assert one_off.returncode == 1, one_off.stdout[-3000:]
+        assert "stalled" in one_off.stdout
+        spec = one_off_spec(tmp_path / "one-off")
+        assert spec["config_hash"] != good
+        record_running_spec(fleet, "sim-node-1", spec)
+
+        rec_run = sglang_fleet("recover", "--limit", "sim-node-1", *common,
+                               "--run-dir", str(tmp_path / "recover"))
+        assert rec_run.returncode == 0, rec_run.stdout[-4000:]
+        out = words(rec_run.stdout)
+        assert f"recovered: configuration {spec['config_hash']} failed (stalled in " \
+               f"capturing_cuda_graph)" in out
+        assert (f"Path: last_known_good, because it failed while starting (stalled in "
+                f"capturing_cuda_graph), so the configuration is suspect: revert to the last "
+                f"known good {good}: the configuration that failed, {spec['config_hash']}, "
+                f"differs from it") in out
+        assert f"Now {good} is ready. The inventory already describes it." in out
+        rec = [e for e in ledger(fleet) if e["kind"] == "recovery"][-1]
+        assert rec["config_hash"] == spec["config_hash"], "the one-off is the one that failed"
+        assert rec["config_hash_inventory"] == good and rec["running_source"] == "running_spec"
+        assert rec["facts"]["attention_backend"] == "flashinfer"
+        assert rec["next"]["source"] == "last_known_good" and rec["next"]["config_hash"] == good
+        assert rec["next"]["overrides"] == {}, "not cuda_graph=false, nor any other change"
+        assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
+        # The evidence describes what ran: the one-off, not the inventory.
+        evidence = json.loads((tmp_path / "recover" / "summary.json").read_text())
+        host = evidence["hosts"]["sim-node-1"]
+        assert host["recovery"]["config_hash"] == spec["config_hash"]
+        bundle = tmp_path / "evidence" / "sim-node-1" / host["evidence"].rsplit("/", 1)[-1]
+        ran = json.loads((bundle / "launch_spec.json").read_text())
+        assert ran["config_hash"] == spec["config_hash"]
+        assert ran["facts"]["attention_backend"] == "flashinfer"
+        assert (bundle / "launch_spec.json").stat().st_mode & 0o777 == 0o600
+        info = requests.get(fleet.url("sim-node-1") + "/server_info", timeout=5).json()
+        assert info["attention_backend"] == "triton"
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()

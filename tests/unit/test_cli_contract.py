@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import io
+import json
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import pytest
+
+from sglang_fleet.inputs import (
+    InputError,
+    check_inventory_files,
+    inventory_yaml_files,
+    parse_extra_vars,
+)
 from sglang_fleet.metrics import prometheus_text
 from sglang_fleet.outcomes import host_outcomes
 from sglang_fleet.progress import Progress
+from sglang_fleet.runner import scrub_artifacts
 from sglang_fleet.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     build_summary,
     exit_code,
+    host_table,
     judge_readiness,
     junit_xml,
 )
@@ -123,3 +138,160 @@ def test_prometheus_text():
     assert 'sglang_fleet_watch_recoveries_total{host="b"} 1' in text
     assert "sglang_fleet_watch_last_observation_timestamp_seconds 1700000000.500" in text
     assert text.count("# TYPE") == 7
+
+
+# ---- runs that end before their recap: interrupted or never observed, never ok -------------
+
+def test_a_host_missing_from_the_recap_is_never_ok():
+    events = EVENTS[:5]  # a: progressing in the gate, b: deploying; then the run ended
+    killed = host_outcomes(events, None)
+    assert {h: o.status for h, o in killed.items()} == {"a": "not observed",
+                                                         "b": "not observed"}
+    assert exit_code(254, killed) == EXIT_INTERNAL and exit_code(0, killed) == EXIT_INTERNAL
+    stopped = host_outcomes(events, None, interrupted=True)
+    assert {o.status for o in stopped.values()} == {"interrupted"}
+    a = stopped["a"]
+    assert a.verdict_name == "progressing", "the last gate poll is the host's real state"
+    assert a.last_stage == "health"
+    summary = build_summary("deploy", 254, stopped, 0.0, 3.0, "/run",
+                            interrupted_by="SIGINT", interrupted_exit=EXIT_SIGINT)
+    assert summary["exit_code"] == 130 and summary["result"] == "interrupted"
+    assert summary["interrupted_by"] == "SIGINT"
+    record = summary["hosts"]["a"]
+    assert record["status"] == "interrupted"
+    assert record["last_state"] == "in health; progressing: loading_weights 3/64 shards"
+    assert "in deploy" in summary["hosts"]["b"]["last_state"]
+    assert "interrupted" in host_table(summary) and " ok " not in host_table(summary)
+    cases = junit_cases(junit_xml(summary, stopped))
+    assert cases[("sglang-fleet.a", "health")] is not None
+
+
+def test_sigterm_exits_143():
+    outcomes = host_outcomes(EVENTS, STATS, interrupted=True)
+    assert exit_code(0, outcomes, EXIT_SIGTERM) == 143
+    assert outcomes["a"].status == "ok", "a host in the recap keeps its status"
+
+
+def junit_cases(text):
+    suite = ET.fromstring(text.split("?>", 1)[1]).find("testsuite")
+    return {(c.get("classname"), c.get("name")): c.find("failure")
+            for c in suite.findall("testcase")}
+
+
+# ---- inputs checked before Ansible starts ------------------------------------------------
+
+BOMB = "".join(f"_{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n"
+               for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+BOMB = '_a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + BOMB
+
+
+def inventory(tmp_path, group_vars: bytes) -> Path:
+    (tmp_path / "group_vars").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    sglang_servers:\n      hosts:\n        n1:\n")
+    (tmp_path / "group_vars" / "sglang_servers.yml").write_bytes(group_vars)
+    return tmp_path
+
+
+def test_an_alias_bomb_in_an_inventory_is_refused_in_well_under_a_second(tmp_path):
+    inv = inventory(tmp_path, (BOMB + "sglang_server_extra_args: *i\n").encode())
+    started = time.perf_counter()
+    with pytest.raises(InputError) as exc:
+        check_inventory_files(inv)
+    assert time.perf_counter() - started < 0.5
+    assert str(tmp_path / "group_vars" / "sglang_servers.yml") in str(exc.value)
+    assert "into 1,111,111,111" in str(exc.value) or "alias bomb" in str(exc.value)
+
+
+def test_aliases_a_real_inventory_uses_pass(tmp_path):
+    shared = ("_defaults: &defaults\n  sglang_server_tp: 8\n  sglang_server_extra_env: "
+              "{A: 1}\nsglang_server_nccl_profile:\n  <<: *defaults\n")
+    assert check_inventory_files(inventory(tmp_path, shared.encode())) == 2
+
+
+def test_inventory_encoding_syntax_and_cycles_are_named_with_file_and_line(tmp_path):
+    cases = {b'sglang_server_served_model_name: "Kimi\xff"\n': "not valid UTF-8: byte 0xff "
+                                                                "at line 1, column 39",
+             b"sglang_server_tp: [8\n": "not valid YAML: line 2, column 1: expected ',' or ']'",
+             b"a: &a [*a]\n": "a cycle",
+             b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n": "nested too deeply"}
+    for i, (text, expected) in enumerate(cases.items()):
+        with pytest.raises(InputError) as exc:
+            check_inventory_files(inventory(tmp_path / str(i), text))
+        assert expected in str(exc.value), str(exc.value)
+        assert "group_vars/sglang_servers.yml" in str(exc.value)
+
+
+def test_files_ansible_does_not_read_as_yaml_are_left_alone(tmp_path):
+    inv = inventory(tmp_path, b"sglang_server_tp: 8\n")
+    (inv / "hosts.ini").write_text("[sglang_servers]\nn1 ansible_host=10.0.0.1\n")  # INI
+    (inv / "notes.md").write_text("[not yaml\n")
+    (inv / "group_vars" / "vault.yml").write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "n1").write_text("sglang_server_port: [1\n")  # no extension: YAML
+    assert [p.name for p in inventory_yaml_files(inv)] == [
+        "hosts.yml", "sglang_servers.yml", "vault.yml", "n1"]
+    with pytest.raises(InputError, match="host_vars/n1: not valid YAML"):
+        check_inventory_files(inv)
+
+
+def test_extra_vars_are_parsed_or_refused_with_the_real_error():
+    assert parse_extra_vars(['{"sglang_server_tp": 8}', "a=1 b=hang:loading_weights"]) == {
+        "sglang_server_tp": 8, "a": 1, "b": "hang:loading_weights"}
+    refused = {
+        '{"sglang_server_tp": 8': "line 1, column 23: expected ',' or '}'",
+        "sglang_server_tp=[8": "-e sglang_server_tp: not valid YAML",
+        "K=\udcff": "-e: not valid UTF-8: byte 0xff at position 3",
+        "{" + BOMB.replace("\n", ", ").rstrip(", ") + "}": "alias bomb",
+        '{"x": !!python/object:os.system "id"}': "not valid YAML",
+        "@vars.yml": "files of variables are not taken here",
+        "[1, 2]": "expected key=value",
+    }
+    for text, expected in refused.items():
+        with pytest.raises(InputError) as exc:
+            parse_extra_vars([text])
+        assert expected in str(exc.value), (text, str(exc.value))
+
+
+def test_a_secret_at_any_depth_of_extra_vars_is_refused_with_the_fix():
+    for value in ({"sglang_server_api_key": "k" * 20},
+                  {"sglang_server_overrides": {"sglang_server_api_key": "k" * 20}},
+                  {"sglang_server_overrides": {"sglang_server_extra_env": {"HF_TOKEN": "x"}}},
+                  {"sglang_server_overrides": [{"hf_token": "x"}]}):
+        with pytest.raises(InputError) as exc:
+            parse_extra_vars([json.dumps(value)])
+        text = str(exc.value)
+        assert "Fix: set sglang_server_api_key / sglang_server_hf_token in the inventory" in text
+        assert "k" * 20 not in text and ": x" not in text
+    with pytest.raises(InputError, match="-e sglang_server_overrides.sglang_server_api_key"):
+        parse_extra_vars(['{"sglang_server_overrides": {"sglang_server_api_key": "abc"}}'])
+
+
+# ---- runner artifacts: private, secrets masked at any depth ------------------------------
+
+def test_runner_artifacts_are_private_with_nested_secrets_masked(tmp_path):
+    run = tmp_path / "runner"
+    events = run / "artifacts" / "x1" / "job_events"
+    events.mkdir(parents=True)
+    (run / "env").mkdir()
+    secret = "sk-nested-secret-0123456789"
+    settings = {"sglang_server_overrides": {"sglang_server_api_key": secret,
+                                            "sglang_server_extra_env": {"MY_TOKEN": secret}},
+                "sglang_server_tokenizer_path": "/m", "secret_env_names": ["HF_TOKEN"]}
+    (run / "env" / "extravars").write_text(json.dumps(settings))
+    (events / "1-abc.json").write_text(json.dumps(
+        {"event": "runner_on_ok", "event_data": {"res": {"ansible_facts": {
+            "sglang_server_launch_spec": {"settings": settings}}}}}))
+    (run / "artifacts" / "x1" / "command").write_text(json.dumps(
+        {"command": ["ansible-playbook", "-e", json.dumps(settings)],
+         "env": {"MY_SERVICE_TOKEN": secret, "PATH": "/bin"}}))
+    scrub_artifacts(str(run))
+    for path in [p for p in run.rglob("*") if p.is_file()]:
+        text = path.read_text()
+        assert secret not in text, path
+        assert path.stat().st_mode & 0o077 == 0, path
+    kept = json.loads((run / "env" / "extravars").read_text())
+    assert kept["sglang_server_overrides"]["sglang_server_api_key"] == "********"
+    assert kept["sglang_server_tokenizer_path"] == "/m"
+    assert kept["secret_env_names"] == ["HF_TOKEN"], "names of secrets are not secrets"
+    assert all(p.stat().st_mode & 0o077 == 0 for p in run.rglob("*") if p.is_dir())

@@ -91,3 +91,132 @@ def test_a_failure_a_rule_already_covers_is_not_proposed_again():
     failure = {"kind": "recovery", "host": "n1", "config_hash": "x", "facts": INCIDENT_FACTS,
                "verdict": "stalled", "phase": "capturing_cuda_graph"}
     assert proposed_rules([failure, failure]) == []
+
+
+# ---- which path: same configuration for faults of a running server, the chain for faults of
+# a configuration (issue 13.7), and the configuration that ran, not the inventory (12.4) ----
+
+NOW = 100_000.0
+GOOD_HASH, ONE_OFF_HASH = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+FALLBACK = [{"sglang_server_cuda_graph": False}]
+INCIDENT = dict(BASE, sglang_server_attention_backend="flashinfer",
+                sglang_server_allow_rules=["flashinfer-mla-sm120-graph-capture-hang"])
+
+
+def verdict(name, phase):
+    return {"verdict": name, "phase": phase, "reason": "r"}
+
+
+def ready_entry(config_hash=GOOD_HASH, settings=BASE, at=NOW - 7200):
+    return {"kind": "ready", "host": "n1", "config_hash": config_hash,
+            "settings": dict(settings), "at": at}
+
+
+def running(config_hash=GOOD_HASH, settings=BASE, facts=SAFE_FACTS):
+    return {"config_hash": config_hash, "settings": dict(settings) if settings else None,
+            "facts": facts}
+
+
+def choose(v, run, ledger=(), settings=BASE, facts=SAFE_FACTS):
+    return choose_next(dict(settings), facts, list(ledger), "n1", FALLBACK, v, run, 3600, NOW)
+
+
+def test_a_server_that_froze_or_hung_after_ready_is_restarted_on_the_same_configuration():
+    # A frozen process (SIGSTOP) and a generation hang: serving, but /health times out.
+    choice = choose(verdict("unhealthy", "serving"), running(), [ready_entry()])
+    assert choice["source"] == "restart" and choice["overrides"] == {}
+    assert choice["config_hash"] == GOOD_HASH and choice["cause"] == "after_ready"
+    assert "was ready on aaaaaaaaaaaa and failed later" in choice["why"]
+    assert choice["reason"] == "restart on the same configuration aaaaaaaaaaaa"
+
+
+def test_a_crash_after_hours_and_a_reused_pid_are_restarted_not_reconfigured():
+    # Both read `crashed` with the log's phase `serving`: the server had been ready.
+    for v in (verdict("crashed", "serving"), verdict("unhealthy", "serving")):
+        choice = choose(v, running(), [ready_entry()])
+        assert choice["source"] == "restart", v
+        assert "sglang_server_cuda_graph" not in choice["overrides"]
+
+
+def test_a_gpu_fault_is_the_hardwares_and_keeps_the_configuration():
+    choice = choose(verdict("gpu_fault", "capturing_cuda_graph"), running(), [ready_entry()])
+    assert choice["source"] == "restart" and choice["cause"] == "hardware"
+
+
+def test_a_restart_keeps_a_one_off_configuration_that_had_been_ready():
+    one_off = dict(BASE, sglang_server_num_continuous_decode_steps=4)
+    choice = choose(verdict("unhealthy", "serving"), running(ONE_OFF_HASH, one_off),
+                    [ready_entry(ONE_OFF_HASH, one_off)])
+    assert choice["source"] == "restart"
+    assert choice["overrides"] == {"sglang_server_num_continuous_decode_steps": 4}
+
+
+def test_a_second_failure_on_the_same_configuration_goes_down_the_chain():
+    earlier = {"kind": "recovery", "host": "n1", "config_hash": GOOD_HASH, "at": NOW - 600,
+               "verdict": "unhealthy", "phase": "serving"}
+    choice = choose(verdict("unhealthy", "serving"), running(), [ready_entry(), earlier])
+    assert choice["cause"] == "repeated"
+    assert choice["why"] == ("aaaaaaaaaaaa failed before within 3600 s (2 failures, the last "
+                             "unhealthy in serving), so the configuration is suspect")
+    assert choice["source"] == "fallback"
+    assert choice["overrides"] == {"sglang_server_cuda_graph": False}
+    # Outside the window, or a trial of an experiment, it is a first failure again.
+    for old in (dict(earlier, at=NOW - 5000), dict(earlier, experiment="sweep-1")):
+        assert choose(verdict("unhealthy", "serving"), running(),
+                      [ready_entry(), old])["source"] == "restart"
+    # Another configuration's failure does not count against this one.
+    other = dict(earlier, config_hash=ONE_OFF_HASH)
+    assert choose(verdict("unhealthy", "serving"), running(),
+                  [ready_entry(), other])["source"] == "restart"
+
+
+def test_a_start_up_failure_takes_the_rules_fix():
+    choice = choose(verdict("stalled", "capturing_cuda_graph"),
+                    running(GOOD_HASH, INCIDENT, INCIDENT_FACTS), [], INCIDENT, INCIDENT_FACTS)
+    assert choice["cause"] == "start_up" and choice["source"] == "rule"
+    assert choice["overrides"]["sglang_server_attention_backend"] == "triton"
+
+
+def test_a_one_off_change_that_hangs_is_reverted_to_the_last_known_good():
+    """Issue 12's scenario: the inventory is the known good; `-e` deployed a one-off that
+    hung; `recover` without the -e must name the one-off and go back to the known good."""
+    choice = choose(verdict("stalled", "capturing_cuda_graph"),
+                    running(ONE_OFF_HASH, INCIDENT, INCIDENT_FACTS), [ready_entry()])
+    assert choice["source"] == "last_known_good" and choice["config_hash"] == GOOD_HASH
+    assert choice["failed_config"] == ONE_OFF_HASH
+    assert choice["overrides"] == {}, "the inventory already is the known good"
+    assert ("revert to the last known good aaaaaaaaaaaa: the configuration that failed, "
+            "bbbbbbbbbbbb, differs from it (2 variable(s) differ: "
+            "sglang_server_allow_rules, sglang_server_attention_backend)") in choice["reason"]
+    assert "also matches rule flashinfer-mla-sm120-graph-capture-hang" in choice["reason"]
+    # Deployed from an inventory that holds the one-off, the revert is spelt out.
+    from_one_off = choose(verdict("stalled", "capturing_cuda_graph"),
+                          running(ONE_OFF_HASH, INCIDENT, INCIDENT_FACTS), [ready_entry()],
+                          INCIDENT, INCIDENT_FACTS)
+    assert from_one_off["source"] == "last_known_good"
+    assert from_one_off["overrides"] == {"sglang_server_attention_backend": "triton",
+                                         "sglang_server_allow_rules": []}
+
+
+def test_only_the_hash_of_what_ran_is_enough_to_revert():
+    choice = choose(verdict("crashed", "loading_weights"), running(ONE_OFF_HASH, None, None),
+                    [ready_entry()])
+    assert choice["source"] == "last_known_good"
+    assert "its settings were not recorded on the node" in choice["reason"]
+
+
+def test_where_a_server_runs_is_not_a_difference_to_revert():
+    moved = dict(BASE, sglang_server_port=30009, sglang_server_root="/srv/x")
+    choice = choose(verdict("stalled", "loading_weights"), running(ONE_OFF_HASH, moved),
+                    [ready_entry()], moved)
+    assert choice["source"] == "fallback"
+
+
+def test_a_simulated_fault_counts_as_part_of_what_ran():
+    faulty = dict(BASE, sglang_server_sim_fault="hang:capturing_cuda_graph")
+    good = dict(BASE, sglang_server_sim_fault="")
+    choice = choose(verdict("stalled", "capturing_cuda_graph"), running(ONE_OFF_HASH, faulty),
+                    [ready_entry(settings=good)], good)
+    assert choice["source"] == "last_known_good"
+    assert "1 variable(s) differ: sglang_server_sim_fault" in choice["reason"]
+    assert choice["overrides"] == {}

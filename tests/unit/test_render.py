@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -44,13 +45,17 @@ def test_script_is_strict_and_execs_the_server(tmp_path):
 def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     pwned = tmp_path / "pwned"
     argv_file = tmp_path / "argv"
-    # A stand-in for the server's Python: records the server argv it gets and prints it;
-    # called as the log filter (-u -c CODE VAR) it runs the real interpreter.
+    # A stand-in for the server's Python: records the server argv it gets and logs its
+    # arguments as SGLang 0.5.23 does (`server_args={...}`, values as Python repr); called as
+    # the log filter (-u -c CODE VAR) it runs the real interpreter.
     fake = tmp_path / "fakepython"
+    logger = ("import sys; a = sys.argv[1:]; "
+              "print('server_args=' + repr({'model_path': a[a.index('--model-path') + 1], "
+              "'api_key': a[a.index('--api-key') + 1], 'admin_api_key': None}))")
     fake.write_text("#!/bin/bash\n"
                     f'if [ "$1" = "-u" ]; then exec {sys.executable} "$@"; fi\n'
                     f"printf '%s\\n' \"$@\" > {argv_file}\n"
-                    "printf '%s\\n' \"$@\"\n")
+                    f"exec {sys.executable} -c {shlex.quote(logger)} \"$@\"\n")
     fake.chmod(0o755)
     evil_path = f"x; touch {pwned}"
     # Validation refuses such a key; the rendering must still quote whatever it is given.
@@ -68,19 +73,75 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     received = argv_file.read_text().splitlines()
     assert evil_path in received
     assert key in received, "the key reaches the server verbatim, expanded at exec time"
-    assert key not in out and "--api-key\n********" in out, "and never reaches its log"
+    assert key not in out and repr(key) not in out, "and never reaches its log"
+    assert f"server_args={{'model_path': {evil_path!r}, 'api_key': '********', " in out
+
+
+def filtered(key, *writes, pause=0.15, env_key=None):
+    """What the launch script's log filter makes of `writes`, each a separate write of the
+    server, read separately by the filter (the pause lets it read each one on its own)."""
+    from sglang_fleet.render import _REDACT
+    feeder = ("import os, sys, time\n"
+              f"for i, part in enumerate({list(writes)!r}):\n"
+              f"    time.sleep({pause} if i else 0)\n"
+              "    os.write(1, part)\n")
+    env = {"FEED": feeder, "CODE": _REDACT, "K": key if env_key is None else env_key}
+    proc = subprocess.run(f"{sys.executable} -c \"$FEED\" | {sys.executable} -u -c \"$CODE\" K",
+                          shell=True, capture_output=True, env=env, check=True)
+    return proc.stdout
+
+
+# The lines SGLang prints its key in: 0.5.23 logs a dict, 0.5.4 a ServerArgs dataclass repr.
+def args_line_0523(key):
+    return ("[2026-03-02 10:00:00] server_args=" + repr(
+        {"model_path": "/models/Kimi-K2.5", "api_key": key, "admin_api_key": None,
+         "served_model_name": "Kimi-K2.5"}) + "\n").encode()
+
+
+def args_line_054(key):
+    return (f"[2026-03-02 10:00:00] server_args=ServerArgs(model_path='/models/Kimi-K2.5', "
+            f"api_key={key!r}, served_model_name='Kimi-K2.5')\n").encode()
+
+
+def test_log_filter_masks_the_key_where_sglang_prints_it_in_both_formats(tmp_path):
+    key = "sk-0123456789abcdef"
+    out = filtered(key, args_line_0523(key), args_line_054(key))
+    assert key.encode() not in out
+    assert b"'api_key': '********', 'admin_api_key': None" in out
+    assert b"ServerArgs(model_path='/models/Kimi-K2.5', api_key='********', served" in out
+    # A key with quotes is printed as Python's repr, and masked in that form.
+    odd = "k'ey\"with\\both"
+    out = filtered(odd, args_line_0523(odd))
+    assert repr(odd).encode() not in out and b"'api_key': '********'" in out
 
 
 def test_log_filter_masks_a_key_split_across_reads_and_keeps_redraws(tmp_path):
-    from sglang_fleet.render import _REDACT
     key = "sk-0123456789abcdef"
-    feeder = ("import os, sys, time\n"
-              f"os.write(1, b'a {key[:7]}'); time.sleep(0.2)\n"
-              f"os.write(1, b'{key[7:]} b\\rbar 1/2\\rbar 2/2\\n')\n")
-    proc = subprocess.run(f"{sys.executable} -c \"$FEED\" | {sys.executable} -u -c \"$CODE\" K",
-                          shell=True, capture_output=True,
-                          env={"FEED": feeder, "CODE": _REDACT, "K": key})
-    assert proc.stdout == b"a ******** b\rbar 1/2\rbar 2/2\n"
+    line = args_line_0523(key)
+    start = line.index(b"api_key")
+    for cut in (start + 3, start + 11, start + 14, start + 20):  # in the name, in the value
+        out = filtered(key, line[:cut], line[cut:] + b"bar 1/2\rbar 2/2\r")
+        assert key.encode() not in out, cut
+        assert out.endswith(b"'admin_api_key': None, 'served_model_name': 'Kimi-K2.5'}\n"
+                            b"bar 1/2\rbar 2/2\r")
+
+
+def test_a_key_that_is_a_common_word_masks_nothing_else():
+    for key in ("ready", "0", "roll"):
+        text = (b"[2026-03-02 10:03:12] The server is fired up and ready to roll!\n"
+                b"[2026-03-02 10:03:13] Decode batch, #running-req: 0, #token: 100, "
+                b"gen throughput (token/s): 10.50, #queue-req: 0\n"
+                b"Capturing batches (bs=160 avail_mem=7.80 GB):  35%|###  | 7/20\r")
+        out = filtered(key, args_line_0523(key), text)
+        assert out == args_line_0523(key).replace(repr(key).encode(), b"'********'") + text
+
+
+def test_an_empty_key_is_never_masked_between_every_byte():
+    text = b"[2026-03-02 10:03:12] The server is fired up and ready to roll!\n"
+    out = filtered("", args_line_0523(""), text)
+    assert out == (b"sglang-fleet log filter: K is empty; nothing to mask\n"
+                   + args_line_0523("") + text)
+    assert b"********" not in out
 
 
 def test_secrets_only_in_the_env_file(tmp_path):
