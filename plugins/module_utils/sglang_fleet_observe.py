@@ -156,18 +156,19 @@ def exit_status(state_file, manager, unit):
 def observe(p):
     """One observation; `p` holds the module's parameters."""
     state = read_json(p["state_file"]) or {}
-    session = state.get("pid") if p["manager"] == "supervisor" else None
+    # A recorded session counts only while its leader is the process recorded at start.
+    session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
     unit = p.get("unit_name") if p["manager"] == "systemd" else None
-    members = procs.deployment_processes(p["marker"], session, unit)
+    members = procs.deployment_processes(p["marker"], unit=unit, **session)
     for member in members:
         io = process_io(member["pid"])
         member.update(rchar=io.get("rchar", 0), read_bytes=io.get("read_bytes", 0),
                       syscw=io.get("syscw", 0))
-    main_pid = state.get("pid")
     if p["manager"] == "systemd":
         main_alive = bool(members)
     else:
-        main_alive = main_pid is not None and any(m["pid"] == main_pid for m in members)
+        # Identity, not numbers: a recorded pid now held by an unrelated process is dead.
+        main_alive = procs.recorded_main_alive(state, members)
     text, mtime = read_log(p["log_file"])
     log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True))
     # The last thing the server did: a bar redraw has no timestamp, the file's mtime dates it.
