@@ -423,6 +423,8 @@ def build_launch_spec(
         "script": f"{root}/conf/{deployment}.launch.sh",
         "env_file": f"{root}/conf/{deployment}.env",
         "pid_file": f"{root}/run/{deployment}.pid",
+        # The LaunchSpec last started, copied there by the service at each start (0600).
+        "running_spec": f"{root}/run/{deployment}.running-spec.json",
         "log_file": f"{root}/logs/{deployment}.log",
         "venv": f"{root}/venv",
         "baseline_file": f"{root}/run/{deployment}.baseline.json",
