@@ -133,7 +133,8 @@ def main():
     state = read_json(p["state_file"]) or {}
     since = _last_start(p["state_file"])
     if since is None or not os.path.isdir(p["shm_dir"]) or \
-            deployment_processes(p["marker"], **recorded_session(state)):
+            deployment_processes(p["marker"], uid=owner if p["service_user"] else None,
+                                 **recorded_session(state)):
         module.exit_json(**result)
     in_use = _paths_in_use(p["shm_dir"])
     for name in sorted(os.listdir(p["shm_dir"])):

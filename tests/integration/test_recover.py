@@ -261,6 +261,29 @@ def test_a_recovery_killed_after_its_stop_is_finished_by_the_next_run(one_node):
     print(f"recovered {took:.1f} s after the next run started")
 
 
+def test_a_deploy_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_node):
+    """The next run after a killed recovery may be a deploy: it deploys the inventory's
+    configuration, gates it, and records the interrupted recovery in the ledger."""
+    assert one_node.deploy(extra=UNHEALTHY).rc != 0
+    lock = lock_path(one_node)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(json.dumps({
+        "owner": "recovery of sim-node-1", "purpose": "recover", "since": time.time(),
+        "run": lk.run_identity(os.getpid()) | {"pid": gone.pid},
+        "recovery": {"stage": "stopped", "failed_config_hash": "0123456789ab",
+                     "verdict": {"verdict": "unhealthy", "phase": "serving", "reason": "x"},
+                     "evidence": "/evidence/sim-node-1/x", "stop": {"killed": [{"pid": 1}]}}}))
+    run = one_node.deploy(extra={"sglang_fleet_ledger": str(one_node.root.parent /
+                                                            "ledger.jsonl")})
+    assert run.rc == 0, run.output[-3000:]
+    assert "it records an unfinished recovery (stage stopped)" in " ".join(run.output.split())
+    (entry,) = [e for e in ledger(one_node) if e["kind"] == "recovery"]
+    assert entry["interrupted"] is True and entry["finished_by"] == "deploy"
+    assert entry["config_hash"] == "0123456789ab" and entry["verdict"] == "unhealthy"
+    assert not lock.exists()
+
+
 def test_two_concurrent_deploys_cannot_both_succeed(one_node):
     """Trial: two deploys of the same deployment at once both 'succeeded'. The second is
     refused with the first one's owner while the first is still gating its server."""

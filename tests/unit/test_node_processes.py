@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -276,3 +278,29 @@ def test_secret_flags_are_masked_in_reported_command_lines():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_supervisor_runs_the_server_as_the_service_user(marker):
+    """Members must run as the service user: the supervisor starts the script as that user,
+    and membership with the user's uid finds exactly its processes."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="sglang-fleet-user-"))
+    try:
+        folder.chmod(0o755)  # the service user reads the script and writes nothing here
+        script = folder / "launch.sh"
+        script.write_text("#!/bin/sh\necho started as $(id -u)\nexec sleep 600\n")
+        script.chmod(0o755)
+        sup = Supervisor(marker, str(script), str(folder / "s.log"), str(folder / "s.pid"),
+                         str(folder), user="nobody")
+        sup.start("d", "0123456789ab")
+        status = wait_for(lambda: sup.status()["running"] and sup.status())
+        assert {p["uid"] for p in status["members"]} == {65534}
+        wait_for(lambda: "started as 65534" in (folder / "s.log").read_text())
+        assert sup.stop(5)["remaining"] == []
+        # Its wrapper, running as that user too, records the exit status in the run folder.
+        script.write_text("#!/bin/sh\nexit 3\n")
+        sup.start("d", "0123456789ab")
+        assert wait_for(lambda: (folder / "s.pid.exit").read_text().strip()) == "3"
+    finally:
+        procs.stop_deployment(marker, 1, uid=65534)
+        shutil.rmtree(folder)
