@@ -284,6 +284,32 @@ def test_a_deploy_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_n
     assert not lock.exists()
 
 
+def test_a_recovery_never_stops_a_server_restarted_after_it_was_judged(one_node, tmp_path):
+    """Trial: a recovery killed the fresh server of a concurrent deploy, which then reported a
+    false 'crashed'. The recovery judged the old server; a deploy restarted it before the
+    recovery took the lock. Under the lock, the recovery compares the run it judged with the
+    run the node records, and leaves the fresh server alone. (The interleaving is fixed here
+    by handing the role a verdict on an earlier run.)"""
+    assert one_node.deploy().rc == 0
+    before = one_node.main_pid("sim-node-1")
+    playbook = tmp_path / "stale-verdict.yml"
+    playbook.write_text(
+        "- hosts: sglang_servers\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}\n"
+        "    - ansible.builtin.set_fact:\n"
+        "        sglang_server_verdict: {verdict: stalled, phase: capturing_cuda_graph,\n"
+        "                                reason: judged before a deploy, run_id: 1.0,\n"
+        "                                evidence: {}}\n"
+        "    - ansible.builtin.include_role: {name: sglang_recover}\n")
+    run = run_playbook(str(playbook), one_node.inventory, recover_settings(one_node))
+    assert run.rc != 0
+    out = " ".join(run.output.split())
+    assert "not recovered: the server judged stalled was restarted by another run" in out
+    assert one_node.main_pid("sim-node-1") == before
+    assert requests.get(one_node.url("sim-node-1") + "/health", timeout=30).status_code == 200
+    assert not lock_path(one_node).exists()
+
+
 def test_two_concurrent_deploys_cannot_both_succeed(one_node):
     """Trial: two deploys of the same deployment at once both 'succeeded'. The second is
     refused with the first one's owner while the first is still gating its server."""
