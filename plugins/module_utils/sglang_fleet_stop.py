@@ -107,8 +107,11 @@ def device_paths(backend, sim_dir, count):
 def kill_members(marker, session, unit, hung, term_timeout, extra_targets=(), uid=None,
                  node_rank=0, log_file=None):
     """Signal the deployment's members (and, in aggressive mode, extra targets); report each
-    step with the pids, and what survived SIGKILL. `session` is procs.recorded_session(state):
-    a recorded session is used only while its leader is the process recorded at start."""
+    step with the pids, and what survived SIGKILL. `session` is procs.recorded_session(state)
+    (a recorded session is used only while its leader is the process recorded at start), or a
+    bare session id, trusted only while its leader carries the marker."""
+    if session is not None and not isinstance(session, dict):
+        session = {"session_id": int(session)}
     found = procs.membership(marker, unit=unit, uid=uid, **(session or {}))
     members = found["members"]
     spared = [m for m in members if protected(m)]
