@@ -139,6 +139,11 @@ xid:
   description: The Xid that made the verdict gpu_fault, with NVIDIA's recommended action.
   returned: when gpu_fault
   type: dict
+run_id:
+  description: The start time of the run observed (the state file's C(started_at)); a
+    recovery checks under its lock that the server is still that run.
+  returned: always
+  type: float
 processes:
   description: The deployment's processes with state and CPU ticks.
   returned: always
@@ -158,6 +163,7 @@ from ansible.module_utils.sglang_fleet_classify import classify
 from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
 from ansible.module_utils.sglang_fleet_logphase import progress_text
 from ansible.module_utils.sglang_fleet_observe import observe
+from ansible.module_utils.sglang_fleet_service import launch_errors
 
 
 def main():
@@ -193,6 +199,13 @@ def main():
     verdict["processes"] = [dict((k, m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
                             for m in obs["processes"]]
     verdict["gpus"] = obs.get("gpus", [])
+    verdict["run_id"] = obs["run_id"]
+    if verdict["verdict"] == "crashed" and p["manager"] == "supervisor":
+        # Write errors in the launch path (a full log filesystem) leave nothing in the log.
+        errors = launch_errors(p["state_file"])
+        if errors:
+            verdict["evidence"]["launch_errors"] = errors
+            verdict["reason"] += "; " + errors[-1]
     if obs.get("gpu_error"):
         verdict["evidence"]["gpu_error"] = obs["gpu_error"]
     module.exit_json(changed=False, **verdict)

@@ -7,97 +7,175 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: sglang_lock
-short_description: One recovery per deployment at a time
+short_description: One run per deployment at a time (deploy, recover, watch, stop)
 description:
-  - Takes or releases a lock file on the node. Taking a lock another recovery holds fails
-    with a message naming its owner and start time; a lock older than I(stale_after) seconds
-    (a controller that died mid-recovery) is taken over and reported.
+  - Takes, updates or releases a deployment's lock file on the node. Every run that changes
+    a deployment takes it; a second run is refused with a message naming the owner.
+  - The lock records its owner, the controller run that took it. That is the
+    ansible-playbook process, named by its host, PID, start time (clock ticks after boot) and
+    boot id. The C(sglang_lock) action plugin fills I(run) in on the controller, and decides
+    whether the owner of a lock held by another run is gone. It is gone when that PID is dead
+    or now another process, or the controller rebooted. Such a lock is taken over, with a
+    warning line saying so, by compare-and-swap on I(take_over). There is no fixed expiry. A
+    lock held from another controller cannot be checked from here and is never taken over.
+  - The same run taking the lock again (a recovery redeploying through the server role) is
+    C(reentered), and its release is left to the outer holder.
+  - With I(state=updated), a recovery records its progress in the lock (stage, failed config
+    hash, chosen overrides, evidence), so that the run that takes over a killed recovery can
+    finish it.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 options:
   path:
-    description: Lock file.
+    description: Lock file (the LaunchSpec's C(paths.recover_lock)).
     type: path
     required: true
   state:
-    description: C(acquired) to take the lock, C(released) to give it back.
+    description: C(acquired) to take the lock, C(updated) to record a recovery's progress in
+      the lock this run holds, C(released) to give it back.
     type: str
-    choices: [acquired, released]
+    choices: [acquired, updated, released]
     default: acquired
-  owner:
-    description: Who holds it (shown to a second recovery).
+  name:
+    description: The deployment (its marker), for messages.
     type: str
+    default: this deployment
+  purpose:
+    description: What the run does with the deployment, shown to a refused run.
+    type: str
+    default: change
+  owner:
+    description: A description of the run, shown to a refused run.
+    type: str
+  run:
+    description: Identity of the controller run (host, pid, start_ticks, boot_id). The
+      action plugin fills it in; set it only to act for another run.
+    type: dict
     required: true
-  stale_after:
-    description: Seconds after which a lock is considered abandoned.
-    type: int
-    default: 3600
+  take_over:
+    description: The exact lock record to replace (the action plugin passes the record of a
+      run it found gone); the lock is replaced only if it still holds that record.
+    type: dict
+  recovery:
+    description: Recovery progress to record with I(state=updated), merged into the lock's
+      C(recovery) record.
+    type: dict
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
+notes:
+  - "Lock file (JSON, mode 0600): C(owner), C(purpose), C(name), C(since) (epoch seconds),
+    C(run) (C(host), C(pid), C(start_ticks), C(boot_id)) and, during a recovery, C(recovery):
+    C(stage) (C(stopped), C(chosen), C(recorded)), C(failed_config_hash), C(verdict),
+    C(evidence), C(next) (the chosen overrides, source and reason) and C(stop) (what the stop
+    did)."
 """
 
 EXAMPLES = r"""
-- name: Take the recovery lock
+- name: Take the deployment's lock
   sglang_lock:
     path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
-    owner: "recover.yml from ci-runner-3"
+    name: "node1:Kimi-K2.5-30000"
+    purpose: recover
+
+- name: Record that the stop is done
+  sglang_lock:
+    path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
+    state: updated
+    recovery:
+      stage: stopped
+      failed_config_hash: 871281b7a56d
+
+- name: Release it
+  sglang_lock:
+    path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
+    state: released
 """
 
 RETURN = r"""
+outcome:
+  description: acquired, reentered (this run held it already), taken_over, held (refused),
+    updated, released, or not_held.
+  returned: always
+  type: str
+  sample: acquired
+lock:
+  description: The lock record after the call.
+  returned: when this run holds the lock
+  type: dict
+held_by:
+  description: The record of the run holding the lock, when refused.
+  returned: when held by another run
+  type: dict
 taken_over:
-  description: The stale lock that was replaced, if any.
-  returned: when a stale lock was replaced
+  description: The record of the gone run whose lock was replaced, with its recovery
+    progress if it was recovering.
+  returned: when a lock was taken over
   type: dict
 """
 
-import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_files import read_json
+from ansible.module_utils.sglang_fleet_lock import LockError, LockFile, describe, same_run
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            state=dict(type="str", default="acquired", choices=["acquired", "released"]),
-            owner=dict(type="str", required=True),
-            stale_after=dict(type="int", default=3600),
+            state=dict(type="str", default="acquired",
+                       choices=["acquired", "updated", "released"]),
+            name=dict(type="str", default="this deployment"),
+            purpose=dict(type="str", default="change"),
+            owner=dict(type="str"),
+            run=dict(type="dict", required=True),
+            take_over=dict(type="dict"),
+            recovery=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    held = read_json(p["path"])
-    if p["state"] == "released":
-        mine = held is not None and held.get("owner") == p["owner"]
-        if mine and not module.check_mode:
-            os.unlink(p["path"])
-        module.exit_json(changed=mine)
-    result = dict(changed=True)
-    if held is not None:
-        age = time.time() - float(held.get("at", 0))
-        if age < p["stale_after"]:
-            module.fail_json(msg="another recovery of this deployment is running: %s, since %s "
-                             "(%.0f s ago). Wait for it, or remove %s if it died."
-                             % (held.get("owner"), time.strftime(
-                                 "%Y-%m-%d %H:%M:%S", time.localtime(held.get("at", 0))),
-                                age, p["path"]))
+    lock = LockFile(p["path"])
+    try:
+        if p["state"] == "released":
+            if module.check_mode:
+                held = lock.read()
+                mine = held is not None and same_run(held.get("run"), p["run"])
+                module.exit_json(changed=mine, outcome="released" if mine else "not_held")
+            done = lock.release(p["run"])
+            module.exit_json(changed=done, outcome="released" if done else "not_held")
+        if p["state"] == "updated":
+            if module.check_mode:
+                module.exit_json(changed=True, outcome="updated")
+            record = lock.update(p["run"], p["recovery"] or {})
+            module.exit_json(changed=True, outcome="updated", lock=record)
+        record = {"owner": p["owner"] or "%s of %s" % (p["purpose"], p["name"]),
+                  "purpose": p["purpose"], "name": p["name"], "since": time.time(),
+                  "run": p["run"]}
+        if module.check_mode:
+            held = lock.read()
+            if held is not None and not same_run(held.get("run"), p["run"]):
+                module.warn("%s is locked by %s" % (p["name"], describe(held)))
+            module.exit_json(changed=held is None, outcome="acquired" if held is None
+                             else "held", held_by=held)
+        folder = os.path.dirname(p["path"])
+        if folder and not os.path.isdir(folder):
+            os.makedirs(folder)
+        outcome, held = lock.acquire(record, p["take_over"])
+    except (LockError, OSError, IOError) as exc:
+        module.fail_json(msg="%s: lock %s: %s" % (p["name"], p["path"], exc))
+    if outcome == "held":
+        module.fail_json(
+            msg="%s is locked by %s. Not touching it: wait for that run to finish."
+            % (p["name"], describe(held)), outcome="held", held_by=held)
+    result = dict(changed=outcome != "reentered", outcome=outcome,
+                  lock=held if outcome == "reentered" else record)
+    if outcome == "taken_over":
         result["taken_over"] = held
-    if not module.check_mode:
-        if held is not None:
-            os.unlink(p["path"])
-        try:
-            fd = os.open(p["path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError:
-            module.fail_json(msg="another recovery took the lock %s at the same moment"
-                             % p["path"])
-        with os.fdopen(fd, "w") as f:
-            json.dump({"owner": p["owner"], "at": time.time()}, f)
     module.exit_json(**result)
 
 

@@ -11,12 +11,30 @@ short_description: Start, stop or restart one SGLang server through systemd or t
 description:
   - Manages one deployment's server through one interface over two service managers,
     C(systemd) for real nodes and C(supervisor) for machines without systemd (CI, containers,
-    the simulated fleet).
-  - Records a digest of the files the server was started from. With I(state=started) a running
+    the simulated fleet). The supervisor runs the launch script in its own session as
+    I(service_user).
+  - "Records a digest of the files the server was started from. With I(state=started) a running
     server is left alone when the digest matches and restarted when it differs, so a deploy
-    restarts exactly the servers whose launch files changed.
-  - Stopping ends every process carrying the deployment marker (orphans reparented to PID 1
-    included), with SIGTERM, a bounded wait, then SIGKILL. Nothing else is signalled.
+    restarts exactly the servers whose launch files changed. The digest is internal; the
+    configuration's public name is I(config_hash), recorded in the state file and printed in
+    the log's run separator C(===== sglang-fleet: start MARKER config HASH at TIME =====)."
+  - At each start it copies the LaunchSpec that is started (I(launch_spec)) to
+    I(running_spec_file) (mode 0600), the node's record of the configuration actually running.
+  - Check before you stop. Before a server is (re)started, and so before a running one is
+    stopped for a change, it checks what the new one needs. There must be at least
+    I(min_free_mb) free in the log, run and shm folders. The HTTP port must be free, or held
+    by the server being replaced (by membership) or by another node of the same multi-node
+    server (I(group_markers)). The model path must be present with its C(config.json). When
+    any check fails nothing is stopped or started and the module fails naming each problem;
+    the old server keeps serving. In check mode the problems are warnings.
+  - Members are found by membership (marker, the recorded supervisor session, the unit's
+    cgroup). A recorded session is trusted only while its leader has the start time and boot
+    recorded at start and carries the marker. Members must run as I(service_user). A process
+    of another user carrying the deployment's marker is reported in C(foreign) and a warning,
+    and never signalled.
+  - Stopping ends every member (orphans reparented to PID 1 included) with SIGTERM, a bounded
+    wait, then SIGKILL. On a non-zero node rank (I(node_rank)), whose SGLang main process only
+    logs SIGTERM, SIGKILL follows as soon as the log shows that, or after 5 s.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 options:
@@ -38,10 +56,12 @@ options:
     description: Launch script the supervisor runs (systemd runs it from the unit).
     type: path
   log_file:
-    description: Log file the supervisor appends the server output to.
+    description: Log file the server's output is appended to; the run separator is written
+      here at each start (both managers).
     type: path
   state_file:
-    description: JSON file recording pid (supervisor) and configuration digest.
+    description: JSON file recording the supervisor's session leader (pid, start time, boot
+      id), the config hash and the files digest. See the notes for its format.
     type: path
     required: true
   workdir:
@@ -51,11 +71,32 @@ options:
   unit_name:
     description: systemd unit name, required when I(manager=systemd).
     type: str
+  service_user:
+    description: User the server runs as (the LaunchSpec's C(service.user)). Only processes
+      of this user are members; the supervisor starts the script as this user.
+    type: str
+    default: root
+  node_rank:
+    description: Node rank of a multi-node server (LaunchSpec C(group.node_rank)); a non-zero
+      rank is escalated to SIGKILL quickly on stop.
+    type: int
+    default: 0
   config_files:
     description: Files whose content defines the running configuration (script, env file, unit).
     type: list
     elements: path
     default: []
+  config_hash:
+    description: The LaunchSpec's config hash (12 hex digits), recorded in the state file and
+      printed in the log's run separator.
+    type: str
+  launch_spec:
+    description: The LaunchSpec being started (no secret values), copied to
+      I(running_spec_file) at start.
+    type: dict
+  running_spec_file:
+    description: Where the started LaunchSpec is kept (mode 0600).
+    type: path
   stop_timeout:
     description: Seconds to wait after SIGTERM before SIGKILL.
     type: int
@@ -72,6 +113,29 @@ options:
   sim_dir:
     description: Simulated GPU folder.
     type: path
+  shm_dir:
+    description: Shared-memory folder of the server, checked for free space before a start.
+    type: path
+  min_free_mb:
+    description: Free space (MiB) the log, run and shm folders need before a start.
+    type: int
+    default: 64
+  host:
+    description: Address the server listens on, for the port check.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: HTTP port the new server binds, checked before a start (omit to skip).
+    type: int
+  group_markers:
+    description: Markers of the other nodes of a multi-node server; a port they hold on this
+      machine does not block a start.
+    type: list
+    elements: str
+    default: []
+  model_path:
+    description: Model path of the new server; a local path must exist with C(config.json).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -80,6 +144,14 @@ attributes:
 notes:
   - Finds processes by the marker in C(/proc/PID/environ); reading other users' environments
     needs root or the same user, as the service does.
+  - "State file (JSON): C(pid), C(pid_start) (clock ticks after boot, C(/proc/PID/stat) field
+    22), C(boot_id): the supervisor's session leader, C(pid) null once stopped; C(config_hash):
+    the running LaunchSpec's 12-hex hash; C(digest): the launch files' digest (internal);
+    C(started_at), C(stopped_at); C(marker), C(user), C(manager), and C(unit) for systemd.
+    C(STATE_FILE.exit) holds the supervisor's exit status; C(STATE_FILE.launch-error) the
+    error seen writing the log when the server exited (e.g. No space left on device)."
+  - "Running spec (JSON, mode 0600): exactly the LaunchSpec dict of the configuration started
+    last (its C(config_hash) equals the state file's)."
 """
 
 EXAMPLES = r"""
@@ -93,6 +165,12 @@ EXAMPLES = r"""
     config_files:
       - /opt/sglang-fleet/conf/kimi-k2.5-30000.launch.sh
       - /opt/sglang-fleet/conf/kimi-k2.5-30000.env
+    config_hash: 871281b7a56d
+    launch_spec: "{{ sglang_server_launch_spec }}"
+    running_spec_file: /opt/sglang-fleet/run/kimi-k2.5-30000.running-spec.json
+    port: 30000
+    model_path: /models/Kimi-K2.5
+    shm_dir: /dev/shm
 
 - name: Stop it and wait for every process of the deployment to exit
   sglang_service:
@@ -111,7 +189,7 @@ pid:
   type: int
   sample: 41873
 digest:
-  description: Digest of I(config_files) now.
+  description: Digest of I(config_files) now (internal, for restart decisions).
   returned: always
   type: str
   sample: 3f2a9c0d11b2e4a5
@@ -119,26 +197,53 @@ previous_digest:
   description: Digest the running server was started with, if any.
   returned: always
   type: str
+config_hash:
+  description: Config hash of the configuration running after the call.
+  returned: always
+  type: str
+  sample: 871281b7a56d
+previous_config_hash:
+  description: Config hash the running server was started with, if recorded.
+  returned: always
+  type: str
 action:
   description: What was done, one of none, started, restarted, stopped.
   returned: always
   type: str
   sample: restarted
+start_blockers:
+  description: Problems that keep a new server from starting (full disk, port held by
+    another program, missing model); the module fails with them, or warns in check mode.
+  returned: when a start was due
+  type: list
+  elements: str
+foreign:
+  description: Processes that carry the deployment's marker, session or unit but run as
+    another user; never signalled.
+  returned: always
+  type: list
+  elements: dict
 stop_report:
-  description: Signals sent while stopping (pids per signal) and processes left.
+  description: Signals sent while stopping (pids per signal), why SIGKILL came early
+    (C(escalated)), and processes left.
   returned: when something was stopped
   type: dict
 """
 
+import os
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_fleet_files import write_json_atomic
 from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
+from ansible.module_utils.sglang_fleet_procs import describe_foreign
 from ansible.module_utils.sglang_fleet_service import (
     ServiceError,
     Supervisor,
     Systemd,
     files_digest,
 )
+from ansible.module_utils.sglang_fleet_startcheck import MIB, start_blockers
 
 
 def main():
@@ -153,11 +258,22 @@ def main():
             state_file=dict(type="path", required=True),
             workdir=dict(type="path", default="/"),
             unit_name=dict(type="str"),
+            service_user=dict(type="str", default="root"),
+            node_rank=dict(type="int", default=0),
             config_files=dict(type="list", elements="path", default=[]),
+            config_hash=dict(type="str"),
+            launch_spec=dict(type="dict"),
+            running_spec_file=dict(type="path"),
             stop_timeout=dict(type="int", default=60),
             baseline_file=dict(type="path"),
             gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
             sim_dir=dict(type="path"),
+            shm_dir=dict(type="path"),
+            min_free_mb=dict(type="int", default=64),
+            host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int"),
+            group_markers=dict(type="list", elements="str", default=[]),
+            model_path=dict(type="str"),
         ),
         required_if=[
             ("manager", "systemd", ("unit_name",)),
@@ -166,43 +282,81 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["manager"] == "systemd":
-        service = Systemd(p["marker"], p["unit_name"], p["state_file"])
-    else:
-        service = Supervisor(p["marker"], p["script"], p["log_file"], p["state_file"],
-                             p["workdir"])
-    digest = files_digest(p["config_files"])
+    config_hash = p["config_hash"] or (p["launch_spec"] or {}).get("config_hash")
+    if config_hash is not None and not re.match(r"^[0-9a-f]{12}$", config_hash):
+        module.fail_json(msg="config_hash=%r is not a LaunchSpec config hash (12 hex digits)"
+                         % config_hash)
+    if p["launch_spec"] and p["launch_spec"].get("config_hash") not in (None, config_hash):
+        module.fail_json(msg="launch_spec is configuration %s but config_hash says %s"
+                         % (p["launch_spec"].get("config_hash"), config_hash))
     try:
+        if p["manager"] == "systemd":
+            service = Systemd(p["marker"], p["unit_name"], p["state_file"],
+                              user=p["service_user"], node_rank=p["node_rank"],
+                              log_file=p["log_file"])
+        else:
+            service = Supervisor(p["marker"], p["script"], p["log_file"], p["state_file"],
+                                 p["workdir"], user=p["service_user"], node_rank=p["node_rank"])
         status = service.status()
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
+    digest = files_digest(p["config_files"])
     result = dict(changed=False, pid=status["pid"], digest=digest,
-                  previous_digest=status["digest"], action="none")
+                  previous_digest=status["digest"], config_hash=status["config_hash"],
+                  previous_config_hash=status["config_hash"], action="none",
+                  foreign=status["foreign"])
+    for line in describe_foreign(status["foreign"], p["service_user"]):
+        module.warn(line)
 
     if p["state"] == "stopped":
         if status["running"] or status["members"]:
             result.update(changed=True, action="stopped", pid=None)
             if not module.check_mode:
-                report = _stop(module, service, p["stop_timeout"])
-                result["stop_report"] = report
+                result["stop_report"] = _stop(module, service, p["stop_timeout"])
         module.exit_json(**result)
 
     needs_restart = p["state"] == "restarted" or (
         status["running"] and status["digest"] != digest)
     if status["running"] and not needs_restart:
         module.exit_json(**result)
-    result.update(changed=True, action="restarted" if status["running"] else "started")
+    result.update(changed=True, action="restarted" if status["running"] else "started",
+                  config_hash=config_hash)
+    blockers = _start_blockers(p, status)
+    result["start_blockers"] = blockers
     if module.check_mode:
+        for line in blockers:
+            module.warn("the start would fail: %s" % line)
         module.exit_json(**result)
+    if blockers:
+        kept = (" Nothing was stopped: the running server (pid %s, config %s) keeps serving."
+                % (status["pid"], status["config_hash"] or "unrecorded")
+                if status["running"] else " Nothing was started.")
+        module.fail_json(msg="%s: the new server cannot start here: %s.%s"
+                         % (p["marker"], "; ".join(blockers), kept),
+                         **dict(result, changed=False, action="none"))
     if status["running"] or status["members"]:
         result["stop_report"] = _stop(module, service, p["stop_timeout"])
     if p["baseline_file"]:
         _record_baseline(module, p)
     try:
-        result["pid"] = service.start(digest)
+        result["pid"] = service.start(digest, config_hash, p["launch_spec"],
+                                      p["running_spec_file"])
     except (ServiceError, OSError) as exc:
         module.fail_json(msg="could not start %s: %s" % (p["marker"], exc), **result)
     module.exit_json(**result)
+
+
+def _start_blockers(p, status):
+    log_dir = os.path.dirname(p["log_file"]) if p["log_file"] else None
+    folders = [
+        ("log folder", log_dir, "free space there (or move sglang_server_root)"),
+        ("run folder", os.path.dirname(p["state_file"]),
+         "free space there (or move sglang_server_root)"),
+        ("shm folder", p["shm_dir"], "free shared memory there (or set sglang_server_shm_dir)"),
+    ]
+    members = [m["pid"] for m in status["members"]]
+    return start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"], members,
+                          p["group_markers"], p["model_path"])
 
 
 def _record_baseline(module, p):

@@ -31,8 +31,12 @@ options:
     type: str
     required: true
   owner_uid:
-    description: Owner of the deployment's segments; defaults to the user running the module.
+    description: Owner of the deployment's segments; defaults to I(service_user), else the
+      user running the module.
     type: int
+  service_user:
+    description: User the deployment runs as (a name or uid); its segments are owned by it.
+    type: str
   patterns:
     description: Name patterns (fnmatch) of segments the server creates.
     type: list
@@ -70,7 +74,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_fleet_files import read_json
-from ansible.module_utils.sglang_fleet_procs import deployment_processes
+from ansible.module_utils.sglang_fleet_procs import (
+    deployment_processes,
+    recorded_session,
+    service_uid,
+)
 
 
 def _paths_in_use(shm_dir):
@@ -107,16 +115,26 @@ def main():
             state_file=dict(type="path", required=True),
             marker=dict(type="str", required=True),
             owner_uid=dict(type="int"),
+            service_user=dict(type="str"),
             patterns=dict(type="list", elements="str",
                           default=["psm_*", "sglang*", "nccl-*", "torch_*", "cuda.shm.*"]),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    owner = os.getuid() if p["owner_uid"] is None else p["owner_uid"]
+    owner = p["owner_uid"]
+    if owner is None:
+        try:
+            owner = service_uid(p["service_user"]) if p["service_user"] else os.getuid()
+        except (KeyError, ValueError):
+            module.fail_json(msg="service_user=%r does not exist on this node"
+                             % p["service_user"])
     result = dict(changed=False, removed=[], kept_in_use=[])
+    state = read_json(p["state_file"]) or {}
     since = _last_start(p["state_file"])
-    if since is None or not os.path.isdir(p["shm_dir"]) or deployment_processes(p["marker"]):
+    if since is None or not os.path.isdir(p["shm_dir"]) or \
+            deployment_processes(p["marker"], uid=owner if p["service_user"] else None,
+                                 **recorded_session(state)):
         module.exit_json(**result)
     in_use = _paths_in_use(p["shm_dir"])
     for name in sorted(os.listdir(p["shm_dir"])):

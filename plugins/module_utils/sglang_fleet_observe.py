@@ -156,22 +156,23 @@ def exit_status(state_file, manager, unit):
 FATAL_EXIT_GRACE_S = 5.0
 
 
-def _members(p, session, unit, main_pid):
+def _members(p, state, session, unit):
     """The deployment's processes with their I/O counters, and whether the main one lives."""
-    members = procs.deployment_processes(p["marker"], session, unit)
+    members = procs.deployment_processes(p["marker"], unit=unit, **session)
     for member in members:
         io = process_io(member["pid"])
         member.update(rchar=io.get("rchar", 0), read_bytes=io.get("read_bytes", 0),
                       syscw=io.get("syscw", 0))
     if p["manager"] == "systemd":
         return bool(members), members
-    return main_pid is not None and any(m["pid"] == main_pid for m in members), members
+    # Identity, not numbers: a recorded pid now held by an unrelated process is dead.
+    return procs.recorded_main_alive(state, members), members
 
 
-def _wait_for_exit(p, session, unit, main_pid):
+def _wait_for_exit(p, state, session, unit):
     deadline = time.time() + FATAL_EXIT_GRACE_S
     while True:
-        main_alive, members = _members(p, session, unit, main_pid)
+        main_alive, members = _members(p, state, session, unit)
         if not main_alive or time.time() >= deadline:
             return main_alive, members
         time.sleep(0.2)
@@ -180,17 +181,17 @@ def _wait_for_exit(p, session, unit, main_pid):
 def observe(p):
     """One observation; `p` holds the module's parameters."""
     state = read_json(p["state_file"]) or {}
-    session = state.get("pid") if p["manager"] == "supervisor" else None
+    # A recorded session counts only while its leader is the process recorded at start.
+    session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
     unit = p.get("unit_name") if p["manager"] == "systemd" else None
-    main_pid = state.get("pid")
-    main_alive, members = _members(p, session, unit, main_pid)
+    main_alive, members = _members(p, state, session, unit)
     text, mtime = read_log(p["log_file"])
     log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True), now=mtime)
     started_at = state.get("started_at")
     if main_alive and logphase.fatal_failures(log, since=started_at):
         # SGLang tears its process tree down right after a fatal line: a moment's wait lets
         # the verdict carry the exit status (with dp_size > 1 it may never come).
-        main_alive, members = _wait_for_exit(p, session, unit, main_pid)
+        main_alive, members = _wait_for_exit(p, state, session, unit)
         text, mtime = read_log(p["log_file"])
         log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True), now=mtime)
     # The last thing the server did: a bar redraw has no timestamp, the file's mtime dates it.

@@ -9,7 +9,6 @@ __metaclass__ = type
 
 import os
 import re
-import signal
 import subprocess
 import time
 
@@ -40,20 +39,50 @@ def protected(info):
                for p in PROTECTED_NAMES)
 
 
-def aggressive_targets(device_paths):
-    """Dedicated-node sweep: every SGLang-looking process and every holder of a GPU device,
-    except the protected agents and this module's own lineage."""
+def _other_deployment(info, marker, unit):
+    """What ties a process to another deployment (its marker, its session leader's marker, or
+    another sglang-fleet unit's cgroup), or None."""
+    theirs = procs.marker_of(info["pid"])
+    if theirs and theirs != marker:
+        return "carries the marker of %s" % theirs
+    if info["sid"] != info["pid"]:
+        leader = procs.marker_of(info["sid"])
+        if leader and leader != marker:
+            return "in the session of %s" % leader
+    for other in procs.units_of(info["pid"]):
+        if other != unit and other.startswith("sglang-") and other.endswith(".service"):
+            return "in the unit %s" % other
+    return None
+
+
+def aggressive_targets(device_paths, marker=None, unit=None, uid=None):
+    """Dedicated-node sweep: every SGLang-looking process and every holder of a GPU device.
+
+    Spared, whatever they look like: the protected GPU agents, this module's own lineage,
+    processes of other users than `uid`, and every process that belongs to another deployment
+    (its marker, session or unit). Returns (targets, spared), each process with `why`."""
     skip = procs.own_lineage()
-    targets = []
+    targets, spared = [], []
     for pid in procs.all_pids():
         if pid in skip:
             continue
         info = procs.process_info(pid)
         if info is None or info["state"] in ("Z", "X") or protected(info):
             continue
-        if SGLANG_PATTERN.search(info["cmdline"]) or holds_device(pid, device_paths):
-            targets.append(info)
-    return targets
+        if SGLANG_PATTERN.search(info["cmdline"]):
+            why = "SGLang-looking command line"
+        elif holds_device(pid, device_paths):
+            why = "holds a GPU device"
+        else:
+            continue
+        other = _other_deployment(info, marker, unit) if marker else None
+        if other:
+            spared.append(dict(info, why=other))
+        elif uid is not None and info["uid"] != uid:
+            spared.append(dict(info, why="runs as uid %s, not the service user" % info["uid"]))
+        else:
+            targets.append(dict(info, why=why))
+    return targets, spared
 
 
 def holds_device(pid, device_paths):
@@ -75,45 +104,38 @@ def device_paths(backend, sim_dir, count):
     return set("/dev/nvidia%d" % i for i in range(count))
 
 
-def kill_members(marker, session_id, unit, hung, term_timeout, extra_targets=()):
+def kill_members(marker, session, unit, hung, term_timeout, extra_targets=(), uid=None,
+                 node_rank=0, log_file=None):
     """Signal the deployment's members (and, in aggressive mode, extra targets); report each
-    step with the pids, and what survived SIGKILL."""
-    members = procs.deployment_processes(marker, session_id, unit)
+    step with the pids, and what survived SIGKILL. `session` is procs.recorded_session(state)
+    (a recorded session is used only while its leader is the process recorded at start), or a
+    bare session id, trusted only while its leader carries the marker."""
+    if session is not None and not isinstance(session, dict):
+        session = {"session_id": int(session)}
+    found = procs.membership(marker, unit=unit, uid=uid, **(session or {}))
+    members = found["members"]
     spared = [m for m in members if protected(m)]
     targets = dict((m["pid"], m) for m in members if not protected(m))
     for extra in extra_targets:
         targets.setdefault(extra["pid"], extra)
     report = {"term_sent": [], "kill_sent": [], "spared_protected": spared, "remaining": [],
-              "targets": sorted(targets.values(), key=lambda x: x["pid"])}
+              "targets": sorted(targets.values(), key=lambda x: x["pid"]),
+              "foreign": found["foreign"], "escalated": None}
     if not targets:
         return report
-    pids = sorted(targets)
-    if not hung:
-        report["term_sent"] = procs.signal_pids(pids, signal.SIGTERM)
-        pids = _wait_dead(pids, term_timeout)
-    if pids:
-        report["kill_sent"] = procs.signal_pids(pids, signal.SIGKILL)
-        pids = _wait_dead(pids, 10.0)
-    report["remaining"] = [procs.process_info(p) for p in pids if procs.process_info(p)]
+    step = procs.terminate(list(targets.values()), hung, term_timeout, 10.0, node_rank,
+                           log_file)
+    for key in ("term_sent", "kill_sent", "remaining", "escalated"):
+        report[key] = step[key]
     return report
-
-
-def _alive(pid):
-    info = procs.process_info(pid)
-    return info is not None and info["state"] not in ("Z", "X")
-
-
-def _wait_dead(pids, timeout, poll=0.05):
-    deadline = time.monotonic() + timeout
-    left = [p for p in pids if _alive(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(poll)
-        left = [p for p in left if _alive(p)]
-    return left
 
 
 def verify_released(backend, sim_dir, member_pids, baseline, timeout, poll=0.1, gpu_timeout=10):
     """Poll until no member is on any GPU and each GPU is back to its baseline memory.
+
+    Memory that live processes outside the deployment hold is theirs: another deployment that
+    started on the node after the baseline was recorded does not make a GPU 'held'. What is
+    held is memory above the baseline that no live process accounts for.
 
     Returns (released, seconds, held) where held lists the devices still held, with the
     holders' process states (D, Z) where known."""
@@ -123,14 +145,23 @@ def verify_released(backend, sim_dir, member_pids, baseline, timeout, poll=0.1, 
         held = []
         for d in devices:
             ours = [p for p in d["processes"] if p["pid"] in member_pids]
+            others = sum(p["used_memory"] or 0 for p in d["processes"]
+                         if p["pid"] not in member_pids and _alive(p["pid"]))
             base = (baseline or {}).get(str(d["index"]), 0)
-            if ours or d["memory_used"] > base + RELEASE_SLACK_BYTES:
+            unaccounted = d["memory_used"] - others
+            if ours or (d["memory_used"] > base + RELEASE_SLACK_BYTES
+                        and unaccounted > RELEASE_SLACK_BYTES):
                 held.append({"index": d["index"], "memory_used": d["memory_used"],
                              "baseline": base, "holders": [_holder(p) for p in d["processes"]]})
         elapsed = time.monotonic() - start
         if not held or elapsed >= timeout:
             return not held, elapsed, held
         time.sleep(poll)
+
+
+def _alive(pid):
+    info = procs.process_info(pid)
+    return info is not None and info["state"] not in ("Z", "X")
 
 
 def _holder(proc):

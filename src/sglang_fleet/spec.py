@@ -613,6 +613,8 @@ def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, A
         "script": f"{root}/conf/{deployment}.launch.sh",
         "env_file": f"{root}/conf/{deployment}.env",
         "pid_file": f"{root}/run/{deployment}.pid",
+        # The LaunchSpec last started, copied there by the service at each start (0600).
+        "running_spec": f"{root}/run/{deployment}.running-spec.json",
         "log_file": f"{root}/logs/{deployment}.log",
         "venv": f"{root}/venv",
         "baseline_file": f"{root}/run/{deployment}.baseline.json",

@@ -3,23 +3,31 @@ survive, orphans, memory that never comes back, the crash-loop guard, concurrent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
 from sglang_fleet.testfleet.local import (
+    BIN,
     FAST_GATE,
+    REPO,
+    ansible_env,
+    free_port_block,
     make_tp16_group,
     run_playbook,
     start_sim,
     wait_for,
 )
+from sglang_fleet_node import sglang_fleet_lock as lk
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -165,19 +173,170 @@ def test_crash_loop_guard_stops_after_the_configured_attempts(one_node):
     assert [e["kind"] for e in ledger(one_node)].count("recovery") == 1
 
 
-def test_a_second_concurrent_recovery_is_refused(one_node):
-    assert one_node.deploy(extra={"sglang_server_sim_fault": "hang_generation",
-                              "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
-                       ).rc != 0
-    run_dir = one_node.host_root("sim-node-1") / "run"
-    lock = run_dir / f"Kimi-K2.5-{one_node.port('sim-node-1')}.recover.lock"
-    lock.write_text(json.dumps({"owner": "another operator's recovery", "at": time.time()}))
-    run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(
-        one_node, sglang_server_sim_fault="hang_generation"))
+UNHEALTHY = {"sglang_server_sim_fault": "hang_generation",
+             "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
+
+
+def lock_path(fleet, host="sim-node-1"):
+    return fleet.host_root(host) / "run" / f"Kimi-K2.5-{fleet.port(host)}.recover.lock"
+
+
+def test_a_live_owners_lock_refuses_and_a_gone_owners_lock_is_taken_over(one_node):
+    """Issue 13.4: the lock names its owner's run (host, PID, start time); a second run is
+    refused while that run lives, and takes the lock over with a line saying so once it is
+    gone: no fixed expiry."""
+    assert one_node.deploy(extra=UNHEALTHY).rc != 0
+    # Stands for another operator's ansible-playbook run on this controller.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        lock_path(one_node).write_text(json.dumps({
+            "owner": "another operator's recovery", "purpose": "recover",
+            "since": time.time(), "run": lk.run_identity(other.pid)}))
+        run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(
+            one_node, sglang_server_sim_fault="hang_generation"))
+        assert run.rc != 0
+        out = " ".join(run.output.split())
+        assert (f"is locked by another operator's recovery (ansible-playbook pid {other.pid} "
+                f"on {socket.gethostname()}, since") in out
+        assert f"It is alive (pid {other.pid} on this controller)" in out
+        assert len(one_node.server_processes("sim-node-1")) == 10, "nothing was stopped"
+    finally:
+        other.kill()
+        other.wait()
+    run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(one_node))
+    assert run.rc == 0, run.output[-4000:]
+    out = " ".join(run.output.split())
+    assert f"took over the lock of another operator's recovery (ansible-playbook pid {other.pid}" \
+        in out and f"pid {other.pid} on {socket.gethostname()} is gone" in out
+    assert "sim-node-1: recovered:" in out
+    assert not lock_path(one_node).exists(), "released at the end"
+
+
+def test_a_recovery_killed_after_its_stop_is_finished_by_the_next_run(one_node):
+    """Trial: a recovery SIGKILLed after its stop and before its redeploy left the node down,
+    with no ledger entry, and its lock refused recover for an hour. The next run takes the
+    dead run's lock over, redeploys the configuration the killed run chose, gates it and
+    writes the ledger entries. Its extra variables come as key=value strings, as an
+    operator types them (-e sglang_recover_max_attempts=50 crashed the guard before)."""
+    assert one_node.deploy(extra=UNHEALTHY).rc != 0
+    lock = lock_path(one_node)
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(one_node.inventory), "playbooks/recover.yml",
+           "-e", json.dumps(recover_settings(one_node))]
+    first = subprocess.Popen(cmd, cwd=REPO, env=ansible_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def stage():
+            try:
+                return (json.loads(lock.read_text()).get("recovery") or {}).get("stage")
+            except (OSError, ValueError):
+                return None
+        wait_for(lambda: stage() == "stopped" or first.poll() is not None, timeout=300,
+                 interval=0.01)
+        os.killpg(first.pid, signal.SIGKILL)  # between its stop and its redeploy
+    finally:
+        first.wait()
+    assert stage() == "stopped"
+    assert one_node.server_processes("sim-node-1") == [], "the node is down"
+    killed_run = json.loads(lock.read_text())["run"]["pid"]
+
+    started = time.monotonic()
+    run = run_playbook("playbooks/recover.yml", one_node.inventory,
+                       {k: v for k, v in recover_settings(one_node).items()
+                        if not k.startswith("sglang_recover")},
+                       "-e", "sglang_recover_on_failure=true",
+                       "-e", "sglang_recover_max_attempts=50", "-e", "sglang_recover_window=3600",
+                       "-e", "sglang_recover_term_timeout=5", "-e", "sglang_recover_redeploy=true",
+                       "-e", "sglang_recover_verify_timeout=30")
+    took = time.monotonic() - started
+    assert run.rc == 0, run.output[-4000:]
+    out = " ".join(run.output.split())
+    assert f"ansible-playbook pid {killed_run} on {socket.gethostname()}" in out
+    assert f"pid {killed_run} on {socket.gethostname()} is gone" in out
+    assert "finishing the recovery of" in out and "left at stage stopped" in out
+    assert "sim-node-1: recovered:" in out
+    assert requests.get(one_node.url("sim-node-1") + "/health", timeout=30).status_code == 200
+    entries = [e for e in ledger(one_node) if e["kind"] in ("recovery", "recovery_outcome")]
+    assert [e["kind"] for e in entries] == ["recovery", "recovery_outcome"]
+    assert entries[0]["verdict"] == "unhealthy", "the killed run's verdict, not 'crashed'"
+    assert entries[1]["verdict"] == "ready"
+    assert not lock.exists()
+    print(f"recovered {took:.1f} s after the next run started")
+
+
+def test_a_deploy_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_node):
+    """The next run after a killed recovery may be a deploy: it deploys the inventory's
+    configuration, gates it, and records the interrupted recovery in the ledger."""
+    assert one_node.deploy(extra=UNHEALTHY).rc != 0
+    lock = lock_path(one_node)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(json.dumps({
+        "owner": "recovery of sim-node-1", "purpose": "recover", "since": time.time(),
+        "run": lk.run_identity(os.getpid()) | {"pid": gone.pid},
+        "recovery": {"stage": "stopped", "failed_config_hash": "0123456789ab",
+                     "verdict": {"verdict": "unhealthy", "phase": "serving", "reason": "x"},
+                     "evidence": "/evidence/sim-node-1/x", "stop": {"killed": [{"pid": 1}]}}}))
+    run = one_node.deploy(extra={"sglang_fleet_ledger": str(one_node.root.parent /
+                                                            "ledger.jsonl")})
+    assert run.rc == 0, run.output[-3000:]
+    assert "it records an unfinished recovery (stage stopped)" in " ".join(run.output.split())
+    (entry,) = [e for e in ledger(one_node) if e["kind"] == "recovery"]
+    assert entry["interrupted"] is True and entry["finished_by"] == "deploy"
+    assert entry["config_hash"] == "0123456789ab" and entry["verdict"] == "unhealthy"
+    assert not lock.exists()
+
+
+def test_a_recovery_never_stops_a_server_restarted_after_it_was_judged(one_node, tmp_path):
+    """Trial: a recovery killed the fresh server of a concurrent deploy, which then reported a
+    false 'crashed'. The recovery judged the old server; a deploy restarted it before the
+    recovery took the lock. Under the lock, the recovery compares the run it judged with the
+    run the node records, and leaves the fresh server alone. (The interleaving is fixed here
+    by handing the role a verdict on an earlier run.)"""
+    assert one_node.deploy().rc == 0
+    before = one_node.main_pid("sim-node-1")
+    playbook = tmp_path / "stale-verdict.yml"
+    playbook.write_text(
+        "- hosts: sglang_servers\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}\n"
+        "    - ansible.builtin.set_fact:\n"
+        "        sglang_server_verdict: {verdict: stalled, phase: capturing_cuda_graph,\n"
+        "                                reason: judged before a deploy, run_id: 1.0,\n"
+        "                                evidence: {}}\n"
+        "    - ansible.builtin.include_role: {name: sglang_recover}\n")
+    run = run_playbook(str(playbook), one_node.inventory, recover_settings(one_node))
     assert run.rc != 0
-    assert "another recovery of this deployment is running: another operator's recovery" in \
-        run.output
-    assert len(one_node.server_processes("sim-node-1")) == 10, "nothing was stopped"
+    out = " ".join(run.output.split())
+    assert "not recovered: the server judged stalled was restarted by another run" in out
+    assert one_node.main_pid("sim-node-1") == before
+    assert requests.get(one_node.url("sim-node-1") + "/health", timeout=30).status_code == 200
+    assert not lock_path(one_node).exists()
+
+
+def test_two_concurrent_deploys_cannot_both_succeed(one_node):
+    """Trial: two deploys of the same deployment at once both 'succeeded'. The second is
+    refused with the first one's owner while the first is still gating its server."""
+    slow = {**one_node.extra, "sglang_server_sim_time_factor": 0.05}
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(one_node.inventory), "deploy.yml",
+           "-e", json.dumps(slow)]
+    first = subprocess.Popen(cmd, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: lock_path(one_node).exists()
+                 and json.loads(lock_path(one_node).read_text() or "{}").get("purpose")
+                 == "deploy", timeout=300, interval=0.05)
+        second = one_node.deploy()
+        out_first, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, out_first[-3000:]
+    assert "sim-node-1: ready at" in out_first
+    assert second.rc != 0
+    out = " ".join(second.output.split())
+    assert "is locked by deploy of sim-node-1:Kimi-K2.5-" in out
+    assert f"(ansible-playbook pid {first.pid} on {socket.gethostname()}" in out
+    assert "It is alive" in out
 
 
 def test_a_failed_rank_takes_its_whole_multi_node_group_along(tmp_path):
@@ -315,3 +474,138 @@ def test_a_one_off_change_that_hangs_is_named_and_reverted_to_the_last_known_goo
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+CGROUP_ROOT = Path("/sys/fs/cgroup/systemd")
+
+
+class OtherDeployments:
+    """Three other SGLang deployments on the node, sharing its simulated GPUs (two servers of
+    a few GPUs each is the common layout), each tied to its deployment by one signal only:
+    its marker, its supervisor session, or its systemd unit's cgroup; plus decoys."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.procs, self.logs, self.decoys = tmp, [], [], []
+        slice_dir = CGROUP_ROOT / "system.slice"
+        self.made_slice = not slice_dir.exists()
+        self.cgroup = slice_dir / f"sglang-other-{os.getpid()}-{int(time.time())}.service"
+        self.cgroup.mkdir(parents=True)
+        self.sessions = {}
+
+    def start(self, node_gpus: Path, model: Path):
+        tmp = self.tmp
+        base = {"PATH": os.environ["PATH"], "SGLANG_SIM_GPU_DIR": str(node_gpus),
+                "SGLANG_SIM_SHM_DIR": str(tmp), "SGLANG_SIM_TIME_FACTOR": "0.005",
+                "HOME": os.environ.get("HOME", "/root")}
+        for i, how in enumerate(("marker", "session", "unit")):
+            port = free_port_block(1)
+            sim = [sys.executable, "-m", "sglang_fleet.sim.launch_server", "--model-path",
+                   str(model), "--served-model-name", f"other-{how}", "--port", str(port),
+                   "--tp-size", "2", "--base-gpu-id", str(2 * i), "--attention-backend",
+                   "triton", "--disable-custom-all-reduce"]
+            env = dict(base)
+            if how == "marker":
+                env.update({procs.MARKER_VAR: f"sim-node-1:other-{how}", "SPT_NOENV": "1"})
+                argv = sim
+            elif how == "session":
+                # The leader shell keeps its marker; the server and its renamed workers do not.
+                env[procs.MARKER_VAR] = f"sim-node-1:other-{how}"
+                argv = ["/bin/sh", "-c", 'env -u SGLANG_FLEET_DEPLOYMENT "$@"; exit $?', "sh",
+                        *sim]
+            else:
+                argv = ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"',
+                        str(self.cgroup / "cgroup.procs"), *sim]
+            log = tmp / f"other-{how}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            self.procs.append(proc)
+            self.logs.append(log)
+            self.sessions[how] = proc.pid
+        for log in self.logs:
+            wait_for(lambda log=log: "fired up" in log.read_text(), timeout=120)
+        env = {"PATH": os.environ["PATH"]}
+        hold = ("import sys, time\nfds = [open(p, 'rb') for p in sys.argv[1:]]\n"
+                "print('holding', flush=True)\ntime.sleep(600)\n")
+        daemon = tmp / "nvidia-persistenced"
+        daemon.symlink_to(sys.executable)
+        self.daemon = subprocess.Popen([str(daemon), "-c", hold, *map(str, sorted(
+            node_gpus.glob("nvidia*")))], stdout=subprocess.PIPE, text=True, env=env)
+        self.holder = subprocess.Popen([sys.executable, "-c", hold, str(node_gpus / "nvidia7")],
+                                       stdout=subprocess.PIPE, text=True, env=env)
+        self.decoys += [self.daemon, self.holder]
+        for p in (self.daemon, self.holder):
+            assert p.stdout.readline().strip() == "holding"
+        self.lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                           "-m", "sglang.launch_server", "--port", "1"], env=env)
+        self.plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                      env=env)
+        self.other_user = subprocess.Popen(["/bin/sh", "-c", "sleep 600", "sglang::scheduler_TP0"],
+                                           env=env, user=65534, group=65534)
+        self.decoys += [self.lookalike, self.plain, self.other_user]
+        wait_for(lambda: "sglang" in procs.process_info(self.lookalike.pid)["cmdline"]
+                 and "sglang" in procs.process_info(self.other_user.pid)["cmdline"])
+        self.servers = self.server_pids()
+        assert sum(len(p) for p in self.servers.values()) >= 12
+
+    def server_pids(self):
+        out = {}
+        for how, sid in self.sessions.items():
+            out[how] = {p for p in procs.all_pids()
+                        if (procs.process_info(p) or {}).get("sid") == sid}
+        return out
+
+    def stop(self):
+        for p in self.decoys:
+            p.kill()
+            p.wait()
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        wait_for(lambda: not (self.cgroup / "cgroup.procs").read_text().strip(), timeout=15)
+        self.cgroup.rmdir()
+        if self.made_slice:
+            self.cgroup.parent.rmdir()
+
+
+def test_aggressive_mode_never_crosses_into_another_deployment(one_node, tmp_path):
+    """Trial: sglang_recover_aggressive: true killed 3 other servers (33 processes, each
+    carrying its own marker) and the decoys, reported '87 processes stopped', no warning.
+    Now every process of another deployment (marker, session or unit) and of another user is
+    spared; each unmarked process it stops is listed with its command line, in the output
+    and in the evidence."""
+    if os.geteuid() != 0 or not (CGROUP_ROOT / "cgroup.procs").exists():
+        pytest.skip("needs root and the name=systemd cgroup hierarchy for a unit's cgroup")
+    assert one_node.deploy().rc == 0
+    node = one_node.host_root("sim-node-1")
+    (tmp_path / "others").mkdir()
+    others = OtherDeployments(tmp_path / "others")
+    try:
+        others.start(node / "sim" / "gpus", node / "models" / "Kimi-K2.5")
+        main = next(p for p in one_node.processes("sim-node-1")
+                    if "sglang_fleet.sim.launch_server" in p["cmdline"])
+        os.kill(main["pid"], 9)  # our server crashes
+        run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(
+            one_node, sglang_recover_aggressive=True))
+        assert run.rc == 0, run.output[-4000:]
+        out = " ".join(run.output.split())
+        assert "sim-node-1: recovered:" in out
+        assert others.server_pids() == others.servers, "another deployment was touched"
+        for p in (others.daemon, others.plain, others.other_user):
+            assert p.poll() is None
+        for p in (others.lookalike, others.holder):
+            assert p.wait(10) == -signal.SIGTERM
+        assert "aggressive mode stopped 2 process(es) without this deployment's marker:" in out
+        assert f"{others.lookalike.pid} {sys.executable} -c import time" in out
+        (bundle,) = (tmp_path / "evidence" / "sim-node-1").iterdir()
+        stop = json.loads((bundle / "stop.json").read_text())
+        unmarked = {u["pid"]: u for u in stop["unmarked_stopped"]}
+        assert set(unmarked) == {others.lookalike.pid, others.holder.pid}
+        assert "sglang.launch_server" in unmarked[others.lookalike.pid]["cmdline"]
+        assert unmarked[others.holder.pid]["why"] == "holds a GPU device"
+        spared = {s["pid"]: s["why"] for s in stop["spared_other_deployments"]}
+        every_other = set().union(*others.servers.values())
+        assert {p for p in spared if p in every_other}, spared
+        assert spared[others.other_user.pid] == "runs as uid 65534, not the service user"
+    finally:
+        others.stop()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -71,20 +74,28 @@ def test_module_never_targets_its_own_lineage(marker):
         del os.environ[procs.MARKER_VAR]
 
 
-def test_supervisor_detaches_keeps_log_and_records_digest(marker, tmp_path):
+def test_supervisor_detaches_keeps_log_and_records_identity_and_config(marker, tmp_path):
     script = tmp_path / "launch.sh"
     script.write_text(f"#!/bin/bash\necho started-$$\nexec {sys.executable} -c 'import time\n"
                       "while True: time.sleep(1)'\n")
     script.chmod(0o755)
     log, state = tmp_path / "logs" / "s.log", tmp_path / "run" / "s.pid"
+    running_spec = tmp_path / "run" / "s.running-spec.json"
     sup = Supervisor(marker, str(script), str(log), str(state), str(tmp_path))
-    pid = sup.start("digest-1")
+    spec = {"config_hash": "0123456789ab", "marker": marker, "argv": ["x"]}
+    pid = sup.start("digest-1", "0123456789ab", spec, str(running_spec))
     status = wait_for(lambda: sup.status()["running"] and sup.status())
     assert status["pid"] == pid and status["digest"] == "digest-1"
+    assert status["config_hash"] == "0123456789ab"
     assert os.getsid(pid) == pid  # its own session: ansible's process group cannot take it down
+    record = json.loads(state.read_text())
+    assert record["pid_start"] == procs.process_info(pid)["start_ticks"]
+    assert record["boot_id"] == procs.boot_id() and record["config_hash"] == "0123456789ab"
+    assert json.loads(running_spec.read_text()) == spec
+    assert running_spec.stat().st_mode & 0o777 == 0o600
     wait_for(lambda: "started-" in log.read_text())
     assert sup.stop(5)["remaining"] == []
-    sup.start("digest-2")
+    sup.start("digest-2", "ba9876543210")
     wait_for(lambda: log.read_text().count("started-") == 2)
     text = log.read_text()
     # Both runs' output is kept (the launch script opens each run with its own separator).
@@ -153,22 +164,113 @@ def test_files_digest_changes_with_content(tmp_path):
 
 def test_session_membership_finds_workers_whose_title_erased_the_marker(marker, tmp_path):
     # setproctitle without SPT_NOENV overwrites /proc/PID/environ: the supervisor's session
-    # still ties the renamed worker to its deployment.
+    # (its leader, a shell that keeps the marker) still ties the renamed worker to its
+    # deployment.
     code = ("import os, time, setproctitle\n"
             "setproctitle.setproctitle('sglang::scheduler_TP0')\n"
             "print('ready', flush=True)\nwhile True: time.sleep(1)\n")
     env = {k: v for k, v in os.environ.items() if k != "SPT_NOENV"}
     env[procs.MARKER_VAR] = marker
-    worker = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    leader = subprocess.Popen(["/bin/sh", "-c", '"$0" -c "$1"', sys.executable, code], env=env,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert worker.stdout.readline().strip() == "ready"
-        assert worker.pid not in {p["pid"] for p in procs.deployment_processes(marker)}
-        found = procs.deployment_processes(marker, session_id=worker.pid)
-        assert [p["cmdline"] for p in found] == ["sglang::scheduler_TP0"]
+        assert leader.stdout.readline().strip() == "ready"
+        worker = wait_for(lambda: [p for p in procs.deployment_processes(
+            marker, session_id=leader.pid) if p["pid"] != leader.pid])
+        assert [p["cmdline"] for p in worker] == ["sglang::scheduler_TP0"]
+        assert worker[0]["member_by"] == "session" and not worker[0]["carries_marker"]
+        assert worker[0]["pid"] not in {p["pid"] for p in procs.deployment_processes(marker)}
     finally:
-        worker.kill()
-        worker.wait()
+        os.killpg(leader.pid, 9)
+        leader.wait()
+
+
+def test_a_recorded_session_id_now_held_by_an_unrelated_session_is_not_trusted(marker):
+    """A stale state file names a PID that an unrelated session now leads: its processes are
+    not members, by the marker check (the leader does not carry it) and by the start-time
+    check (the leader started later than recorded)."""
+    unrelated = subprocess.Popen(["/bin/sh", "-c", "sleep 600 & wait"], start_new_session=True)
+    try:
+        child = wait_for(lambda: [p for p in procs.all_pids()
+                                  if (procs.process_info(p) or {}).get("sid") == unrelated.pid
+                                  and p != unrelated.pid])
+        stale = {"pid": unrelated.pid, "pid_start": procs.process_info(unrelated.pid)[
+            "start_ticks"] - 100, "boot_id": procs.boot_id()}
+        assert not procs.trusted_session(unrelated.pid, marker)
+        assert procs.deployment_processes(marker, **procs.recorded_session(stale)) == []
+        assert not procs.recorded_main_alive(stale, [])
+        report = procs.stop_deployment(marker, 1, **procs.recorded_session(stale))
+        assert report["term_sent"] == [] and report["kill_sent"] == []
+        assert unrelated.poll() is None and procs.process_info(child[0])
+        # Even a leader that happens to carry the marker is refused on its start time.
+        assert not procs.same_process({"pid": unrelated.pid, "start_ticks": stale["pid_start"],
+                                       "boot_id": procs.boot_id()})
+    finally:
+        os.killpg(unrelated.pid, 9)
+        unrelated.wait()
+
+
+def test_another_users_process_with_the_marker_is_reported_and_never_signalled(marker):
+    env = dict(os.environ, **{procs.MARKER_VAR: marker})
+    other = subprocess.Popen(["/bin/sleep", "600"], env=env, user=65534, group=65534)
+    mine = spawn(marker)
+    try:
+        wait_for(lambda: procs.process_info(other.pid)
+                 and procs.process_info(other.pid)["uid"] == 65534)
+        found = procs.membership(marker, uid=0)
+        assert {p["pid"] for p in found["members"]} == {mine.pid}
+        assert [p["pid"] for p in found["foreign"]] == [other.pid]
+        assert "does not run as the service user root: not signalled" in \
+            procs.describe_foreign(found["foreign"], "root")[0]
+        report = procs.stop_deployment(marker, 5, uid=0)
+        assert report["term_sent"] == [mine.pid] and other.poll() is None
+        assert [p["pid"] for p in report["foreign"]] == [other.pid]
+    finally:
+        other.kill()
+        mine.kill()
+        other.wait()
+        mine.wait()
+
+
+SGLANG_RANK1 = (
+    "import signal, sys, time\n"
+    "def on_term(*_):\n"
+    "    if sys.argv[1] == 'log':\n"
+    "        print('[2026-11-30 10:00:00] SIGTERM received on node_rank 1; waiting for the '\n"
+    "              'rank-0 ShutdownReq broadcast to stop the schedulers.', flush=True)\n"
+    "signal.signal(signal.SIGTERM, on_term)\n"
+    "print('ready', flush=True)\n"
+    "while True: time.sleep(0.1)\n")
+
+
+@pytest.mark.parametrize("logs", [True, False])
+def test_a_non_zero_rank_that_only_logs_sigterm_is_killed_without_waiting_out_the_timeout(
+        marker, tmp_path, logs):
+    """Real SGLang's non-zero node ranks log SIGTERM and keep running (engine.py, 0.5.23):
+    SIGKILL follows as soon as the log says so, or after a short grace, not after 60 s."""
+    log = tmp_path / "rank1.log"
+    env = dict(os.environ, **{procs.MARKER_VAR: marker})
+    with open(log, "wb") as out:
+        # "log": print SGLang's line on SIGTERM; "quiet": a release that logs nothing.
+        rank1 = subprocess.Popen([sys.executable, "-c", SGLANG_RANK1,
+                                  "log" if logs else "quiet"], env=env, stdout=out)
+    try:
+        wait_for(lambda: "ready" in log.read_text())
+        started = time.monotonic()
+        report = procs.stop_deployment(marker, term_timeout=60, node_rank=1, log_file=str(log))
+        took = time.monotonic() - started
+        assert report["kill_sent"] == [rank1.pid] and report["remaining"] == []
+        if logs:
+            assert took < procs.NONZERO_RANK_TERM_GRACE
+            assert "logged that it only waits for rank 0" in report["escalated"]
+        else:
+            assert procs.NONZERO_RANK_TERM_GRACE <= took < procs.NONZERO_RANK_TERM_GRACE + 5
+            assert "non-zero ranks only log it" in report["escalated"]
+        # Rank 0 keeps the full timeout: SGLang drains requests there.
+        assert procs.wait_after_term({}, 60, node_rank=0) == ([], None)
+    finally:
+        rank1.kill()
+        rank1.wait()
 
 
 def test_secret_flags_are_masked_in_reported_command_lines():
@@ -185,3 +287,29 @@ def test_secret_flags_are_masked_in_reported_command_lines():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_supervisor_runs_the_server_as_the_service_user(marker):
+    """Members must run as the service user: the supervisor starts the script as that user,
+    and membership with the user's uid finds exactly its processes."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="sglang-fleet-user-"))
+    try:
+        folder.chmod(0o755)  # the service user reads the script and writes nothing here
+        script = folder / "launch.sh"
+        script.write_text("#!/bin/sh\necho started as $(id -u)\nexec sleep 600\n")
+        script.chmod(0o755)
+        sup = Supervisor(marker, str(script), str(folder / "s.log"), str(folder / "s.pid"),
+                         str(folder), user="nobody")
+        sup.start("d", "0123456789ab")
+        status = wait_for(lambda: sup.status()["running"] and sup.status())
+        assert {p["uid"] for p in status["members"]} == {65534}
+        wait_for(lambda: "started as 65534" in (folder / "s.log").read_text())
+        assert sup.stop(5)["remaining"] == []
+        # Its wrapper, running as that user too, records the exit status in the run folder.
+        script.write_text("#!/bin/sh\nexit 3\n")
+        sup.start("d", "0123456789ab")
+        assert wait_for(lambda: (folder / "s.pid.exit").read_text().strip()) == "3"
+    finally:
+        procs.stop_deployment(marker, 1, uid=65534)
+        shutil.rmtree(folder)

@@ -286,7 +286,8 @@ def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
         "sglang_server_group: tp16\nsglang_server_tp: 16\n"
         "sglang_server_dist_init_host: 127.0.0.1\n"
         f"sglang_server_port: {fleet.port(first)}\n"
-        f"sglang_server_model_path: {tmp}/shared-models/Kimi-K2.5\n")
+        # Shared by the group's nodes, inside the folder that holds their roots.
+        f"sglang_server_model_path: {fleet.root}/shared-models/Kimi-K2.5\n")
     hosts = (fleet.inventory / "hosts.yml").read_text()
     (fleet.inventory / "hosts.yml").write_text(
         hosts + "    tp16:\n      hosts:\n"

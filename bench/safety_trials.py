@@ -1,0 +1,255 @@
+"""Issue 13's node-side trials, one line each, against a simulated node.
+
+    .venv/bin/python bench/safety_trials.py [--checkout PATH] [TRIAL ...]
+
+Trials: pid_reuse, aggressive, killed_recovery, string_vars, full_log, port, model_path.
+--checkout runs the playbooks of another checkout of this repository (e.g. a `git worktree`
+of an older commit) with this environment, to show the same trial before a change.
+
+Needs root: PID reuse writes /proc/sys/kernel/ns_last_pid, the full log filesystem is a
+tmpfs mounted (and unmounted) in a temporary folder. Servers and GPUs are simulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import helpers
+
+from sglang_fleet_node import sglang_fleet_procs as procs
+
+HOST = "sim-node-1"
+UNHEALTHY = {"sglang_server_sim_fault": "hang_generation",
+             "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def failure(output: str, width: int = 160) -> str:
+    text = flat(output)
+    at = text.find("msg:")
+    return text[at + 5:at + 5 + width] if at >= 0 else "-"
+
+
+def session_of(sid: int) -> set[int]:
+    """Live processes of a session (a killed child of this script stays a zombie)."""
+    return {p for p in procs.all_pids()
+            if (procs.process_info(p) or {}).get("sid") == sid
+            and procs.process_info(p)["state"] not in ("Z", "X")}
+
+
+def take_pid(pid: int) -> subprocess.Popen:
+    """An unrelated session whose leader gets exactly `pid` (ns_last_pid + 1 is next)."""
+    for _ in range(200):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(["/bin/sh", "-c", "sleep 600 & wait"], start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    raise RuntimeError(f"PID {pid} could not be taken")
+
+
+class Trials:
+    def __init__(self, work: Path):
+        self.work = work
+
+    def fleet(self, name: str) -> helpers.SimFleet:
+        folder = self.work / name
+        folder.mkdir()
+        fleet = helpers.make_fleet(folder, hosts=1)
+        fleet.extra.update(sglang_fleet_ledger=str(folder / "ledger.jsonl"),
+                           sglang_fleet_evidence_dir=str(folder / "evidence"))
+        return fleet
+
+    @staticmethod
+    def done(fleet: helpers.SimFleet) -> None:
+        helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+        procs.stop_deployment(fleet.marker(HOST), 2, uid=None)
+
+    @staticmethod
+    def crash(fleet: helpers.SimFleet) -> int:
+        recorded = fleet.main_pid(HOST)
+        main = next(p for p in fleet.processes(HOST) if "launch_server" in p["cmdline"])
+        os.kill(main["pid"], signal.SIGKILL)
+        helpers.wait_for(lambda: procs.process_info(recorded) is None, 30)
+        return recorded
+
+    def pid_reuse(self) -> str:
+        fleet = self.fleet("pid_reuse")
+        try:
+            fleet.deploy()
+            recorded = self.crash(fleet)
+            session = take_pid(recorded)
+            members = helpers.wait_for(lambda: len(session_of(recorded)) == 2
+                                       and session_of(recorded))
+            health = helpers.run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
+            verdict = next(x for x in flat(health.output).split("msg: ")[1:]
+                           if x.startswith(f"'{HOST}:"))[1:].split("'")[0]
+            helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+            killed = len(members - session_of(recorded))
+            if session.poll() is None:
+                os.killpg(session.pid, signal.SIGKILL)
+            session.wait()
+            return (f"PID reuse after a crash: gate says {verdict!r}; stop.yml killed "
+                    f"{killed} of the unrelated session's {len(members)} processes")
+        finally:
+            self.done(fleet)
+
+    def aggressive(self) -> str:
+        fleet = self.fleet("aggressive")
+        others: list[subprocess.Popen] = []
+        try:
+            fleet.deploy()
+            node = fleet.host_root(HOST)
+            for i in range(3):
+                env = {"PATH": os.environ["PATH"], "SPT_NOENV": "1",
+                       "SGLANG_SIM_GPU_DIR": str(node / "sim" / "gpus"),
+                       "SGLANG_SIM_SHM_DIR": str(self.work), "SGLANG_SIM_TIME_FACTOR": "0.005",
+                       procs.MARKER_VAR: f"{HOST}:other-{i}"}
+                with open(self.work / f"other-{i}.log", "wb") as log:
+                    others.append(subprocess.Popen(
+                        [sys.executable, "-m", "sglang_fleet.sim.launch_server",
+                         "--model-path", str(node / "models" / "Kimi-K2.5"),
+                         "--port", str(helpers.free_port_block(1)), "--tp-size", "2",
+                         "--base-gpu-id", str(2 * i), "--attention-backend", "triton",
+                         "--disable-custom-all-reduce"],
+                        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            for i in range(3):
+                helpers.wait_for(lambda i=i: "fired up" in (self.work / f"other-{i}.log")
+                                 .read_text(), 120)
+            before = sum(len(procs.deployment_processes(f"{HOST}:other-{i}")) for i in range(3))
+            self.crash(fleet)
+            run = helpers.run_playbook("playbooks/recover.yml", fleet.inventory,
+                                       {**fleet.extra, "sglang_recover_aggressive": True})
+            after = sum(len(procs.deployment_processes(f"{HOST}:other-{i}")) for i in range(3))
+            return (f"aggressive recovery beside 3 other deployments: killed {before - after} "
+                    f"of their {before} processes; recover exit {run.rc}")
+        finally:
+            for proc in others:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            self.done(fleet)
+
+    def killed_recovery(self) -> str:
+        fleet = self.fleet("killed_recovery")
+        extra = {**fleet.extra, **helpers.FAST_GATE, "sglang_recover_on_failure": True}
+        try:
+            fleet.deploy(extra=UNHEALTHY)
+            cmd = [str(helpers.BIN / "ansible-playbook"), "-i", str(fleet.inventory),
+                   "playbooks/recover.yml", "-e", json.dumps(extra)]
+            first = subprocess.Popen(cmd, cwd=helpers.REPO, env=helpers.ansible_env(),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+            # SIGKILL once its stop is done (the server is down), before its redeploy.
+            helpers.wait_for(lambda: not [p for p in fleet.processes(HOST)
+                                          if "launch_server" in p["cmdline"]], 300, 0.01)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+            started = time.monotonic()
+            run = helpers.run_playbook("playbooks/recover.yml", fleet.inventory, extra)
+            took = time.monotonic() - started
+            ready = helpers.http_status(fleet.url(HOST) + "/health", timeout=5) == 200
+            kinds = [e["kind"] for e in fleet.read_store("ledger.jsonl")]
+            return (f"recovery SIGKILLed after its stop; the next recover run: exit {run.rc} "
+                    f"after {took:.0f} s, server {'ready' if ready else 'DOWN'}, ledger "
+                    f"{kinds.count('recovery')} recovery / {kinds.count('recovery_outcome')} "
+                    f"outcome; {failure(run.output, 90) if run.rc else ''}")
+        finally:
+            self.done(fleet)
+
+    def string_vars(self) -> str:
+        fleet = self.fleet("string_vars")
+        try:
+            fleet.deploy(extra=UNHEALTHY)
+            run = helpers.run_playbook("playbooks/recover.yml", fleet.inventory, fleet.extra,
+                                       "-e", "sglang_recover_max_attempts=50")
+            return (f"recover -e sglang_recover_max_attempts=50: exit {run.rc}"
+                    f"{'; ' + failure(run.output, 110) if run.rc else ''}")
+        finally:
+            self.done(fleet)
+
+    def full_log(self) -> str:
+        fleet = self.fleet("full_log")
+        logs = fleet.host_root(HOST) / "logs"
+        try:
+            fleet.deploy()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(logs)],
+                           check=True)
+            with open(logs / "filler", "ab", buffering=0) as f, \
+                    contextlib.suppress(OSError):
+                while True:
+                    f.write(b"x" * 512)
+            run = fleet.deploy(extra={"sglang_server_extra_env": {
+                "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_HEALTH_CHECK_TIMEOUT": 30}})
+            serving = helpers.http_status(fleet.url(HOST) + "/health", timeout=5) == 200
+            return (f"deploy a change onto a full 64 KiB log filesystem: exit {run.rc}, old "
+                    f"server {'still serving' if serving else 'STOPPED'}; "
+                    f"{failure(run.output, 150)}")
+        finally:
+            subprocess.run(["umount", "-l", str(logs)], check=False)
+            self.done(fleet)
+
+    def port(self) -> str:
+        fleet = self.fleet("port")
+        try:
+            fleet.deploy()
+            fleet.stop()
+            with socket.socket() as other:
+                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                other.bind(("127.0.0.1", fleet.port(HOST)))
+                other.listen()
+                started = time.monotonic()
+                run = fleet.deploy()
+            return (f"deploy with the port held by another program: exit {run.rc} after "
+                    f"{time.monotonic() - started:.0f} s; {failure(run.output, 130)}")
+        finally:
+            self.done(fleet)
+
+    def model_path(self) -> str:
+        fleet = self.fleet("model_path")
+        outside = self.work / "model_path" / "elsewhere" / "Kimi-K2.5"
+        try:
+            fleet.deploy()
+            run = fleet.deploy(extra={"sglang_server_model_path": str(outside)})
+            written = len(list(outside.glob("*"))) if outside.exists() else 0
+            return (f"deploy with a model path outside the node: exit {run.rc}, "
+                    f"{written} files written outside the node root")
+        finally:
+            self.done(fleet)
+
+
+def main() -> None:
+    names = ["pid_reuse", "aggressive", "killed_recovery", "string_vars", "full_log", "port",
+             "model_path"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkout", type=Path, default=helpers.REPO)
+    parser.add_argument("trials", nargs="*", metavar="TRIAL", help=", ".join(names))
+    args = parser.parse_args()
+    unknown = [t for t in args.trials if t not in names]
+    if unknown:
+        parser.error(f"unknown trial {unknown[0]!r}: choose from {', '.join(names)}")
+    helpers.REPO = args.checkout.resolve()
+    with tempfile.TemporaryDirectory(prefix="safety-trials-") as folder:
+        trials = Trials(Path(folder))
+        print(f"SIMULATED node (sglang-sim, Kimi-K2.5 TP=8), playbooks of {helpers.REPO}")
+        for name in args.trials or names:
+            print(f"{name:16} {getattr(trials, name)()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+# -*- coding: utf-8 -*-
+# Check before you stop: what a new server needs from its node, checked before a running one is
+# stopped for a change, so that a start that cannot succeed leaves the old server serving.
+# - free space in the log, run and shm folders (a full log filesystem kills the new server
+#   with nothing in its log to say why);
+# - the HTTP port free, or held by the server being replaced (found by membership), or by
+#   another node of the same multi-node server sharing this machine (the simulated fleet);
+# - the model path present, with its config.json.
+# Read-only; pure Python on statvfs and /proc.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import socket
+import struct
+
+try:
+    from ansible.module_utils import sglang_fleet_procs as procs
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_procs as procs
+
+MIB = 1 << 20
+_LISTEN = "0A"
+
+
+def _existing(path):
+    """The path, or its nearest existing parent (a folder a first deploy has not made yet)."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path or "/"
+
+
+def free_bytes(path):
+    st = os.statvfs(_existing(path))
+    return st.f_bavail * st.f_frsize, st.f_favail
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return "%d %s" % (n, unit) if unit == "B" else "%.1f %s" % (n, unit)
+        n /= 1024.0
+    return "%d" % n
+
+
+def space_problems(folders, min_free_bytes):
+    """folders: [(what, path, fix)]. A message per folder with too little space or no inodes."""
+    problems = []
+    for what, path, fix in folders:
+        if not path:
+            continue
+        try:
+            free, inodes = free_bytes(path)
+        except OSError as exc:
+            problems.append("%s %s cannot be checked: %s" % (what, path, exc))
+            continue
+        if free < min_free_bytes or inodes == 0:
+            problems.append(
+                "%s %s has %s free (%s needed%s): the new server's writes would fail with "
+                "'No space left on device'. Fix: %s"
+                % (what, path, _size(free), _size(min_free_bytes),
+                   ", and no free inodes" if inodes == 0 else "", fix))
+    return problems
+
+
+def _addr4(hexaddr):
+    return socket.inet_ntop(socket.AF_INET, struct.pack("<I", int(hexaddr, 16)))
+
+
+def _addr6(hexaddr):
+    words = [struct.pack("<I", int(hexaddr[i:i + 8], 16)) for i in range(0, 32, 8)]
+    return socket.inet_ntop(socket.AF_INET6, b"".join(words))
+
+
+def listening_inodes(port, host=None):
+    """Socket inodes listening on `port` at an address that overlaps `host`."""
+    wildcard = ("0.0.0.0", "::", "", None)
+    inodes = set()
+    for table, decode in (("/proc/net/tcp", _addr4), ("/proc/net/tcp6", _addr6)):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except (OSError, IOError):
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _LISTEN:
+                continue
+            addr, _, hexport = fields[1].partition(":")
+            if int(hexport, 16) != port:
+                continue
+            local = decode(addr)
+            if local.startswith("::ffff:"):
+                local = local[7:]
+            if host in wildcard or local in wildcard or local == host:
+                inodes.add(fields[9])
+    return inodes
+
+
+def socket_holders(inodes):
+    """Pids holding any of the socket inodes open."""
+    wanted = set("socket:[%s]" % i for i in inodes)
+    holders = set()
+    for pid in procs.all_pids():
+        try:
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    if os.readlink("/proc/%d/fd/%s" % (pid, fd)) in wanted:
+                        holders.add(pid)
+                        break
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return holders
+
+
+def port_problems(host, port, member_pids, allowed_markers=()):
+    """A message when the port is held by a process that is not the server being replaced."""
+    if not port:
+        return []
+    inodes = listening_inodes(int(port), host)
+    if not inodes:
+        return []
+    holders = socket_holders(inodes)
+    others = []
+    for pid in sorted(holders):
+        if pid in member_pids or procs.marker_of(pid) in allowed_markers:
+            continue
+        info = procs.process_info(pid)
+        others.append("%d (%s)" % (pid, (info or {}).get("cmdline", "?")[:160]))
+    if holders and not others:
+        return []
+    who = ", ".join(others) if others else "a process this check cannot see"
+    return ["port %s:%d is held by %s, not by the server being replaced: the new server would "
+            "load its weights and then die on bind. Fix: stop that program, or set "
+            "sglang_server_port to a free port" % (host or "*", int(port), who)]
+
+
+def model_problems(model_path):
+    """A message when a local model path is missing or has no config.json. A path that is not
+    a local path (a Hugging Face hub id) is left to SGLang, which downloads it."""
+    if not model_path or not (model_path.startswith("/") or model_path.startswith(".")
+                              or model_path.startswith("~")):
+        return []
+    path = os.path.expanduser(model_path)
+    if os.path.isfile(path) and path.endswith(".gguf"):
+        return []
+    if not os.path.isdir(path):
+        return ["model path %s does not exist on the node. Fix: copy the model there, or set "
+                "sglang_server_model_path to where it is" % model_path]
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return ["model path %s has no config.json: SGLang cannot load it. Fix: point "
+                "sglang_server_model_path at the model's folder (the one with config.json)"
+                % model_path]
+    return []
+
+
+def start_blockers(folders, min_free_bytes, host, port, member_pids, allowed_markers,
+                   model_path):
+    """Everything that would make the next start fail, as messages (empty: go ahead)."""
+    return (space_problems(folders, min_free_bytes)
+            + port_problems(host, port, set(member_pids), tuple(allowed_markers))
+            + model_problems(model_path))

@@ -1,0 +1,91 @@
+"""Check before you stop: what a new server needs from its node (free space, its port, its
+model), on real filesystems, sockets and processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from sglang_fleet.testfleet.local import wait_for
+from sglang_fleet_node import sglang_fleet_startcheck as check
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 64 KiB tmpfs filled to the last byte, as in the trial (needs root; unmounted after)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        with open(mount / "filler", "wb", buffering=0) as f, \
+                pytest.raises(OSError, match="No space"):
+            while True:
+                f.write(b"x" * 4096)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_log_filesystem_is_named_before_anything_stops(full_fs, tmp_path):
+    problems = check.space_problems(
+        [("log folder", str(full_fs / "logs"), "free space there"),  # not made yet: its parent
+         ("run folder", str(tmp_path), "free space there")], 64 * MIB)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"log folder {full_fs}/logs has 0 B free (64.0 MiB needed)")
+    assert "No space left on device" in problems[0] and "Fix: free space there" in problems[0]
+
+
+def test_port_held_by_another_program_blocks_but_the_replaced_server_does_not():
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        (problem,) = check.port_problems("127.0.0.1", port, member_pids=set())
+        assert f"port 127.0.0.1:{port} is held by" in problem
+        assert "would load its weights and then die on bind" in problem
+        # Held by the server being replaced (a member): fine, it is stopped first.
+        assert check.port_problems("127.0.0.1", port, member_pids={os.getpid()}) == []
+        # A wildcard listener of the new server conflicts with any address on that port.
+        assert check.port_problems("0.0.0.0", port, member_pids=set())
+        # Another address on the same port does not.
+        assert check.port_problems("127.0.0.2", port, member_pids=set()) == []
+    assert check.port_problems("127.0.0.1", port, member_pids=set()) == []
+
+
+def test_port_held_by_another_node_of_the_same_group_on_this_machine():
+    code = ("import os, socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\n"
+            "s.listen()\nprint(s.getsockname()[1], flush=True)\ntime.sleep(60)\n")
+    env = dict(os.environ, SGLANG_FLEET_DEPLOYMENT="sim-node-1:Kimi-K2.5-1")
+    rank0 = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        port = int(rank0.stdout.readline())
+        wait_for(lambda: check.listening_inodes(port, "127.0.0.1"))
+        assert check.port_problems("127.0.0.1", port, set(),
+                                   ["sim-node-1:Kimi-K2.5-1", "sim-node-2:Kimi-K2.5-1"]) == []
+        assert check.port_problems("127.0.0.1", port, set(), ["sim-node-9:x"])
+    finally:
+        rank0.kill()
+        rank0.wait()
+
+
+def test_model_path_must_exist_with_its_config(tmp_path):
+    missing = tmp_path / "models" / "Kimi-K2.5"
+    (problem,) = check.model_problems(str(missing))
+    assert problem.startswith(f"model path {missing} does not exist on the node")
+    missing.mkdir(parents=True)
+    (problem,) = check.model_problems(str(missing))
+    assert "has no config.json" in problem
+    (missing / "config.json").write_text("{}")
+    assert check.model_problems(str(missing)) == []
+    # A hub id is SGLang's to download.
+    assert check.model_problems("moonshotai/Kimi-K2.5") == []
