@@ -132,7 +132,7 @@ def xids_and_ooms(lines, member_pids):
                          "action": vocab.XID_ACTIONS.get(code, "see NVIDIA's Xid catalog")})
         m = _OOM.search(text)
         if m:
-            ooms.append({"at": stamp, "line": text})
+            ooms.append({"at": stamp, "line": text, "pid": int(m.group(1) or m.group(2))})
     return xids, ooms
 
 
