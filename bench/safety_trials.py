@@ -1,8 +1,12 @@
-"""Issue 13's node-side trials, one line each, against a simulated node.
+"""Issue 13's trials, one line each, against a simulated node: processes of others killed (by
+PID reuse, in aggressive mode), secrets found outside their files, the time to recover after a
+recovery was killed midway, the controller's time and memory on a YAML alias bomb, and the
+checks made before a server is stopped.
 
     .venv/bin/python bench/safety_trials.py [--checkout PATH] [TRIAL ...]
 
-Trials: pid_reuse, aggressive, killed_recovery, string_vars, full_log, port, model_path.
+Trials: pid_reuse, aggressive, killed_recovery, string_vars, full_log, port, model_path,
+secrets, alias_bomb.
 --checkout runs the playbooks of another checkout of this repository (e.g. a `git worktree`
 of an older commit) with this environment, to show the same trial before a change.
 
@@ -21,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -232,9 +237,89 @@ class Trials:
             self.done(fleet)
 
 
+    def secrets(self) -> str:
+        """A key and a token through deploy, a refused overrides path, a recovery with its
+        evidence; then every file the controller and the node wrote, and all output, scanned."""
+        fleet = self.fleet("secrets")
+        key, token = "sk-trial-7f3a9c1e5b2d4f60", "hf_trialTOKEN9x8y7z6w5v"
+        for name, value in (("sglang_server_api_key", key), ("sglang_server_hf_token", token)):
+            fleet.set_host_vars(HOST, {**yaml_host_vars(fleet), name: value})
+        extra = {**fleet.extra, **helpers.FAST_GATE, "sglang_server_extra_env": {
+            "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
+        runs = self.work / "secrets-runs"
+        try:
+            outputs = [cli("deploy", fleet, extra, runs / "deploy")]
+            outputs.append(cli("deploy", fleet, {**extra, "sglang_server_overrides": {
+                "sglang_server_api_key": key}}, runs / "refused"))
+            main = next(p["pid"] for p in fleet.server_processes(HOST)
+                        if "sglang_fleet.sim.launch_server" in p["cmdline"])
+            os.kill(main, signal.SIGUSR1)  # generation hangs: unhealthy, recovered
+            outputs.append(cli("recover", fleet, extra, runs / "recover"))
+            env_file = fleet.host_root(HOST) / "conf" / f"Kimi-K2.5-{fleet.port(HOST)}.env"
+            found, scanned = [], 0
+            for path in [*self.work.rglob("*"), *fleet.host_root(HOST).rglob("*")]:
+                if not path.is_file() or path == env_file or path.is_symlink():
+                    continue
+                scanned += 1
+                data = path.read_bytes()
+                found += [f"{path.name}: {n}" for n, v in (("key", key), ("token", token))
+                          if v.encode() in data]
+            found += [f"output of run {i}" for i, out in enumerate(outputs)
+                      if key in out or token in out]
+            return (f"secrets found outside their files: {len(found)} (scanned {scanned} "
+                    f"files and 3 runs' output){': ' + ', '.join(found[:5]) if found else ''}")
+        finally:
+            self.done(fleet)
+
+    def alias_bomb(self) -> str:
+        """A YAML alias bomb in sglang_server_extra_args: the CLI and ansible-playbook."""
+        inventory = self.work / "bomb"
+        inventory.mkdir()
+        lines = ['a0: &a0 ["--log-level", "info"]']
+        lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 40)]
+        (inventory / "hosts.yml").write_text(
+            "all:\n  vars:\n" + "".join(f"    {x}\n" for x in lines)
+            + "  children:\n    sglang_servers:\n      hosts:\n        n1:\n"
+            + "          sglang_server_extra_args: *a39\n")
+        figures = []
+        # (Ansible reading the same file directly grew past 10 GB in 10 minutes here, even an
+        # ad-hoc `ansible -m ping` that runs none of this project's code: ansible-core's own
+        # handling of the inventory expands it. The CLI refuses the file before Ansible reads
+        # it.)
+        deploy = [str(helpers.BIN / "sglang-fleet"), "deploy", "-i", str(inventory),
+                  "--run-dir", str(self.work / "bomb-run")]
+        for label, cmd in (("sglang-fleet deploy", deploy),):
+            started = time.monotonic()
+            proc = subprocess.Popen(cmd, cwd=helpers.REPO, env=helpers.ansible_env(),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            timer = threading.Timer(600, lambda p=proc: os.killpg(p.pid, signal.SIGKILL))
+            timer.start()
+            _, status, usage = os.wait4(proc.pid, 0)
+            timer.cancel()
+            figures.append(f"{label}: exit {os.waitstatus_to_exitcode(status)} in "
+                           f"{time.monotonic() - started:.2f} s, peak {usage.ru_maxrss // 1024} MB")
+        return "alias bomb (2**39 strings): " + "; ".join(figures)
+
+
+def yaml_host_vars(fleet: helpers.SimFleet) -> dict:
+    import yaml
+    path = fleet.inventory / "host_vars" / f"{HOST}.yml"
+    return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+
+def cli(command: str, fleet: helpers.SimFleet, extra: dict, run_dir: Path, *more: str) -> str:
+    proc = subprocess.run([str(helpers.BIN / "sglang-fleet"), command, "-i",
+                           str(fleet.inventory), "-e", json.dumps(extra), "--run-dir",
+                           str(run_dir), *more], cwd=helpers.REPO, env=helpers.ansible_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=900)
+    return proc.stdout
+
+
 def main() -> None:
     names = ["pid_reuse", "aggressive", "killed_recovery", "string_vars", "full_log", "port",
-             "model_path"]
+             "model_path", "secrets", "alias_bomb"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=helpers.REPO)
     parser.add_argument("trials", nargs="*", metavar="TRIAL", help=", ".join(names))
