@@ -28,7 +28,11 @@ def normalise(text: str) -> str:
     # The interpreter first (its path contains the repo's): python or python3, by venv.
     text = re.sub(re.escape(str(BIN)) + r"/python3?\b", "<python>", text)
     text = text.replace(sys.executable, "<python>").replace(str(REPO), "<repo>")
-    return re.sub(r"(config |configuration |SGLANG_FLEET_CONFIG=)[0-9a-f]{12}", r"\1<hash>", text)
+    # The hash appears under its name and bare (the run separator): replace every occurrence.
+    for chash in set(re.findall(r"(?:config |configuration |SGLANG_FLEET_CONFIG=)([0-9a-f]{12})",
+                                text)):
+        text = text.replace(chash, "<hash>")
+    return text
 
 
 @pytest.mark.parametrize("inventory,host", CASES, ids=[f"{i.split('/')[-1]}-{h}"

@@ -219,15 +219,21 @@ class SystemdNode:
         self.cgroups = []
 
 
-def _remove_cgroup_tree(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()),
-                        key=lambda p: len(p.parts), reverse=True):
+def _remove_cgroup_tree(path: Path, timeout: float = 30) -> None:
+    """Remove a node's cgroup subtree, deepest first. The kernel kills a PID namespace's other
+    processes when its PID 1 ends, but they leave their cgroups a moment later: retry until the
+    tree is gone (a cgroup with members refuses rmdir with EBUSY)."""
+    deadline = time.monotonic() + timeout
+    while path.is_dir():
+        for child in sorted((p for p in path.rglob("*") if p.is_dir()),
+                            key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                child.rmdir()
         with contextlib.suppress(OSError):
-            child.rmdir()
-    with contextlib.suppress(OSError):
-        path.rmdir()
+            path.rmdir()
+        if not path.is_dir() or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def _listening(address: str, port: int) -> bool:
