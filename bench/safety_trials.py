@@ -24,8 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import helpers
-
+from sglang_fleet.testfleet import local as helpers
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 HOST = "sim-node-1"

@@ -4,7 +4,8 @@
 # signals moves, stalled when none moved for the phase's window, and each phase has a ceiling.
 # A fatal failure line in the current run (the log grammar says which kinds are fatal) is
 # `crashed` at once, even while processes live: with dp_size > 1 the main process outlives a
-# dead scheduler, and waiting out a stall window would only hide the cause.
+# dead scheduler, and waiting out a stall window would only hide the cause. So is the kernel's
+# OOM killer taking one of the run's processes: a SIGKILLed scheduler prints nothing.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -68,6 +69,14 @@ def _busy_wait(prev, now, elapsed):
     return None
 
 
+def _oom_killed_members(obs, member_pids):
+    """The kernel's OOM kills of processes this run had: the killed one is gone by the time
+    the kill is read, so the run's earlier members are remembered in the gate state."""
+    known = set(member_pids)
+    return [{"kind": "killed", "fatal": True, "line": kill["line"], "at": kill["at"]}
+            for kill in obs.get("oom_kills") or [] if kill.get("pid") in known]
+
+
 def _xid_fault(xids):
     worst = None
     for xid in xids:
@@ -104,7 +113,10 @@ def classify(prev_state, obs, now, windows, ceilings):
     # whole quiet span, not between two polls a second apart.
     quiet_signals = signals if (moved or not prev_state) else (
         prev_state.get("quiet_signals") or prev_signals)
+    member_pids = sorted(set(prev_state.get("member_pids") or ()) |
+                         set(p["pid"] for p in obs["processes"]))
     state = {"run_id": run_id, "signals": signals, "last_progress_at": last_progress,
+             "member_pids": member_pids,
              "phase": phase, "phase_since": phase_since, "observed_at": now,
              "quiet_signals": quiet_signals, "quiet_since": now if moved or not prev_state
              else prev_state.get("quiet_since", now)}
@@ -140,7 +152,8 @@ def classify(prev_state, obs, now, windows, ceilings):
                                    leftover_processes=len(obs["processes"]))
         return verdict, state
 
-    fatal = logphase.fatal_failures(log, since=obs.get("started_at"))
+    fatal = (logphase.fatal_failures(log, since=obs.get("started_at"))
+             + _oom_killed_members(obs, member_pids))
     if fatal:
         first = fatal[0]
         verdict.update(verdict=vocab.CRASHED, exit_status=None,

@@ -132,18 +132,23 @@ def xids_and_ooms(lines, member_pids):
                          "action": vocab.XID_ACTIONS.get(code, "see NVIDIA's Xid catalog")})
         m = _OOM.search(text)
         if m:
-            ooms.append({"at": stamp, "line": text})
+            ooms.append({"at": stamp, "line": text, "pid": int(m.group(1) or m.group(2))})
     return xids, ooms
 
 
 def exit_status(state_file, manager, unit):
+    """The server's exit status, as a shell reports it (128 + N when killed by signal N), under
+    either manager."""
     if manager == "systemd" and unit:
         import subprocess
         try:
-            out = subprocess.run(["systemctl", "show", "-p", "ExecMainStatus", unit],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            out = subprocess.run(["systemctl", "show", "-p", "ExecMainCode,ExecMainStatus",
+                                  unit], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  timeout=10).stdout.decode()
-            return int(out.strip().partition("=")[2] or 0)
+            props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            status = int(props.get("ExecMainStatus") or 0)
+            # ExecMainCode is the waitid() code: 1 exited, 2 killed, 3 dumped core.
+            return 128 + status if props.get("ExecMainCode") in ("2", "3") else status
         except (OSError, ValueError, subprocess.SubprocessError):
             return None
     try:

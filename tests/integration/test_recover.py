@@ -185,7 +185,13 @@ def test_a_live_owners_lock_refuses_and_a_gone_owners_lock_is_taken_over(one_nod
     """Issue 13.4: the lock names its owner's run (host, PID, start time); a second run is
     refused while that run lives, and takes the lock over with a line saying so once it is
     gone: no fixed expiry."""
-    assert one_node.deploy(extra=UNHEALTHY).rc != 0
+    fast_health = {"sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 1}}
+    assert one_node.deploy(extra=fast_health).rc == 0
+    # Generation hangs from now on (the simulator's switch): unhealthy, not by configuration,
+    # so the recovery's restart on the same configuration brings it back.
+    main = next(p["pid"] for p in one_node.server_processes("sim-node-1")
+                if "sglang_fleet.sim.launch_server" in p["cmdline"])
+    os.kill(main, signal.SIGUSR1)
     # Stands for another operator's ansible-playbook run on this controller.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
@@ -193,7 +199,7 @@ def test_a_live_owners_lock_refuses_and_a_gone_owners_lock_is_taken_over(one_nod
             "owner": "another operator's recovery", "purpose": "recover",
             "since": time.time(), "run": lk.run_identity(other.pid)}))
         run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(
-            one_node, sglang_server_sim_fault="hang_generation"))
+            one_node, **fast_health))
         assert run.rc != 0
         out = " ".join(run.output.split())
         assert (f"is locked by another operator's recovery (ansible-playbook pid {other.pid} "
@@ -203,7 +209,8 @@ def test_a_live_owners_lock_refuses_and_a_gone_owners_lock_is_taken_over(one_nod
     finally:
         other.kill()
         other.wait()
-    run = run_playbook("playbooks/recover.yml", one_node.inventory, recover_settings(one_node))
+    run = run_playbook("playbooks/recover.yml", one_node.inventory,
+                       recover_settings(one_node, **fast_health))
     assert run.rc == 0, run.output[-4000:]
     out = " ".join(run.output.split())
     assert f"took over the lock of another operator's recovery (ansible-playbook pid {other.pid}" \
@@ -394,11 +401,13 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(one_node):
     assert again["settings"]["sglang_server_cuda_graph"] is True
     assert all(procs.process_info(pid) is None for pid in frozen), "the frozen run is gone"
     assert requests.get(one_node.url("sim-node-1") + "/health", timeout=30).status_code == 200
-    # Without a record of the running spec on the node, the evidence says what it holds.
+    # The evidence's LaunchSpec is the one the node recorded when it started the server.
     (bundle,) = (one_node.root.parent / "evidence" / "sim-node-1").iterdir()
     summary = json.loads((bundle / "summary.json").read_text())
     assert summary["running_config_hash"] == good["config_hash"]
-    assert "launch_spec.json is the controller's" in summary["note"]
+    assert summary["running_config_source"] == "running_spec" and summary["note"] == ""
+    assert json.loads((bundle / "launch_spec.json").read_text())["config_hash"] == \
+        good["config_hash"]
 
 
 def one_off_spec(run_dir) -> dict:

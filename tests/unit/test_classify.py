@@ -9,6 +9,7 @@ import pytest
 
 from sglang_fleet_node.sglang_fleet_classify import classify
 from sglang_fleet_node.sglang_fleet_logphase import parse_log
+from sglang_fleet_node.sglang_fleet_observe import xids_and_ooms
 from sglang_fleet_node.sglang_fleet_vocab import VERDICTS, default_windows
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -211,6 +212,40 @@ def test_dp2_scheduler_death_from_the_real_log_shape_is_crashed_with_its_line():
     assert v["verdict"] == "crashed"
     assert "DP1 TP0] Scheduler hit an exception" in v["evidence"]["fatal_line"]
     assert [f["kind"] for f in v["evidence"]["failures"]] == ["scheduler_exception", "cuda_oom"]
+
+
+def oom_kill(pid, at=T0 + 20):
+    return {"at": at, "pid": pid,
+            "line": f"Out of memory: Killed process {pid} (sglang::schedul) total-vm:4123kB, "
+                    f"anon-rss:9876kB, file-rss:0kB, shmem-rss:0kB, UID:0 oom_score_adj:0"}
+
+
+def test_oom_killed_scheduler_while_the_main_process_lives_is_crashed_at_once():
+    # dp_size > 1: the OOM killer takes a scheduler (it prints nothing); the controller and the
+    # main process live on, so only the kernel log says what happened.
+    before = obs("capturing_cuda_graph", capture=[3, 36], members=4)
+    after = obs("capturing_cuda_graph", capture=[3, 36], members=3)  # pid 13 is gone
+    after["oom_kills"] = [oom_kill(13)]
+    v = replay([(0, before), (25, after)])[-1]
+    assert v["verdict"] == "crashed" and v["exit_status"] is None
+    assert v["reason"].startswith("killed in capturing_cuda_graph while 3 of its processes")
+    assert v["evidence"]["fatal_line"].startswith("Out of memory: Killed process 13 ")
+
+
+def test_the_observation_names_the_pid_of_each_kernel_oom_kill():
+    lines = [(T0, oom_kill(4242)["line"]),
+             (T0 + 1, "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
+                      "mems_allowed=0-1,global_oom,task_memcg=/,task=python3,pid=5151,uid=0")]
+    _, ooms = xids_and_ooms(lines, set())
+    assert [k["pid"] for k in ooms] == [4242, 5151]
+
+
+def test_oom_kill_of_another_process_on_the_node_is_not_this_servers_failure():
+    seq = [(0, obs("capturing_cuda_graph", capture=[3, 36], members=4))]
+    other = obs("capturing_cuda_graph", capture=[4, 36], members=4)
+    other["oom_kills"] = [oom_kill(4242)]
+    seq.append((5, other))
+    assert replay(seq)[-1]["verdict"] == "progressing"
 
 
 def test_health_200_during_warm_up_is_ready():
