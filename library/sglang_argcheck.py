@@ -33,6 +33,10 @@ options:
     description: Seconds allowed for importing SGLang and parsing.
     type: int
     default: 180
+  record_file:
+    description: Where a successful parse is recorded (the arguments and the parser's code),
+      so that C(sglang_node) can tell the next deploy that nothing needs parsing again.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -58,6 +62,7 @@ parser:
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_nodecheck import args_record, record_args_checked
 
 _RUNNER = (
     "import importlib, sys\n"
@@ -73,6 +78,7 @@ def main():
             parser=dict(type="str", default="sglang.srt.server_args:prepare_server_args"),
             args=dict(type="list", elements="str", required=True, no_log=False),
             timeout=dict(type="int", default=180),
+            record_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -95,6 +101,8 @@ def main():
                     % (p["python"], p["parser"], tail[-1]), rc=proc.returncode)
         module.fail_json(msg="SGLang rejected the rendered arguments: %s" % " | ".join(tail),
                          rc=proc.returncode)
+    if p["record_file"] and not module.check_mode:
+        record_args_checked(p["record_file"], args_record(p["python"], p["parser"], p["args"]))
     module.exit_json(changed=False, parser=p["parser"])
 
 

@@ -71,6 +71,17 @@ options:
     description: Longest a phase may last whatever its progress, by phase.
     type: dict
     required: true
+  wait:
+    description: Seconds to keep observing on the node while the server progresses in the
+      same phase; the module returns at once on a verdict other than C(progressing) or on a
+      phase change. 0 observes once.
+    type: float
+    default: 0
+  poll:
+    description: Seconds between observations while waiting (0.25 s while the port is open and
+      /health is not yet 200).
+    type: float
+    default: 1.0
 attributes:
   check_mode:
     support: full
@@ -93,10 +104,11 @@ EXAMPLES = r"""
     port: 30000
     stall_windows: {loading_weights: 300, capturing_cuda_graph: 600}
     ceilings: {loading_weights: 7200}
+    wait: 10
   register: verdict
   until: verdict.verdict != 'progressing'
   retries: 720
-  delay: 10
+  delay: 0
 """
 
 RETURN = r"""
@@ -164,6 +176,26 @@ from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
 from ansible.module_utils.sglang_fleet_logphase import progress_text
 from ansible.module_utils.sglang_fleet_observe import observe
 from ansible.module_utils.sglang_fleet_service import launch_errors
+from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
+
+
+def watch(p, previous, windows, ceilings):
+    """Observe, and keep observing on the node for up to `wait` seconds while the server is
+    progressing in the same phase: return at once on a verdict or a phase change (so the gate
+    answers the moment a server is ready, and no SSH session is held for long). While the port
+    is open and /health is not yet 200 it looks every 0.25 s, otherwise every `poll` s."""
+    obs = observe(p)
+    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
+    deadline = time.time() + max(0.0, p["wait"])
+    phase = verdict["phase"]
+    while verdict["verdict"] == PROGRESSING and verdict["phase"] == phase:
+        pause = 0.25 if obs.get("port_open") else max(0.25, p["poll"])
+        if time.time() + pause > deadline:
+            break
+        time.sleep(pause)
+        obs = observe(p)
+        verdict, state = classify(state, obs, time.time(), windows, ceilings)
+    return obs, verdict, state
 
 
 def main():
@@ -180,6 +212,8 @@ def main():
             cuda_graph=dict(type="bool", default=True),
             stall_windows=dict(type="dict", required=True),
             ceilings=dict(type="dict", required=True),
+            wait=dict(type="float", default=0),
+            poll=dict(type="float", default=1.0),
         ),
         required_if=DEPLOYMENT_REQUIRED_IF,
         supports_check_mode=True,
@@ -190,9 +224,7 @@ def main():
         ceilings = dict((k, float(v)) for k, v in p["ceilings"].items())
     except (TypeError, ValueError) as exc:
         module.fail_json(msg="stall_windows and ceilings map phases to seconds: %s" % exc)
-    obs = observe(p)
-    previous = read_json(p["gate_state_file"])
-    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
+    obs, verdict, state = watch(p, read_json(p["gate_state_file"]), windows, ceilings)
     if not module.check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
         write_json_atomic(p["gate_state_file"], state)
     verdict["progress_text"] = progress_text(obs["log"])

@@ -69,43 +69,11 @@ kept_in_use:
   elements: str
 """
 
-import fnmatch
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_files import read_json
-from ansible.module_utils.sglang_fleet_procs import (
-    deployment_processes,
-    recorded_session,
-    service_uid,
-)
-
-
-def _paths_in_use(shm_dir):
-    """Segments some live process has open (fd) or mapped (maps)."""
-    used = set()
-    prefix = shm_dir.rstrip("/") + "/"
-    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
-        try:
-            for fd in os.listdir("/proc/%s/fd" % pid):
-                target = os.readlink("/proc/%s/fd/%s" % (pid, fd))
-                if target.startswith(prefix):
-                    used.add(target)
-            with open("/proc/%s/maps" % pid) as f:
-                for line in f:
-                    parts = line.split(None, 5)
-                    if len(parts) == 6 and parts[5].startswith(prefix):
-                        used.add(parts[5].strip().replace(" (deleted)", ""))
-        except (OSError, IOError):
-            continue
-    return used
-
-
-def _last_start(state_file):
-    try:
-        return float((read_json(state_file) or {})["started_at"])
-    except (KeyError, TypeError, ValueError):
-        return None
+from ansible.module_utils.sglang_fleet_procs import service_uid
+from ansible.module_utils.sglang_fleet_shm import PATTERNS, leaked_segments
 
 
 def main():
@@ -116,8 +84,7 @@ def main():
             marker=dict(type="str", required=True),
             owner_uid=dict(type="int"),
             service_user=dict(type="str"),
-            patterns=dict(type="list", elements="str",
-                          default=["psm_*", "sglang*", "nccl-*", "torch_*", "cuda.shm.*"]),
+            patterns=dict(type="list", elements="str", default=list(PATTERNS)),
         ),
         supports_check_mode=True,
     )
@@ -129,34 +96,15 @@ def main():
         except (KeyError, ValueError):
             module.fail_json(msg="service_user=%r does not exist on this node"
                              % p["service_user"])
-    result = dict(changed=False, removed=[], kept_in_use=[])
-    state = read_json(p["state_file"]) or {}
-    since = _last_start(p["state_file"])
-    if since is None or not os.path.isdir(p["shm_dir"]) or \
-            deployment_processes(p["marker"], uid=owner if p["service_user"] else None,
-                                 **recorded_session(state)):
-        module.exit_json(**result)
-    in_use = _paths_in_use(p["shm_dir"])
-    for name in sorted(os.listdir(p["shm_dir"])):
-        path = os.path.join(p["shm_dir"], name)
-        if not any(fnmatch.fnmatch(name, pat) for pat in p["patterns"]):
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if st.st_uid != owner or st.st_mtime < since:
-            continue
-        if path in in_use:
-            result["kept_in_use"].append(path)
-            continue
-        result["removed"].append(path)
-        if not module.check_mode:
+    remove, kept = leaked_segments(p["shm_dir"], p["state_file"], p["marker"], owner,
+                                   by_user=bool(p["service_user"]), patterns=p["patterns"])
+    result = dict(changed=bool(remove), removed=remove, kept_in_use=kept)
+    if not module.check_mode:
+        for path in remove:
             try:
                 os.unlink(path)
             except OSError as exc:
                 module.fail_json(msg="cannot remove %s: %s" % (path, exc), **result)
-    result["changed"] = bool(result["removed"])
     module.exit_json(**result)
 
 

@@ -29,6 +29,20 @@ class CallbackModule(DefaultCallback):
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "sglang_fleet"
 
+    def v2_runner_on_ok(self, result):
+        res, host = result._result, result._host.get_name()
+        action = result._task.action.rpartition(".")[2]
+        if action == "sglang_node" and res.get("summary"):
+            # The node check's one line: what the deploy will do on that node, and why.
+            self._display.display("NODE [%s]: %s" % (host, res["summary"]), color="cyan")
+        elif action == "sglang_health" and res.get("verdict") == "ready" and \
+                float(res.get("invocation", {}).get("module_args", {}).get("wait") or 0) > 0:
+            # The gate's verdict the moment this host has it (the play moves on once every
+            # host of the batch has one).
+            self._display.display("GATE [%s]: ready (%s)" % (host, res.get("reason", "")),
+                                  color="green")
+        return super(CallbackModule, self).v2_runner_on_ok(result)
+
     def v2_runner_retry(self, result):
         res = result._result
         if "verdict" not in res:

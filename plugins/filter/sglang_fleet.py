@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
-    from sglang_fleet.render import render_files
+    from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
     from sglang_fleet.spec import build_launch_spec, group_consistency_errors
@@ -44,6 +44,11 @@ def launch_spec(settings, host, group_members=None, dist_init_host=None):
 def render(spec, secrets=None, masked=False):
     _need_package()
     return render_files(spec, dict(secrets or {}), masked=bool(masked))
+
+
+def deployment_files_filter(spec, secrets):
+    _need_package()
+    return deployment_files(spec, dict(secrets or {}))
 
 
 def group_errors(specs):
@@ -116,4 +121,5 @@ class FilterModule(object):
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
+            "sglang_fleet_deployment_files": deployment_files_filter,
         }

@@ -44,16 +44,26 @@ _WRAPPER = ('"$0"; rc=$?; '
             'echo "$rc" > "$1"')
 
 
-def files_digest(paths):
+def content_digest(items):
+    """Digest of a deployment's launch files from (path, content bytes or None) pairs: the
+    name of what a server was started from. The controller computes it from the rendered
+    files, the node from the files on disk."""
     digest = hashlib.sha256()
-    for path in paths:
+    for path, content in items:
         digest.update(path.encode())
+        digest.update(b"<missing>" if content is None else content)
+    return digest.hexdigest()[:16]
+
+
+def files_digest(paths):
+    items = []
+    for path in paths:
         try:
             with open(path, "rb") as f:
-                digest.update(f.read())
+                items.append((path, f.read()))
         except (OSError, IOError):
-            digest.update(b"<missing>")
-    return digest.hexdigest()[:16]
+            items.append((path, None))
+    return content_digest(items)
 
 
 class ServiceError(Exception):
@@ -122,6 +132,14 @@ class Supervisor(object):
                 "digest": state.get("digest"), "config_hash": state.get("config_hash"),
                 "members": found["members"], "foreign": found["foreign"],
                 "started_at": state.get("started_at")}
+
+    def running(self):
+        """Whether the recorded main process still runs (the same process: start time and
+        boot as recorded), without scanning the node's processes."""
+        state = self._state()
+        return bool(state.get("pid")) and procs.same_process(
+            {"pid": state["pid"], "start_ticks": state.get("pid_start"),
+             "boot_id": state.get("boot_id")})
 
     def start(self, digest, config_hash=None, launch_spec=None, running_spec_file=None):
         for folder in (os.path.dirname(self.state_file), os.path.dirname(self.log_file)):
@@ -225,6 +243,11 @@ class Systemd(object):
                 "digest": state.get("digest"), "config_hash": state.get("config_hash"),
                 "members": found["members"], "foreign": found["foreign"],
                 "started_at": state.get("started_at")}
+
+    def running(self):
+        """Whether the unit is active, without scanning the node's processes."""
+        props = self._props("ActiveState")
+        return props.get("ActiveState") in ("active", "activating")
 
     def _props(self, *names):
         out = self._systemctl("show", "-p", ",".join(names), self.unit)

@@ -162,3 +162,30 @@ def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
         "env": env_file(spec, secrets, masked=masked),
         "unit": systemd_unit(spec) if spec["service"]["manager"] == "systemd" else None,
     }
+
+
+def deployment_files(spec: dict[str, Any], secrets: dict[str, str]) -> dict[str, Any]:
+    """A deployment's folders and files as the node writes them (sglang_deployment_files),
+    the env file apart because it holds the secrets, and the digest the service will record
+    for them (computed as the node computes it from the files on disk)."""
+    from sglang_fleet_node.sglang_fleet_service import content_digest
+
+    paths = spec["paths"]
+    rendered = render_files(spec, secrets)
+    folders = [{"path": paths["root"], "mode": "0755"},
+               {"path": paths["conf_dir"], "mode": "0750"},
+               {"path": paths["run_dir"], "mode": "0755"},
+               {"path": paths["log_dir"], "mode": "0755"}]
+    files = [{"path": paths["script"], "content": rendered["script"], "mode": "0755"}]
+    secret_files = [{"path": paths["env_file"], "content": rendered["env"], "mode": "0600"}]
+    if rendered["unit"] is not None:
+        files.append({"path": paths["unit_file"], "content": rendered["unit"], "mode": "0644"})
+    # The service's digest covers script, env file and unit, in that order.
+    ordered = [files[0], secret_files[0], *files[1:]]
+    return {
+        "folders": folders,
+        "files": files,
+        "secret_files": secret_files,
+        "checked": [{"path": f["path"], "mode": f["mode"]} for f in ordered],
+        "digest": content_digest([(f["path"], f["content"].encode("utf-8")) for f in ordered]),
+    }

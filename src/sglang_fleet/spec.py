@@ -821,6 +821,12 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
     for spec in specs.values():
         if spec and spec["group"]["name"]:
             by_group.setdefault(spec["group"]["name"], []).append(spec)
+    unbuilt = sorted(host for host, spec in specs.items() if not spec)
+    if by_group and unbuilt:
+        errors.append(f"hosts {', '.join(unbuilt)} have no LaunchSpec yet, so the nodes of "
+                      f"{', '.join(sorted(by_group))} cannot be compared. Fix: run with the "
+                      f"linear strategy (the default): the check needs every host's "
+                      f"LaunchSpec of the batch built first")
     for name, members in sorted(by_group.items()):
         ranks: dict[int, str] = {}
         for spec in members:

@@ -79,10 +79,12 @@ def test_pip_install_path_in_check_mode(tmp_path):
     assert args["virtualenv"] == str(tmp_path / "opt" / "venv")
     assert args["virtualenv_command"] == "/usr/bin/python3 -m venv"
     assert pip["changed"] is True
-    script_task = next(e["event_data"]["res"] for e in events
-                       if e["event"] == "runner_on_ok"
-                       and e["event_data"]["task"] == "Write the launch script")
-    assert script_task["changed"] is True
+    files_task = next(e["event_data"]["res"] for e in events
+                      if e["event"] == "runner_on_ok"
+                      and e["event_data"]["task"].startswith("Write the deployment's folders"))
+    assert files_task["changed"] is True
+    assert str(tmp_path / "opt" / "conf" / "Kimi-K2.5-{}.launch.sh".format(
+        fleet.port("sim-node-1"))) in files_task["changed_paths"]
     assert not (tmp_path / "opt").exists(), "check mode writes nothing"
     rendered = [e for e in events if e["event"] == "runner_on_ok"
                 and e["event_data"]["task"] == "Start the server, restarting it only if its "

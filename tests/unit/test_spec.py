@@ -382,3 +382,13 @@ def test_pipeline_parallel_counts_gpus():
     ok = build(attention_backend="triton", tp=4, pp=2)
     assert ok["ok"], ok["errors"]
     assert "--pp-size" in ok["spec"]["argv"]
+
+
+def test_group_check_names_members_not_built_yet():
+    members = ["a01", "a02"]
+    a = _group("a01", members)["spec"]
+    errors = group_consistency_errors({"a01": a, "a02": None})
+    assert "hosts a02 have no LaunchSpec yet" in errors[0] and "linear strategy" in errors[0]
+    # Single-node servers are never held up by it.
+    assert group_consistency_errors({"n1": build(attention_backend="triton")["spec"],
+                                     "n2": None}) == []

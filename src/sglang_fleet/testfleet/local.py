@@ -159,23 +159,26 @@ class SimFleet:
             stop_deployment(self.marker(host), term_timeout=5)
 
 
-def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01) -> SimFleet:
+def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
+               tp: int | None = None) -> SimFleet:
+    """A copy of the default inventory with `hosts` simulated nodes (sim-node-1...), each on
+    its own free loopback port under `tmp`; `tp` sizes every server (and its node's GPUs)."""
     inventory = tmp / "inventory"
     shutil.copytree(REPO / "inventory" / "local", inventory)
-    names = [f"sim-node-{i}" for i in range(1, 5)]
-    if hosts < 4:
-        data = yaml.safe_load((inventory / "hosts.yml").read_text())
-        members = data["all"]["children"]["sglang_servers"]["hosts"]
-        for name in names[hosts:]:
-            del members[name]
-        (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
-        names = names[:hosts]
+    names = [f"sim-node-{i}" for i in range(1, hosts + 1)]
+    data = yaml.safe_load((inventory / "hosts.yml").read_text())
+    data["all"]["children"]["sglang_servers"]["hosts"] = {
+        name: {"sglang_sim_node_index": i} for i, name in enumerate(names)}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
     base = free_port_block(len(names))
     # Test speed settings go in the group's vars, so that a host's own vars can override them.
     group_vars = inventory / "group_vars" / "sglang_servers.yml"
     settings = yaml.safe_load(group_vars.read_text())
     settings.update(sglang_server_sim_time_factor=time_factor,
                     sglang_server_gate_poll_interval=1)
+    if tp:
+        settings.update(sglang_server_tp=tp, sglang_server_gpu_count=tp,
+                        sglang_server_sim_gpu_count=tp)
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}

@@ -1,0 +1,178 @@
+"""Deploy against Ansible's own floor, side by side in one run, on the local simulated fleet.
+
+    .venv/bin/python bench/deploy_floor.py [--hosts 4 16 64] [--reruns 5]
+
+For each fleet size: the first deploy (with a probe that polls every server's /health every
+50 ms, and the time each host's ready line reaches the output), then no-change re-runs of
+deploy.yml alternated with bench/floor.yml (two module runs and eight set_fact per host: the
+least a deploy that checks a node and asks its server can cost), medians of each. Printed:
+the re-run against the floor; the first deploy's overhead above the servers' own start (the
+probe's first 200 after each server's recorded start); how long after a server first answered
+/health its ready line appeared; the controller's CPU per host (this process's children:
+ansible-playbook, its forks and, with the local connection, the module runs); and the cost of
+each added host (the slope between sizes) against the floor's. Servers are sglang-sim (TP=8
+at 4 hosts as the default fleet, TP=1 for larger fleets so that 64 fit in memory), so the
+figures measure the toolkit and Ansible, not SGLang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet, run_playbook
+
+FLOOR = REPO / "bench" / "floor.yml"
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_playbook(playbook: str, inventory: Path, extra: dict) -> tuple[float, float, int,
+                                                                         list[tuple[float, str]]]:
+    """Wall seconds, CPU seconds of the run's process tree, rc, and each output line with the
+    monotonic time it arrived."""
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, "-e",
+           json.dumps(extra)]
+    cpu0, t0 = children_cpu(), time.monotonic()
+    lines = []
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append((time.monotonic(), line.rstrip("\n")))
+    rc = proc.wait()
+    return time.monotonic() - t0, children_cpu() - cpu0, rc, lines
+
+
+class HealthProbe(threading.Thread):
+    """Polls each server's /health every 50 ms; records the first 200 per host."""
+
+    def __init__(self, urls: dict[str, str]):
+        super().__init__(daemon=True)
+        self.urls = urls
+        self.first_ok: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        session = requests.Session()
+        while not self.stop.is_set() and len(self.first_ok) < len(self.urls):
+            for host, url in self.urls.items():
+                if host in self.first_ok:
+                    continue
+                try:
+                    if session.get(url + "/health", timeout=2).status_code == 200:
+                        self.first_ok[host] = time.monotonic()
+                except requests.RequestException:
+                    pass
+            self.stop.wait(0.05)
+
+
+def started_at(fleet, host: str) -> float | None:
+    """The server's recorded start, as a monotonic time."""
+    state = fleet.host_root(host) / "run" / f"Kimi-K2.5-{fleet.port(host)}.pid"
+    try:
+        wall = json.loads(state.read_text())["started_at"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return time.monotonic() - (time.time() - wall)
+
+
+def measure(hosts: int, reruns: int, time_factor: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"deploy-floor-{hosts}-") as tmp:
+        fleet = make_fleet(Path(tmp), hosts=hosts, time_factor=time_factor,
+                           tp=None if hosts <= 4 else 1)
+        extra = fleet.extra
+        try:
+            probe = HealthProbe({h: fleet.url(h) for h in fleet.hosts})
+            probe.start()
+            wall, cpu, rc, lines = timed_playbook("deploy.yml", fleet.inventory, extra)
+            probe.stop.set()
+            if rc:
+                raise SystemExit(f"{hosts} hosts: first deploy failed:\n"
+                                 + "\n".join(x for _, x in lines[-40:]))
+            ready_line = {}  # the gate's verdict line, printed as each host's arrives
+            for at, text in lines:
+                for host in fleet.hosts:
+                    if text.startswith(f"GATE [{host}]: ready"):
+                        ready_line.setdefault(host, at)
+            own_start = [probe.first_ok[h] - started_at(fleet, h) for h in fleet.hosts
+                         if h in probe.first_ok and started_at(fleet, h)]
+            lag = [ready_line[h] - probe.first_ok[h] for h in fleet.hosts
+                   if h in ready_line and h in probe.first_ok]
+            floor_runs, rerun_runs = [], []
+            for _ in range(reruns):
+                f_wall, f_cpu, f_rc, _ = timed_playbook(str(FLOOR), fleet.inventory, extra)
+                r_wall, r_cpu, r_rc, r_lines = timed_playbook("deploy.yml", fleet.inventory,
+                                                              extra)
+                recap = [x for _, x in r_lines if " ok=" in x and "changed=" in x]
+                if f_rc or r_rc or len(recap) < hosts or any("changed=0 " not in x
+                                                             for x in recap):
+                    raise SystemExit(f"{hosts} hosts: a re-run changed something or failed "
+                                     f"(rc {r_rc}, floor rc {f_rc}): {recap}")
+                floor_runs.append((f_wall, f_cpu))
+                rerun_runs.append((r_wall, r_cpu))
+        finally:
+            run_playbook("playbooks/stop.yml", fleet.inventory, extra)
+            fleet.kill_leftovers()
+    return {
+        "hosts": hosts,
+        "floor_s": statistics.median(w for w, _ in floor_runs),
+        "rerun_s": statistics.median(w for w, _ in rerun_runs),
+        "floor_cpu_s": statistics.median(c for _, c in floor_runs),
+        "rerun_cpu_s": statistics.median(c for _, c in rerun_runs),
+        "first_deploy_s": wall,
+        "servers_own_start_s": max(own_start) if own_start else float("nan"),
+        "verdict_lag_s": lag,
+        "first_cpu_s": cpu,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--reruns", type=int, default=5)
+    parser.add_argument("--time-factor", type=float, default=0.02)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for hosts in args.hosts:
+        rows.append(measure(hosts, args.reruns if hosts <= 16 else max(2, args.reruns // 2),
+                            args.time_factor))
+        if args.json:
+            print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        return
+    print(f"simulated fleet, local connection (sglang-sim, time factor {args.time_factor}); "
+          f"medians of {args.reruns} alternated runs")
+    print(f"{'hosts':>5} {'floor s':>8} {'re-run s':>9} {'ratio':>6} {'first s':>8} "
+          f"{'own start s':>11} {'overhead s':>10} {'verdict lag s (max)':>19} "
+          f"{'CPU s/host re-run':>17} {'floor':>6}")
+    for r in rows:
+        lag = max(r["verdict_lag_s"]) if r["verdict_lag_s"] else float("nan")
+        print(f"{r['hosts']:>5} {r['floor_s']:>8.2f} {r['rerun_s']:>9.2f} "
+              f"{r['rerun_s'] / r['floor_s']:>6.2f} {r['first_deploy_s']:>8.2f} "
+              f"{r['servers_own_start_s']:>11.2f} "
+              f"{r['first_deploy_s'] - r['servers_own_start_s']:>10.2f} {lag:>19.2f} "
+              f"{r['rerun_cpu_s'] / r['hosts']:>17.2f} {r['floor_cpu_s'] / r['hosts']:>6.2f}")
+    for a, b in zip(rows, rows[1:], strict=False):
+        added = b["hosts"] - a["hosts"]
+        deploy = (b["rerun_s"] - a["rerun_s"]) / added
+        floor = (b["floor_s"] - a["floor_s"]) / added
+        print(f"each added host {a['hosts']}->{b['hosts']}: re-run +{deploy:.3f} s, floor "
+              f"+{floor:.3f} s ({deploy / floor if floor > 0 else float('nan'):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

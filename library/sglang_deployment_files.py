@@ -1,0 +1,156 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_deployment_files
+short_description: Write one deployment's folders and files in one pass
+description:
+  - Creates the deployment's folders and writes its files (launch script, env file, systemd
+    unit) in one module run, where stock modules take one run per folder and per file.
+  - Keeps what the stock modules give an operator. Reports C(changed) only when a folder or a
+    file had to change. Supports C(--check) and C(--diff), with one diff per file. Sets modes
+    and, when given, owners. Replaces each file atomically (written beside it, flushed, renamed
+    over it) with its mode set before any content is written.
+  - The content of I(secret_files) is never shown, in diffs or anywhere else; their diff names
+    a digest of the content instead.
+version_added: "0.2.0"
+author: sglang-fleet maintainers
+options:
+  folders:
+    description: Folders to create (parents included), each with its mode.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Folder path.
+        type: path
+        required: true
+      mode:
+        description: Octal mode, e.g. C("0755").
+        type: str
+        required: true
+  files:
+    description: Files to write.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: File path.
+        type: path
+        required: true
+      content:
+        description: The whole content.
+        type: str
+        required: true
+      mode:
+        description: Octal mode, e.g. C("0644").
+        type: str
+        required: true
+      owner:
+        description: Owner (user name); left as created when unset.
+        type: str
+      group:
+        description: Group name; left as created when unset.
+        type: str
+  secret_files:
+    description: Files that hold secrets, as in I(files); their content is not logged or
+      shown in diffs.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: File path.
+        type: path
+        required: true
+      content:
+        description: The whole content (a secret).
+        type: str
+        required: true
+      mode:
+        description: Octal mode, e.g. C("0600").
+        type: str
+        required: true
+      owner:
+        description: Owner (user name); left as created when unset.
+        type: str
+      group:
+        description: Group name; left as created when unset.
+        type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Write a deployment's files
+  sglang_deployment_files:
+    folders:
+      - {path: /opt/sglang-fleet/conf, mode: "0750"}
+    files:
+      - path: /opt/sglang-fleet/conf/kimi.launch.sh
+        content: "#!/usr/bin/env bash\nexec python -m sglang.launch_server ...\n"
+        mode: "0755"
+    secret_files:
+      - path: /opt/sglang-fleet/conf/kimi.env
+        content: "SGLANG_FLEET_API_KEY=...\n"
+        mode: "0600"
+"""
+
+RETURN = r"""
+changed_paths:
+  description: Folders and files that were (or in check mode would be) created or changed.
+  returned: always
+  type: list
+  elements: str
+  sample: [/opt/sglang-fleet/conf/kimi.launch.sh]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_deployfiles import DeployFilesError, apply, plan
+
+_FILE = dict(path=dict(type="path", required=True), content=dict(type="str", required=True),
+             mode=dict(type="str", required=True), owner=dict(type="str"),
+             group=dict(type="str"))
+# Only the content is a secret: paths and modes stay readable in the output.
+_SECRET_FILE = dict(_FILE, content=dict(type="str", required=True, no_log=True))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            folders=dict(type="list", elements="dict", default=[],
+                         options=dict(path=dict(type="path", required=True),
+                                      mode=dict(type="str", required=True))),
+            files=dict(type="list", elements="dict", default=[], options=_FILE),
+            secret_files=dict(type="list", elements="dict", default=[],
+                              options=_SECRET_FILE),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    files = [dict(f, content=f["content"].encode("utf-8")) for f in p["files"]]
+    files += [dict(f, content=f["content"].encode("utf-8"), secret=True)
+              for f in p["secret_files"]]
+    try:
+        actions, diffs = plan(p["folders"], files)
+        if not module.check_mode:
+            apply(actions)
+    except (DeployFilesError, OSError, IOError, ValueError) as exc:
+        module.fail_json(msg="cannot write the deployment's files: %s" % exc)
+    result = dict(changed=bool(actions), changed_paths=[item["path"] for _, item in actions])
+    if module._diff:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

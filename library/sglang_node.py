@@ -1,0 +1,204 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_node
+short_description: Check a node for one deployment, in one pass, before anything changes
+description:
+  - One module run for everything a deploy must know about a node before it changes anything,
+    where separate stock tasks would take one run each.
+  - Refuses the node, naming the fix, when the server's Python is missing, recovery left a
+    reboot mark, the GPUs (NVML, queried by the server's environment, or the simulated ledger)
+    do not match the inventory, or a simulated model path lies outside the simulated node.
+  - Provisions a simulated node's GPUs and stand-in model, and removes shared-memory segments
+    the deployment's last run leaked (only when none of its processes runs).
+  - Reports the service's state, whether the launch files on disk are the rendered ones
+    (digest and modes), and whether the installed SGLang already parsed this exact command
+    line (the record C(sglang_argcheck) leaves), so that the deploy can skip what has nothing
+    to do.
+version_added: "0.2.0"
+author: sglang-fleet maintainers
+options:
+  host_name:
+    description: Inventory name of the host, for messages.
+    type: str
+    required: true
+  server_python:
+    description: Python of the server's environment.
+    type: path
+  reboot_mark:
+    description: File recovery writes when GPU memory stayed held; its presence refuses the node.
+    type: path
+  gpu_backend:
+    description: Where GPU facts come from.
+    type: str
+    choices: [nvml, simulated]
+    default: nvml
+  sim_dir:
+    description: Simulated GPU folder.
+    type: path
+  gpu_count:
+    description: GPUs the inventory says the node has.
+    type: int
+    required: true
+  compute_capability:
+    description: Their compute capability, "major.minor".
+    type: str
+    required: true
+  gpu_timeout:
+    description: Seconds allowed for the GPU query.
+    type: float
+    default: 10
+  sim:
+    description: The simulated node to provision (devices, model_dir, model_config, shm_dir,
+      and root, the folder the model path must be inside); unset on real nodes.
+    type: dict
+  shm_dir:
+    description: Shared-memory folder of the server.
+    type: path
+    default: /dev/shm
+  service:
+    description: The deployment's service (manager, unit_name, state_file, marker, user,
+      node_rank, script, log_file, workdir).
+    type: dict
+    required: true
+  files:
+    description: The launch files (path, mode), in the order of the service's digest.
+    type: list
+    elements: dict
+    default: []
+  folders:
+    description: The deployment's folders (path, mode).
+    type: list
+    elements: dict
+    default: []
+  expected_digest:
+    description: Digest of the rendered launch files (the controller's, computed as the
+      service computes it from the files on disk).
+    type: str
+  argcheck_record:
+    description: Record file of the last successful argument check.
+    type: path
+  args_parser:
+    description: The parser (module:function) the argument check uses.
+    type: str
+    default: sglang.srt.server_args:prepare_server_args
+  args:
+    description: The server arguments the argument check parses.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the node before deploying
+  sglang_node:
+    host_name: gpu-node-01
+    server_python: /opt/sglang-fleet/venv/bin/python
+    reboot_mark: /opt/sglang-fleet/NEEDS_REBOOT
+    gpu_count: 8
+    compute_capability: "12.0"
+    service:
+      manager: systemd
+      unit_name: sglang-Kimi-K2.5-30000.service
+      state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
+      marker: gpu-node-01:Kimi-K2.5-30000
+      user: root
+      node_rank: 0
+"""
+
+RETURN = r"""
+gpus:
+  description: GPU count and compute capabilities found.
+  returned: when the GPUs were read
+  type: dict
+  sample: {count: 8, compute_capabilities: ["12.0"]}
+service:
+  description: The service now (running, pid, digest and config_hash it was started with).
+  returned: always
+  type: dict
+files_current:
+  description: Whether the launch files on disk are the rendered ones, modes included.
+  returned: always
+  type: bool
+files_reason:
+  description: Why the files are, or are not, current.
+  returned: always
+  type: str
+service_current:
+  description: Whether the service runs from exactly the rendered files.
+  returned: always
+  type: bool
+argcheck_current:
+  description: Whether the installed SGLang already parsed this command line (same arguments,
+    same parser code).
+  returned: always
+  type: bool
+provisioned:
+  description: Simulated node files written (or, in check mode, to be written).
+  returned: on simulated nodes
+  type: list
+  elements: str
+shm_removed:
+  description: Leaked shared-memory segments removed.
+  returned: when the service was not running
+  type: list
+  elements: str
+summary:
+  description: One line saying what the deploy will do on the node and why (the sglang_fleet
+    stdout callback prints it).
+  returned: always
+  type: str
+  sample: "unchanged: the server runs from the rendered files (config 871281b7a56d); argument
+    check skipped: the installed SGLang parsed this command line before"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_nodecheck import NodeRefused, check_node
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host_name=dict(type="str", required=True),
+            server_python=dict(type="path"),
+            reboot_mark=dict(type="path"),
+            gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
+            sim_dir=dict(type="path"),
+            gpu_count=dict(type="int", required=True),
+            compute_capability=dict(type="str", required=True),
+            gpu_timeout=dict(type="float", default=10),
+            sim=dict(type="dict"),
+            shm_dir=dict(type="path", default="/dev/shm"),
+            service=dict(type="dict", required=True),
+            files=dict(type="list", elements="dict", default=[]),
+            folders=dict(type="list", elements="dict", default=[]),
+            expected_digest=dict(type="str"),
+            argcheck_record=dict(type="path"),
+            args_parser=dict(type="str", default="sglang.srt.server_args:prepare_server_args"),
+            args=dict(type="list", elements="str", default=[], no_log=False),
+        ),
+        required_if=[("gpu_backend", "simulated", ("sim_dir",))],
+        supports_check_mode=True,
+    )
+    try:
+        result = check_node(module.params, module.check_mode, module.warn)
+    except NodeRefused as exc:
+        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
+    except (OSError, IOError) as exc:
+        module.fail_json(msg="host %s: checking the node failed: %s"
+                         % (module.params["host_name"], exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

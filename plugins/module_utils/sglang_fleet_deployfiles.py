@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# A deployment's files on its node (folders, launch script, env file, unit) written in one pass:
+# what changed, a diff per file (a file holding secrets never shows its content), modes and
+# owners, each file replaced atomically (written beside it, flushed, renamed over it).
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import grp
+import hashlib
+import os
+import pwd
+import stat
+import tempfile
+
+
+class DeployFilesError(Exception):
+    pass
+
+
+def _ids(owner, group):
+    try:
+        uid = pwd.getpwnam(owner).pw_uid if owner else -1
+        gid = grp.getgrnam(group).gr_gid if group else -1
+    except KeyError as exc:
+        raise DeployFilesError("no such user or group on this node: %s" % exc) from None
+    return uid, gid
+
+
+def _short(content):
+    return hashlib.sha256(content).hexdigest()[:12]
+
+
+def plan(folders, files):
+    """What to do: folders to create or re-mode, files to write or re-mode, with diffs.
+
+    folders: [{path, mode}]; files: [{path, content (bytes), mode, owner, group, secret}]."""
+    actions, diffs = [], []
+    for folder in folders:
+        path, mode = folder["path"], int(folder["mode"], 8)
+        try:
+            st = os.stat(path)
+        except OSError:
+            actions.append(("mkdir", folder))
+            diffs.append({"before_header": path, "after_header": path,
+                          "before": "(absent)\n", "after": "(folder, mode %04o)\n" % mode})
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise DeployFilesError("%s exists and is not a folder" % path)
+        if stat.S_IMODE(st.st_mode) != mode:
+            actions.append(("chmod", folder))
+            diffs.append({"before_header": path, "after_header": path,
+                          "before": "mode %04o\n" % stat.S_IMODE(st.st_mode),
+                          "after": "mode %04o\n" % mode})
+    for item in files:
+        path, mode, content = item["path"], int(item["mode"], 8), item["content"]
+        uid, gid = _ids(item.get("owner"), item.get("group"))
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                current = f.read()
+        except (OSError, IOError):
+            st, current = None, None
+        wrong_owner = st is not None and ((uid != -1 and st.st_uid != uid)
+                                          or (gid != -1 and st.st_gid != gid))
+        if current == content and st is not None and stat.S_IMODE(st.st_mode) == mode \
+                and not wrong_owner:
+            continue
+        actions.append(("write", dict(item, uid=uid, gid=gid)))
+        header = "%s (mode %04o)" % (path, mode)
+        before_header = path if st is None else "%s (mode %04o)" % (
+            path, stat.S_IMODE(st.st_mode))
+        if item.get("secret"):
+            before = "(absent)\n" if current is None else (
+                "(content holds secrets: not shown; sha256 %s)\n" % _short(current))
+            after = "(content holds secrets: not shown; sha256 %s)\n" % _short(content)
+        else:
+            before = "" if current is None else current.decode("utf-8", "replace")
+            after = content.decode("utf-8", "replace")
+        diffs.append({"before_header": before_header, "after_header": header,
+                      "before": before, "after": after})
+    return actions, diffs
+
+
+def apply(actions):
+    """Carry out a plan; the paths changed."""
+    changed = []
+    for kind, item in actions:
+        path = item["path"]
+        mode = int(item["mode"], 8)
+        if kind == "mkdir":
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)  # makedirs' mode is filtered by the umask
+        elif kind == "chmod":
+            os.chmod(path, mode)
+        else:
+            _write_atomic(path, item["content"], mode, item["uid"], item["gid"])
+        changed.append(path)
+    return changed
+
+
+def _write_atomic(path, content, mode, uid, gid):
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    try:
+        # Mode (and owner) first, so a secret is never readable by others, not even briefly.
+        os.fchmod(fd, mode)
+        if uid != -1 or gid != -1:
+            os.fchown(fd, uid, gid)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

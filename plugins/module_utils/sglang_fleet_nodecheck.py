@@ -1,0 +1,222 @@
+# -*- coding: utf-8 -*-
+# Everything a deploy needs to know about a node before it changes anything, in one pass: the
+# server's interpreter, a reboot mark left by recovery, the GPUs against the inventory, the
+# simulated node's hardware (provisioned), shared memory leaked by the last run (removed), the
+# service's state, whether the launch files on disk are the rendered ones, and whether the
+# installed SGLang already parsed this command line. A deploy that finds nothing to change
+# stops here and asks only the gate.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+
+try:
+    from ansible.module_utils import sglang_fleet_gpu as gpu
+    from ansible.module_utils import sglang_fleet_service as service_mod
+    from ansible.module_utils import sglang_fleet_shm as shm
+    from ansible.module_utils import sglang_fleet_simnode as simnode
+    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
+    from ansible.module_utils.sglang_fleet_procs import service_uid
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_gpu as gpu
+    from sglang_fleet_node import sglang_fleet_service as service_mod
+    from sglang_fleet_node import sglang_fleet_shm as shm
+    from sglang_fleet_node import sglang_fleet_simnode as simnode
+    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
+    from sglang_fleet_node.sglang_fleet_procs import service_uid
+
+
+class NodeRefused(Exception):
+    """The node cannot take this deployment; the message names the fix."""
+
+
+_FINGERPRINT = (
+    "import importlib.util, os, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    s = importlib.util.find_spec(name)\n"
+    "    o = (s.origin or '') if s else ''\n"
+    "    st = os.stat(o) if o and os.path.exists(o) else None\n"
+    "    print(o, st.st_mtime_ns if st else 0, st.st_size if st else 0)\n")
+
+
+def _parser_fingerprint(python, parser):
+    """Where the installed parser's code lives and when it (and its package) last changed,
+    read by the server's interpreter without importing it (importing SGLang takes seconds)."""
+    module = parser.partition(":")[0]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        out = []  # this very interpreter: no second one to start
+        for name in (module, module.split(".")[0]):
+            try:
+                found = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                found = None
+            origin = (found.origin or "") if found else ""
+            st = os.stat(origin) if origin and os.path.exists(origin) else None
+            out.append("%s %s %s" % (origin, st.st_mtime_ns if st else 0,
+                                     st.st_size if st else 0))
+        return "\n".join(out)
+    try:
+        proc = subprocess.run([python, "-c", _FINGERPRINT, module, module.split(".")[0]],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
+def args_record(python, parser, args):
+    """What a successful argument check is recorded as: the arguments and the parser's code."""
+    fingerprint = _parser_fingerprint(python, parser)
+    if fingerprint is None:
+        return None
+    blob = json.dumps({"parser": parser, "args": list(args), "code": fingerprint},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def record_args_checked(record_file, record):
+    if record_file and record:
+        folder = os.path.dirname(record_file)
+        if folder and not os.path.isdir(folder):
+            os.makedirs(folder, mode=0o755)  # the run folder, as the deployment's files have it
+        write_json_atomic(record_file, {"record": record})
+
+
+def _files_state(files, folders, expected_digest):
+    """(current, reason): whether the launch files on disk are the rendered ones, modes
+    included."""
+    if expected_digest and service_mod.files_digest([f["path"] for f in files]) != \
+            expected_digest:
+        return False, "the launch files differ from the rendered ones"
+    for item in list(files) + list(folders):
+        try:
+            mode = stat.S_IMODE(os.stat(item["path"]).st_mode)
+        except OSError:
+            return False, "%s is missing" % item["path"]
+        if mode != int(item["mode"], 8):
+            return False, "%s has mode %04o, not %s" % (item["path"], mode, item["mode"])
+    return True, "the launch files are the rendered ones"
+
+
+def check_node(p, check_mode, warn):
+    """One node check; `p` holds the module's parameters. Returns the module's result."""
+    result = dict(changed=False)
+    python = p["server_python"]
+    if python and not os.path.exists(python):
+        raise NodeRefused(
+            "sglang_server_python=%s does not exist on the node. Fix: point it at the Python "
+            "of the environment that has SGLang (install_mode existing) or of sglang-fleet "
+            "(install_mode simulator)" % python)
+    if p["reboot_mark"] and os.path.exists(p["reboot_mark"]):
+        raise NodeRefused(
+            "recovery marked this node for reboot (%s): GPU memory stayed held after its "
+            "server was killed. Fix: reboot the node (or reset its GPUs), then clear the mark "
+            "with ansible-playbook playbooks/recover.yml --limit %s "
+            "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
+
+    sim = p.get("sim") or None
+    if sim:
+        model = os.path.realpath(sim["model_dir"])
+        root = os.path.realpath(sim["root"])
+        if not (model + "/").startswith(root.rstrip("/") + "/"):
+            raise NodeRefused(
+                "sglang_server_model_path=%s is outside %s, the simulated node's folder: the "
+                "simulator writes its stand-in model at the model path and writes nothing "
+                "outside that folder. Fix: set sglang_server_model_path under %s"
+                % (sim["model_dir"], root, root))
+        written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
+                                    sim["model_config"], sim["shm_dir"], check_mode)
+        result["provisioned"] = written
+        result["changed"] = bool(written)
+
+    devices = []
+    if not (check_mode and sim and result["changed"]):
+        try:
+            devices = gpu.gpu_snapshot(p["gpu_backend"], p["sim_dir"], p["gpu_timeout"],
+                                       python=python)
+        except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
+            if not check_mode:
+                raise NodeRefused("GPU query failed (%s backend): %s"
+                                  % (p["gpu_backend"], exc)) from exc
+            warn("GPU query failed in check mode (%s backend): %s" % (p["gpu_backend"], exc))
+        else:
+            ccs = sorted(set(d["compute_capability"] for d in devices))
+            result["gpus"] = dict(count=len(devices), compute_capabilities=ccs)
+            if len(devices) != p["gpu_count"] or ccs != [p["compute_capability"]]:
+                raise NodeRefused(
+                    "the node has %d GPU(s) with compute capability %s, the inventory says "
+                    "sglang_server_gpu_count=%s and sglang_server_gpu_compute_capability=%s. "
+                    "Fix: correct those variables for this host (or its group)"
+                    % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
+                       p["compute_capability"]))
+
+    svc = p["service"]
+    try:
+        if svc["manager"] == "systemd":
+            service = service_mod.Systemd(svc["marker"], svc["unit_name"], svc["state_file"],
+                                          user=svc["user"], node_rank=svc["node_rank"],
+                                          log_file=svc.get("log_file"))
+        else:
+            service = service_mod.Supervisor(svc["marker"], svc["script"], svc["log_file"],
+                                             svc["state_file"], svc["workdir"],
+                                             user=svc["user"], node_rank=svc["node_rank"])
+        if service.running():  # the common case of a re-run: no scan of the node's processes
+            state = read_json(svc["state_file"]) or {}
+            status = {"running": True, "members": None, "digest": state.get("digest"),
+                      "config_hash": state.get("config_hash"),
+                      "pid": state.get("pid") if svc["manager"] == "supervisor" else None}
+        else:
+            status = service.status()
+    except service_mod.ServiceError as exc:
+        raise NodeRefused(str(exc)) from exc
+    result["service"] = dict(running=status["running"], pid=status["pid"],
+                             digest=status["digest"], config_hash=status["config_hash"])
+
+    if not status["running"] and not status["members"]:
+        owner = service_uid(svc["user"])
+        remove, kept = shm.leaked_segments(p["shm_dir"], svc["state_file"], svc["marker"],
+                                           owner)
+        result["shm_removed"], result["shm_kept_in_use"] = remove, kept
+        if remove:
+            result["changed"] = True
+            if not check_mode:
+                for path in remove:
+                    os.unlink(path)
+
+    files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
+    result["files_current"] = files_current
+    result["files_reason"] = why
+    result["service_current"] = bool(status["running"]) and \
+        status["digest"] == p["expected_digest"]
+    record = None
+    if p["argcheck_record"] and files_current and python:
+        record = args_record(python, p["args_parser"], p["args"])
+    stored = read_json(p["argcheck_record"]) if p["argcheck_record"] else None
+    result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
+    result["summary"] = _summary(result)
+    return result
+
+
+def _summary(r):
+    """One line for the operator: what this deploy will do on the node, and why."""
+    service = r["service"]
+    args = ("argument check skipped: the installed SGLang parsed this command line before"
+            if r["argcheck_current"] else "arguments to be parsed by the installed SGLang")
+    if r["files_current"] and r["service_current"]:
+        head = "unchanged: the server runs from the rendered files (config %s)" % (
+            service["config_hash"] or "unrecorded")
+    else:
+        state = ("running from other files" if service["running"] else "not running")
+        head = "to change: %s; server %s" % (r["files_reason"], state)
+    notes = []
+    if r.get("provisioned"):
+        notes.append("simulated node provisioned (%d files)" % len(r["provisioned"]))
+    if r.get("shm_removed"):
+        notes.append("%d leaked shared-memory segment(s) removed" % len(r["shm_removed"]))
+    return "; ".join([head, args] + notes)

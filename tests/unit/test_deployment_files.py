@@ -1,0 +1,62 @@
+"""One node module writes a deployment's folders and files: changes, diffs that never show a
+secret, modes, atomic replacement."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from sglang_fleet_node.sglang_fleet_deployfiles import apply, plan
+from sglang_fleet_node.sglang_fleet_service import content_digest, files_digest
+
+
+def _files(tmp_path, script=b"#!/bin/sh\necho v1\n", env=b"SGLANG_FLEET_API_KEY=sekrit-0123\n"):
+    return ([{"path": str(tmp_path / "conf"), "mode": "0750"}],
+            [{"path": str(tmp_path / "conf" / "x.launch.sh"), "content": script, "mode": "0755"},
+             {"path": str(tmp_path / "conf" / "x.env"), "content": env, "mode": "0600",
+              "secret": True}])
+
+
+def test_first_write_creates_everything_with_its_mode(tmp_path):
+    folders, files = _files(tmp_path)
+    actions, diffs = plan(folders, files)
+    assert [kind for kind, _ in actions] == ["mkdir", "write", "write"]
+    apply(actions)
+    assert stat.S_IMODE(os.stat(tmp_path / "conf").st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(tmp_path / "conf" / "x.env").st_mode) == 0o600
+    assert (tmp_path / "conf" / "x.launch.sh").read_bytes() == b"#!/bin/sh\necho v1\n"
+    # Nothing left to do: a second pass changes nothing.
+    assert plan(folders, files) == ([], [])
+    assert not [p for p in os.listdir(tmp_path / "conf") if p.startswith(".")], "no temp files"
+
+
+def test_diffs_show_changes_but_never_a_secret(tmp_path):
+    folders, files = _files(tmp_path)
+    apply(plan(folders, files)[0])
+    folders, files = _files(tmp_path, script=b"#!/bin/sh\necho v2\n",
+                            env=b"SGLANG_FLEET_API_KEY=other-secret-456\n")
+    actions, diffs = plan(folders, files)
+    assert len(actions) == 2
+    script, env = diffs
+    assert "echo v1" in script["before"] and "echo v2" in script["after"]
+    blob = repr(env)
+    assert "sekrit" not in blob and "other-secret" not in blob
+    assert "content holds secrets: not shown; sha256" in env["after"]
+
+
+def test_a_mode_change_alone_is_a_change(tmp_path):
+    folders, files = _files(tmp_path)
+    apply(plan(folders, files)[0])
+    os.chmod(tmp_path / "conf" / "x.env", 0o644)
+    actions, diffs = plan(folders, files)
+    assert [item["path"] for _, item in actions] == [str(tmp_path / "conf" / "x.env")]
+    assert "(mode 0644)" in diffs[0]["before_header"]
+    apply(actions)
+    assert stat.S_IMODE(os.stat(tmp_path / "conf" / "x.env").st_mode) == 0o600
+
+
+def test_the_controller_and_the_node_name_the_files_alike(tmp_path):
+    folders, files = _files(tmp_path)
+    apply(plan(folders, files)[0])
+    assert content_digest([(f["path"], f["content"]) for f in files]) == \
+        files_digest([f["path"] for f in files])
