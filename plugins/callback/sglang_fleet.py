@@ -2,12 +2,13 @@
 # Ansible's default output, with three changes for operators:
 # - one GATE line per host and gate poll: the verdict, the phase's progress, when progress was
 #   last seen and the time left in the phase's window or ceiling, instead of "FAILED - RETRYING";
-# - a message the playbooks write themselves (a debug line, a fail or assert message) is shown
-#   once, as written: not again as an [ERROR] block with the task's source excerpt (ansible-core
-#   2.19 prints every failed task both ways), and not as YAML, which doubles quotes;
+# - a message the project words itself (a debug line, a fail or assert message, the failure
+#   message of one of its sglang_* modules) is shown once, as written: not again as an [ERROR]
+#   block with the task's source excerpt (ansible-core 2.19 prints every failed task both
+#   ways), and not as YAML, which doubles quotes;
 # - a refused LaunchSpec is one block per reason, naming every host refused for it.
-# Every other result (module failures, template errors, unreachable hosts, -vv and above) is
-# shown exactly as the default callback shows it.
+# Every other result (other modules' failures, template errors, crashes, unreachable hosts,
+# -vv and above) is shown exactly as the default callback shows it.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -20,9 +21,9 @@ description:
   - Ansible's default stdout callback. While the health gate polls a host, each poll prints
     the host's verdict, phase, progress (shards, capture batches), how long ago progress was
     seen and the time left in the phase's stall window or ceiling.
-  - Messages the playbooks write themselves (C(debug) lines, C(fail) and C(assert) messages)
-    are shown once, as text, without the C([ERROR]) block and source excerpt that
-    ansible-core 2.19 adds to every failed task.
+  - Messages the project words itself (C(debug) lines, C(fail) and C(assert) messages, the
+    failure messages of its C(sglang_*) modules) are shown once, as text, without the
+    C([ERROR]) block and source excerpt that ansible-core 2.19 adds to every failed task.
   - A refused LaunchSpec is shown once per distinct reason, naming the hosts it refuses.
   - At C(-vv) and above, every result is shown as the default callback shows it.
 extends_documentation_fragment:
@@ -89,42 +90,55 @@ class CallbackModule(DefaultCallback):
     # ---- messages the playbooks write -------------------------------------------------
 
     def _own_message(self, result):
-        """The task's own message when the failure is a fail/assert that ran as written
-        (not a template error in it, not a loop), else None."""
-        if self._display.verbosity >= 2 or result.task.action not in _FAIL_ACTIONS \
-                or result.task.loop:
+        """The task's own message when the failure is one the project words itself: a
+        fail/assert that ran as written (not a template error in it), or a failure one of
+        the project's modules (sglang_*) reported with fail_json (not a crash); else None."""
+        action = result.task.action or ""
+        ours = action in _FAIL_ACTIONS or action.rsplit(".", 1)[-1].startswith("sglang_")
+        if self._display.verbosity >= 2 or not ours or result.task.loop:
             return None
         msg = result.result.get("msg")
         if not isinstance(msg, str) or not msg.strip():
             return None
         exception = getattr(self._current_task_result, "exception", None)
-        if exception is not None and _innermost_message(exception) != msg:
-            return None  # the action never ran: keep Ansible's error and its source
+        innermost = _innermost_message(exception) if exception is not None else None
+        # The error Ansible raised is the task's own words (an action plugin may add to
+        # them); a template error or a crash reads otherwise: keep Ansible's error and source.
+        if exception is not None and not (innermost and msg.startswith(innermost)):
+            return None
         return msg
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         message = self._own_message(result)
+        host = self.host_label(result)
         if message is None:
             self._flush_refusals()
+            if isinstance(result.result.get("msg"), str):
+                self._said[host] = result.result["msg"].strip()
             return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
         result.result.pop("exception", None)  # the same message again, with a code excerpt
         self._handle_warnings_and_exception(result)
         if _is_refusal(result.task) and group_by_reason is not None:
             if self._refusals and self._refusals[0][0]._uuid != result.task._uuid:
                 self._flush_refusals()
-            self._refusals.append((result.task, self.host_label(result), message,
-                                   ignore_errors))
+            self._refusals.append((result.task, host, message, ignore_errors))
             return
         self._flush_refusals()
         if self._last_task_banner != result.task._uuid:
             self._print_task_banner(result.task)
-        host = self.host_label(result)
         if self._said.get(host) == message.strip():
             # A rescue that fails the host with the failure it rescued: said already.
-            message = "%s; see above" % message.strip().splitlines()[0]
+            message = "as above: %s" % message.strip().splitlines()[0]
         else:
             self._said[host] = message.strip()
         self._show_text("fatal: [%s]: FAILED! =>" % host, message, C.COLOR_ERROR)
+        # What else a module returned with its failure (who holds a lock, ...), at -v, as
+        # Ansible shows results: the message says what the operator needs.
+        extra = dict((k, v) for k, v in result.result.items()
+                     if k not in _QUIET_KEYS and k != "msg" and not k.startswith("_ansible"))
+        if extra and self._display.verbosity >= 1:
+            self._display.display(self._dump_results(extra).lstrip("\n").rstrip(),
+                                  color=C.COLOR_ERROR)
         if ignore_errors:
             self._display.display("...ignoring", color=C.COLOR_SKIP)
 

@@ -2,10 +2,12 @@
 lines when the output is a file or a CI log.
 
 Plain mode prints a line whenever a host changes stage (spec, deploy, health, benchmark,
-recover), gate phase or verdict, and again at least every `heartbeat_s` seconds while a host is
-busy (a long task, a gate waiting out a stall window), so that a CI log never goes quiet for
-longer. A failure is printed whole; a LaunchSpec refused for the same reason on several hosts
-is said once, naming them, its full text (with the fix) following the final table.
+recover), step of the deploy stage, gate phase or verdict; says what keeps a busy host quiet
+(its task, its gate phase's countdown) once it has been quiet for a third of `heartbeat_s`
+(10 s); and prints again at least every `heartbeat_s` seconds (30) while a host is busy, so
+that a CI log never goes quiet for longer. A failure is printed whole; a LaunchSpec refused
+for the same reason on several hosts is said once, naming them, its full text (with the fix)
+following the final table.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ class HostLine:
     prefix: str = ""
     shown_at: float = 0.0
     stage: str = ""
+    step: str = ""  # the task file of the stage: its step
     task: str = ""
     task_since: float = 0.0
+    named: bool = False  # the heartbeat said what keeps the host quiet since its last change
     task_stage: str = ""  # the stage of the task running now
     stage_since: float = 0.0
     gate: dict[str, Any] | None = None  # the last gate observation, while the gate waits
@@ -87,6 +91,7 @@ class Progress:
         self.started = clock()
         self.last_output = self.started
         self.refusals: list[tuple[str, str, str]] = []  # (task uuid, host, message)
+        self.play = ""  # a play that started, not said until one of its hosts has news
         self.lock = threading.RLock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -127,17 +132,25 @@ class Progress:
         if self.refusals and data.get("task_uuid") != self.refusals[0][0]:
             self._flush_refusals()  # the refusing task is over: say each reason once
         if kind == "playbook_on_play_start" and not self.tty:
-            self.emit(f"PLAY {data.get('play', '')}")
+            self.play = str(data.get("play", ""))  # said with its first host's line
         if kind == "playbook_on_stats":
             for line in self.hosts.values():
                 line.busy = False
         if not host:
             return
-        line = self.hosts.setdefault(host, HostLine(shown_at=self.clock()))
         stage = stage_of(data) or ""
         action = data.get("task_action")
+        line = self.hosts.setdefault(host, HostLine(shown_at=self.clock()))
+        if str(action).endswith("validate_argument_spec") and kind in ("runner_on_start",
+                                                                         "runner_on_ok"):
+            return  # a role checking its arguments: part of starting the role, not a stage
+        # The deploy stage's steps (its task files) are its phases; other stages say theirs
+        # (the gate's phases, the benchmark's figures) in their own lines.
+        step = str(data.get("task_path") or "").rsplit("/", 1)[-1].split(":")[0] \
+            if stage == "deploy" else ""
         if kind == "runner_on_start":
             line.busy, line.task, line.task_since = True, data.get("task") or "", self.clock()
+            line.named = False
             if stage != line.task_stage:
                 line.task_stage, line.stage_since = stage, self.clock()
             line.gate = None
@@ -166,10 +179,11 @@ class Progress:
         elif kind == "runner_on_ok" and action in _DEBUG and isinstance(res.get("msg"), str) \
                 and res["msg"].startswith(host + ":"):
             self.update(host, res["msg"][len(host) + 1:].strip(), "", key=("said", res["msg"]))
-        elif kind == "runner_on_ok" and stage and line.stage != stage:
-            # A new stage, announced by its first task that ran (skipped tasks say nothing).
-            line.stage = stage
-            self.update(host, f"{stage}: {data.get('task')}", "", key=(stage,))
+        elif kind == "runner_on_ok" and stage and (line.stage, line.step) != (stage, step):
+            # A new stage, or a new step of it (deploy: install, preflight, configure,
+            # service, ...), announced by its first task that ran (skipped tasks say nothing).
+            line.stage, line.step = stage, step
+            self.update(host, f"{stage}: {data.get('task')}", "", key=(stage, step))
 
     def update(self, host: str, text: str, prefix: str, key: tuple) -> None:
         """Show a host's new state: at once when its stage, phase or verdict changed (`key`),
@@ -184,6 +198,7 @@ class Progress:
         if self.tty:
             self.redraw()
         elif changed:
+            line.named = False
             self._show(host, line)
 
     def _show(self, host: str, line: HostLine, suffix: str = "") -> None:
@@ -207,7 +222,12 @@ class Progress:
                     self.redraw()
                 return
             for host, line in sorted(self.hosts.items()):
-                if line.busy and now - line.shown_at >= self.heartbeat_s:
+                quiet = now - line.shown_at
+                # What keeps a busy host quiet (a task, a gate phase) is said once after a
+                # third of the heartbeat, then every heartbeat.
+                early = not line.named and quiet >= self.heartbeat_s / 3
+                if line.busy and (quiet >= self.heartbeat_s or early):
+                    line.named = True
                     line.text = self._current(line, now)
                     line.prefix = "GATE" if line.gate is not None else ""
                     self._show(host, line)
@@ -259,6 +279,9 @@ class Progress:
         self.out.flush()
 
     def emit(self, line: str) -> None:
+        if self.play and not line.startswith("... "):
+            play, self.play = self.play, ""
+            self.emit(f"PLAY {play}")
         self.last_output = self.clock()
         self.out.write(self.indent + line + "\n")
         self.out.flush()

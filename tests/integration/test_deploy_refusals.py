@@ -124,3 +124,32 @@ def test_api_key_stays_out_of_output_script_and_log(one_node):
     assert requests.get(url + "/v1/models", timeout=5).status_code == 401
     assert requests.get(url + "/v1/models", timeout=5,
                         headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+
+
+def test_other_failures_keep_ansibles_own_output(tmp_path):
+    """Only messages the project words itself lose ansible-core's [ERROR] block: a template
+    error keeps it, with its source excerpt; a rescue that fails again says so in one line."""
+    import subprocess
+
+    from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
+
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: A template error\n      ansible.builtin.fail: {msg: '{{ nope.x }}'}\n"
+        "      ignore_errors: true\n"
+        "    - name: A failure of our own words\n      block:\n"
+        "        - name: Fail\n          ansible.builtin.fail:\n"
+        "            msg: \"the server's 'words'\\nsecond line\"\n"
+        "      rescue:\n        - name: Fail again\n          ansible.builtin.fail:\n"
+        "            msg: '{{ ansible_failed_result.msg }}'\n")
+    out = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                          str(playbook)], cwd=REPO, env=ansible_env(), capture_output=True,
+                         text=True, timeout=120).stdout
+    template = out[out.index("TASK [A template error]"):out.index("TASK [Fail]")]
+    assert "[ERROR]: Task failed: Finalization of task args" in template
+    assert "Origin: " in template and "'nope' is undefined" in template
+    own = out[out.index("TASK [Fail]"):out.index("PLAY RECAP")]
+    assert "fatal: [localhost]: FAILED! =>\n    the server's 'words'\n    second line\n" in own
+    assert "fatal: [localhost]: FAILED! => as above: the server's 'words'" in own
+    assert "[ERROR]" not in own and "Origin:" not in own

@@ -201,20 +201,22 @@ def test_plain_progress_shows_each_stage_and_phase_and_a_line_every_heartbeat():
     run(gate("a", phase="capturing_cuda_graph", done=0, quiet=0.0, left=300.0), 70)
     lines = [x for _, x in shown]
     assert lines[0] == "[a] deploy: Start the server"
-    # A task that runs for a minute gets a line every 30 s, with its time so far.
-    assert "[a] deploy: Wait for the unit (30 s in deploy, 30 s in this task)" in lines
-    assert "[a] deploy: Wait for the unit (1 min 00 s in deploy, 1 min 00 s in this task)" \
-        in lines
-    # The gate: a line when the phase changes, progress in between only at the heartbeat.
+    # A task that keeps the host quiet is named after 10 s, then shown every 30 s.
+    assert lines[1:3] == ["[a] deploy: Wait for the unit (10 s in deploy, 10 s in this task)",
+                          "[a] deploy: Wait for the unit (40 s in deploy, 40 s in this task)"]
+    # The gate: a line when the phase changes, progress in between after 10 s, then only
+    # at the heartbeat.
     loading = [x for x in lines if x.startswith("GATE [a] progressing: loading_weights")]
     assert loading[0].startswith("GATE [a] progressing: loading_weights 4/64 shards")
-    assert len(loading) == 1 + 26 // 30
+    assert loading[1].startswith("GATE [a] progressing: loading_weights 12/64 shards, last "
+                                 "progress 2 s ago")
+    assert len(loading) == 2
     # A stall: the countdown moves on between the gate's observations.
     capture = [x for x in lines if "capturing_cuda_graph" in x]
-    assert capture[0].endswith("last progress 0 s ago; 5 min 00 s left in its 300 s window")
-    assert capture[1].endswith("last progress 30 s ago; 4 min 30 s left in its 300 s window")
-    assert capture[2].endswith("last progress 1 min 00 s ago; 4 min 00 s left in its 300 s "
-                               "window")
+    assert [x.split("; ", 1)[1] for x in capture] == [
+        "5 min 00 s left in its 300 s window", "4 min 50 s left in its 300 s window",
+        "4 min 20 s left in its 300 s window", "3 min 50 s left in its 300 s window"]
+    assert capture[1].endswith("last progress 10 s ago; 4 min 50 s left in its 300 s window")
     # Never more than 30 s without a line while the host is busy.
     times = [t for t, _ in shown]
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 30
@@ -329,3 +331,15 @@ def test_the_bisect_example_and_the_readme_name_the_same_host():
     in_readme = re.findall(r"bisect-bad\.yml --limit (\S+)", readme)
     assert in_example and in_readme and set(in_example) == set(in_readme)
     assert set(re.findall(r"^bisect on (\S+):", readme, re.M)) == set(in_example)
+
+
+def test_each_step_of_the_deploy_stage_gets_a_line():
+    out = io.StringIO()
+    progress = Progress(out, tty=False, clock=Clock())
+    for step in ("install", "install", "preflight", "configure", "service"):
+        progress(ev("runner_on_ok", "a", ROLE + f"{step}.yml", task=f"a task of {step}"))
+    progress(ev("runner_on_ok", "a", ROLE + "gate.yml", task="Gate"))
+    progress(ev("runner_on_ok", "a", ROLE + "observe.yml", task="Observe"))
+    assert out.getvalue().splitlines() == [
+        "[a] deploy: a task of install", "[a] deploy: a task of preflight",
+        "[a] deploy: a task of configure", "[a] deploy: a task of service", "[a] health: Gate"]
