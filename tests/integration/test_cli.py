@@ -162,7 +162,7 @@ def test_health_fails_an_absent_fleet_and_says_to_deploy_it(tmp_path):
     run = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
     assert run.rc == 2 and run.failed_hosts() == {"sim-node-1", "sim-node-2"}
     task = run.output[run.output.index("TASK [One line per host"):run.output.index("PLAY RECAP")]
-    assert task.strip().splitlines()[1:] == [
+    assert sorted(task.strip().splitlines()[1:]) == [
         f"fatal: [{h}]: FAILED! => {h}: absent: no record of this deployment starting and none "
         f"of its processes is running. Fix: deploy it (sglang-fleet deploy --limit {h}, or "
         f"ansible-playbook deploy.yml --limit {h})" for h in ("sim-node-1", "sim-node-2")]
