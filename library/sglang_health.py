@@ -123,8 +123,7 @@ headline:
     the server is.
   returned: always
   type: str
-  sample: "stalled in capturing_cuda_graph: no progress in capturing_cuda_graph for 601 s
-    (window 600 s)"
+  sample: "stalled in capturing_cuda_graph: no progress for 601 s (window 600 s)"
 window_s:
   description: The current phase's stall window in seconds (no progress for this long is
     C(stalled)).
