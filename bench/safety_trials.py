@@ -42,9 +42,23 @@ def flat(text: str) -> str:
 
 
 def failure(output: str, width: int = 160) -> str:
+    """The first failure message: `FAILED! => <text>` (this project's callback) or
+    `msg: <text>` (Ansible's YAML results, older checkouts)."""
     text = flat(output)
-    at = text.find("msg:")
-    return text[at + 5:at + 5 + width] if at >= 0 else "-"
+    for mark in ("FAILED! => ", "msg: "):
+        at = text.find(mark)
+        if at >= 0:
+            return text[at + len(mark):at + len(mark) + width]
+    return "-"
+
+
+def host_line(output: str, host: str) -> str:
+    """The health playbook's line for `host`, in either output format."""
+    for line in output.splitlines():
+        for mark in ("=> ", "msg: '"):
+            if mark + host + ":" in line:
+                return line.split(mark + host + ":", 1)[1].rstrip("'").strip()
+    return "-"
 
 
 def session_of(sid: int) -> set[int]:
@@ -101,8 +115,7 @@ class Trials:
             members = helpers.wait_for(lambda: len(session_of(recorded)) == 2
                                        and session_of(recorded))
             health = helpers.run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
-            verdict = next(x for x in flat(health.output).split("msg: ")[1:]
-                           if x.startswith(f"'{HOST}:"))[1:].split("'")[0]
+            verdict = host_line(health.output, HOST)
             helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
             killed = len(members - session_of(recorded))
             if session.poll() is None:

@@ -130,6 +130,38 @@ reason:
   description: Why this verdict, in one sentence.
   returned: always
   type: str
+headline:
+  description: The verdict in one line of words, the phase named only where it says where
+    the server is.
+  returned: always
+  type: str
+  sample: "stalled in capturing_cuda_graph: no progress for 601 s (window 600 s)"
+window_s:
+  description: The current phase's stall window in seconds (no progress for this long is
+    C(stalled)).
+  returned: always
+  type: float
+ceiling_s:
+  description: The current phase's ceiling in seconds (the longest it may last).
+  returned: always
+  type: float
+quiet_s:
+  description: Seconds since the last progress, measured on the node.
+  returned: always
+  type: float
+phase_s:
+  description: Seconds in the current phase, measured on the node.
+  returned: always
+  type: float
+stalls_in_s:
+  description: Seconds left before a C(progressing) server would be judged C(stalled),
+    by its window or its ceiling, whichever is nearer.
+  returned: when progressing
+  type: float
+stalls_by:
+  description: Which limit C(stalls_in_s) counts down to, C(window) or C(ceiling).
+  returned: when progressing
+  type: str
 since:
   description: Epoch seconds when the phase began.
   returned: always

@@ -1,6 +1,16 @@
 # -*- coding: utf-8 -*-
-# The default stdout callback, plus one line per host and gate poll: the phase, its progress
-# and when progress was last seen, instead of Ansible's bare "FAILED - RETRYING".
+# Ansible's default output, with these changes for operators:
+# - one NODE line per host from the node check: what the deploy will do there, and why;
+# - one GATE line per host and gate poll: the verdict, the phase's progress, when progress was
+#   last seen and the time left in the phase's window or ceiling, instead of "FAILED - RETRYING",
+#   and a GATE line the moment a host is ready;
+# - a message the project words itself (a debug line, a fail or assert message, the failure
+#   message of one of its sglang_* modules) is shown once, as written: not again as an [ERROR]
+#   block with the task's source excerpt (ansible-core 2.19 prints every failed task both
+#   ways), and not as YAML, which doubles quotes;
+# - a refused LaunchSpec is one block per reason, naming every host refused for it.
+# Every other result (other modules' failures, template errors, crashes, unreachable hosts,
+# -vv and above) is shown exactly as the default callback shows it.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -8,10 +18,16 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: sglang_fleet
 type: stdout
-short_description: Default output with live gate progress per host
+short_description: Default output with live gate progress and one block per refusal
 description:
   - Ansible's default stdout callback. While the health gate polls a host, each poll prints
-    the host's phase, progress (shards, capture batches) and how long ago progress was seen.
+    the host's verdict, phase, progress (shards, capture batches), how long ago progress was
+    seen and the time left in the phase's stall window or ceiling.
+  - Messages the project words itself (C(debug) lines, C(fail) and C(assert) messages, the
+    failure messages of its C(sglang_*) modules) are shown once, as text, without the
+    C([ERROR]) block and source excerpt that ansible-core 2.19 adds to every failed task.
+  - A refused LaunchSpec is shown once per distinct reason, naming the hosts it refuses.
+  - At C(-vv) and above, every result is shown as the default callback shows it.
 extends_documentation_fragment:
   - default_callback
   - result_format_callback
@@ -19,9 +35,37 @@ requirements:
   - set as stdout callback in ansible.cfg
 """
 
-import time
-
+from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+try:
+    from sglang_fleet.reasons import group_by_reason, hosts_text
+except ImportError:  # the package is not importable: refusals are shown host by host
+    group_by_reason = None
+
+_FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail",
+                 "assert", "ansible.builtin.assert", "ansible.legacy.assert")
+_DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
+_ASSERT_ACTIONS = ("assert", "ansible.builtin.assert", "ansible.legacy.assert")
+# The task files whose failures are a refused LaunchSpec (checked on the controller).
+_REFUSAL_FILES = ("/roles/sglang_server/tasks/spec.yml",)
+# Result keys Ansible adds that say nothing to an operator.
+_QUIET_KEYS = ("changed", "_ansible_no_log", "_ansible_verbose_always", "failed", "skipped",
+               "exception", "warnings", "deprecations", "assertion", "evaluated_to")
+
+
+def _innermost_message(exception):
+    """The message at the end of an ansible-core 2.19 error chain (None before 2.19)."""
+    event, last = getattr(exception, "event", None), None
+    while event is not None:
+        last = event
+        event = getattr(getattr(event, "chain", None), "event", None)
+    return getattr(last, "msg", None)
+
+
+def _is_refusal(task):
+    path = task.get_path() or ""
+    return any(name in path for name in _REFUSAL_FILES)
 
 
 class CallbackModule(DefaultCallback):
@@ -29,29 +73,159 @@ class CallbackModule(DefaultCallback):
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "sglang_fleet"
 
+    def __init__(self):
+        super(CallbackModule, self).__init__()
+        self._refusals = []  # (task, host, message, ignore_errors) of the task in progress
+        self._said = {}  # host -> the failure message last shown for it
+
+    # ---- the gate's polls -------------------------------------------------------------
+
+    def v2_runner_retry(self, result):
+        self._flush_refusals()
+        res = result.result
+        if "verdict" not in res:
+            return super(CallbackModule, self).v2_runner_retry(result)
+        text = res.get("headline") or "%s: %s" % (res["verdict"], res.get("progress_text")
+                                                  or res.get("phase"))
+        self._display.display("GATE [%s]: %s" % (result.host.get_name(), text), color="cyan")
+
+    # ---- messages the playbooks write -------------------------------------------------
+
+    def _own_message(self, result):
+        """The task's own message when the failure is one the project words itself: a
+        fail/assert that ran as written (not a template error in it), or a failure one of
+        the project's modules (sglang_*) reported with fail_json (not a crash); else None."""
+        action = result.task.action or ""
+        ours = action in _FAIL_ACTIONS or action.rsplit(".", 1)[-1].startswith("sglang_")
+        if self._display.verbosity >= 2 or not ours or result.task.loop:
+            return None
+        msg = result.result.get("msg")
+        if not isinstance(msg, str) or not msg.strip():
+            return None
+        exception = getattr(self._current_task_result, "exception", None)
+        innermost = _innermost_message(exception) if exception is not None else None
+        # The error Ansible raised is the task's own words (an action plugin may add to
+        # them); a template error or a crash reads otherwise: keep Ansible's error and source.
+        if exception is not None and not (innermost and msg.startswith(innermost)):
+            return None
+        return msg
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        message = self._own_message(result)
+        host = self.host_label(result)
+        if message is None:
+            self._flush_refusals()
+            if isinstance(result.result.get("msg"), str):
+                self._said[host] = result.result["msg"].strip()
+            return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
+        result.result.pop("exception", None)  # the same message again, with a code excerpt
+        self._handle_warnings_and_exception(result)
+        if _is_refusal(result.task) and group_by_reason is not None:
+            if self._refusals and self._refusals[0][0]._uuid != result.task._uuid:
+                self._flush_refusals()
+            self._refusals.append((result.task, host, message, ignore_errors))
+            return
+        self._flush_refusals()
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        if self._said.get(host) == message.strip():
+            # A rescue that fails the host with the failure it rescued: said already.
+            message = "as above: %s" % message.strip().splitlines()[0]
+        else:
+            self._said[host] = message.strip()
+        self._show_text("fatal: [%s]: FAILED! =>" % host, message, C.COLOR_ERROR)
+        # What else a module returned with its failure (who holds a lock, ...), at -v, as
+        # Ansible shows results: the message says what the operator needs.
+        extra = dict((k, v) for k, v in result.result.items()
+                     if k not in _QUIET_KEYS and k != "msg" and not k.startswith("_ansible"))
+        if extra and self._display.verbosity >= 1:
+            self._display.display(self._dump_results(extra).lstrip("\n").rstrip(),
+                                  color=C.COLOR_ERROR)
+        if ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def _flush_refusals(self):
+        """One block per distinct reason among the hosts the LaunchSpec refused."""
+        if not self._refusals:
+            return
+        refusals, self._refusals = self._refusals, []
+        task = refusals[0][0]
+        if self._last_task_banner != task._uuid:
+            self._print_task_banner(task)
+        ignored = all(r[3] for r in refusals)
+        for hosts, reason in group_by_reason((host, msg) for _, host, msg, _ in refusals):
+            same = " (the same on %d hosts)" % len(hosts) if len(hosts) > 1 else ""
+            head = "fatal: [%s]: LaunchSpec refused%s:" % (hosts_text(hosts), same)
+            # One line per problem, whole: the terminal wraps it, grep finds it.
+            lines = [head] + ["    " + x for x in reason.splitlines()]
+            self._display.display("\n".join(lines), color=C.COLOR_ERROR)
+        if ignored:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def _show_text(self, head, text, color):
+        lines = text.strip().splitlines()
+        if len(lines) == 1:
+            self._display.display("%s %s" % (head, lines[0]), color=color)
+        else:
+            self._display.display("\n".join([head] + ["    " + x for x in lines]), color=color)
+
     def v2_runner_on_ok(self, result):
-        res, host = result._result, result._host.get_name()
-        action = result._task.action.rpartition(".")[2]
+        self._flush_refusals()
+        res = result.result
+        action = (result.task.action or "").rpartition(".")[2]
         if action == "sglang_node" and res.get("summary"):
             # The node check's one line: what the deploy will do on that node, and why.
-            self._display.display("NODE [%s]: %s" % (host, res["summary"]), color="cyan")
+            self._display.display("NODE [%s]: %s" % (result.host.get_name(), res["summary"]),
+                                  color="cyan")
         elif action == "sglang_health" and res.get("verdict") == "ready" and \
                 float(res.get("invocation", {}).get("module_args", {}).get("wait") or 0) > 0:
             # The gate's verdict the moment this host has it (the play moves on once every
             # host of the batch has one).
-            self._display.display("GATE [%s]: ready (%s)" % (host, res.get("reason", "")),
-                                  color="green")
-        return super(CallbackModule, self).v2_runner_on_ok(result)
+            self._display.display("GATE [%s]: %s" % (
+                result.host.get_name(), res.get("headline") or "ready"), color="green")
+        msg = res.get("msg")
+        # A debug line, or the success message of an assert that is not quiet.
+        shown = result.task.action in _DEBUG_ACTIONS or (
+            result.task.action in _ASSERT_ACTIONS and res.get("_ansible_verbose_always"))
+        plain = (shown and isinstance(msg, str) and self._display.verbosity < 2
+                 and not result.task.loop and not (set(res) - set(_QUIET_KEYS) - {"msg"}))
+        if not plain:
+            return super(CallbackModule, self).v2_runner_on_ok(result)
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        self._handle_warnings_and_exception(result)
+        self._show_text("ok: [%s] =>" % self.host_label(result), msg, C.COLOR_OK)
 
-    def v2_runner_retry(self, result):
-        res = result._result
-        if "verdict" not in res:
-            return super(CallbackModule, self).v2_runner_retry(result)
-        ago = ""
-        if res.get("last_progress_at"):
-            ago = ", progress %.0f s ago" % max(0, time.time() - res["last_progress_at"])
-        self._display.display(
-            "GATE [%s]: %s%s (%s; %s polls left)" % (
-                result._host.get_name(), res.get("progress_text") or res.get("phase"), ago,
-                res["verdict"], res.get("retries", 0) - res.get("attempts", 0)),
-            color="cyan")
+    # ---- everything else flushes the refusals of the task before ----------------------
+
+    def v2_runner_on_skipped(self, result):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_runner_on_skipped(result)
+
+    def v2_runner_on_unreachable(self, result):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_runner_on_unreachable(result)
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_handler_task_start(task)
+
+    def v2_playbook_on_include(self, included_file):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_include(included_file)
+
+    def v2_playbook_on_no_hosts_remaining(self):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
+
+    def v2_playbook_on_play_start(self, play):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_play_start(play)
+
+    def v2_playbook_on_stats(self, stats):
+        self._flush_refusals()
+        return super(CallbackModule, self).v2_playbook_on_stats(stats)

@@ -87,7 +87,47 @@ def _xid_fault(xids):
 
 
 def classify(prev_state, obs, now, windows, ceilings):
-    """Return (verdict dict, new state). `prev_state` is None on the first observation."""
+    """Return (verdict dict, new state). `prev_state` is None on the first observation.
+
+    Besides the verdict, its phase and reason, the dict says how the current phase stands
+    against its limits, in seconds measured on the node (so a reader on another clock can
+    count down from them): `window_s` and `ceiling_s` of the phase, `quiet_s` since the last
+    progress, `phase_s` in the phase, and for `progressing` `stalls_in_s` (time left before
+    it would be judged stalled) with `stalls_by` ("window" or "ceiling", whichever is
+    nearer). `headline` is the verdict in one line of words."""
+    verdict, state = _judge(prev_state, obs, now, windows, ceilings)
+    phase = verdict["phase"]
+    window, ceiling = windows.get(phase, 300), ceilings.get(phase, 3600)
+    quiet = max(0.0, now - verdict["last_progress_at"])
+    in_phase = max(0.0, now - verdict["since"])
+    verdict.update(window_s=window, ceiling_s=ceiling, quiet_s=round(quiet, 1),
+                   phase_s=round(in_phase, 1))
+    if verdict["verdict"] == vocab.PROGRESSING:
+        by_window, by_ceiling = window - quiet, ceiling - in_phase
+        verdict.update(stalls_in_s=round(max(0.0, min(by_window, by_ceiling)), 1),
+                       stalls_by="window" if by_window <= by_ceiling else "ceiling")
+        verdict["reason"] = progressing_reason(logphase.progress_text(obs["log"]), verdict)
+    verdict["headline"] = "%s: %s" % (vocab.verdict_phrase(verdict["verdict"], phase),
+                                      verdict["reason"])
+    return verdict, state
+
+
+def progressing_reason(progress, verdict, later=0.0):
+    """'loading_weights 27/64 shards, last progress 3 s ago; 297 s left in its 300 s window'
+    for a progressing verdict, as it stands `later` seconds after it was judged (a display
+    counting down between observations)."""
+    quiet = verdict.get("quiet_s", 0.0) + later
+    left = max(0.0, verdict.get("stalls_in_s", 0.0) - later)
+    # Limits in seconds, as sglang_server_gate_stall_windows and _ceilings set them.
+    if verdict.get("stalls_by") == "ceiling":
+        limit = "%s left before its %d s ceiling" % (vocab.duration_text(left),
+                                                     verdict["ceiling_s"])
+    else:
+        limit = "%s left in its %d s window" % (vocab.duration_text(left), verdict["window_s"])
+    return "%s, last progress %s ago; %s" % (progress, vocab.duration_text(quiet), limit)
+
+
+def _judge(prev_state, obs, now, windows, ceilings):
     prev_state = prev_state or {}
     log = obs["log"]
     phase = log["phase"]
@@ -143,9 +183,11 @@ def classify(prev_state, obs, now, windows, ceilings):
         return verdict, state
 
     if not obs["main_alive"]:
-        verdict.update(verdict=vocab.CRASHED, exit_status=obs.get("exit_status"),
-                       reason="the server exited (status %s) in %s"
-                       % (obs.get("exit_status"), phase))
+        status = obs.get("exit_status")
+        verdict.update(verdict=vocab.CRASHED, exit_status=status,
+                       reason="the server exited (status %s) in %s" % (status, phase)
+                       if status is not None else
+                       "the server exited in %s (no exit status recorded)" % phase)
         verdict["evidence"].update(failures=log["failures"], error_lines=log["error_lines"],
                                    last_lines=log["last_lines"],
                                    kernel_oom=obs.get("oom_kills") or [],
@@ -191,9 +233,10 @@ def classify(prev_state, obs, now, windows, ceilings):
     if quiet_for > window or in_phase > ceiling:
         flat = [k for k in ("log_lines", "shards_done", "capture_done", "progress_ticks",
                             "bytes_read", "gpu_memory", "port_open") if k not in moved]
-        reason = ("no progress in %s for %.0f s (window %d s)" % (phase, quiet_for, window)
+        # The headline names the phase before the reason ("stalled in <phase>: ...").
+        reason = ("no progress for %.0f s (window %d s)" % (quiet_for, window)
                   if quiet_for > window else
-                  "%s has lasted %.0f s, over its ceiling of %d s" % (phase, in_phase, ceiling))
+                  "the phase has lasted %.0f s, over its ceiling of %d s" % (in_phase, ceiling))
         verdict.update(verdict=vocab.STALLED, reason=reason, stalled_for=quiet_for)
         verdict["evidence"].update(flat_signals=flat, last_lines=log["last_lines"],
                                    process_states=sorted({p["state"] for p in obs["processes"]}),
@@ -203,7 +246,5 @@ def classify(prev_state, obs, now, windows, ceilings):
             verdict["evidence"]["busy_wait"] = busy
         return verdict, state
 
-    verdict.update(verdict=vocab.PROGRESSING,
-                   reason="%s, last progress %.0f s ago (window %d s)" % (phase, quiet_for,
-                                                                          window))
+    verdict.update(verdict=vocab.PROGRESSING, reason="")  # worded by classify()
     return verdict, state

@@ -26,6 +26,28 @@ VERDICTS = (READY, PROGRESSING, STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
 # Verdicts that end a gate: the host failed and goes to recovery.
 FAILED_VERDICTS = (STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
 
+
+def verdict_phrase(verdict, phase):
+    """A verdict as words, with the phase only where it says where the server is:
+    'stalled in capturing_cuda_graph', 'unhealthy while serving', 'absent', 'ready'."""
+    if verdict in (READY, PROGRESSING, ABSENT) or not phase:
+        return str(verdict)
+    if phase == "serving":
+        return "%s while serving" % verdict
+    return "%s in %s" % (verdict, phase)
+
+
+def duration_text(seconds):
+    """'45 s', '5 min 03 s', '1 h 20 min', '2 d 03 h'."""
+    s = int(round(max(0.0, float(seconds))))
+    if s < 60:
+        return "%d s" % s
+    if s < 3600:
+        return "%d min %02d s" % (s // 60, s % 60)
+    if s < 86400:
+        return "%d h %02d min" % (s // 3600, s % 3600 // 60)
+    return "%d d %02d h" % (s // 86400, s % 86400 // 3600)
+
 # Stall windows (seconds without progress) for a 1000B-parameter model; smaller models scale
 # down to a floor. Graph capture gets longer: first-run FlashInfer JIT compiles can sit for
 # minutes with no bar movement (SGLang #7324).

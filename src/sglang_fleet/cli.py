@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import configparser
 import json
+import shutil
 import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_v
 from sglang_fleet.metrics import prometheus_text, write_textfile
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
+from sglang_fleet.reasons import counted
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.rules import matching_rules
@@ -33,6 +36,7 @@ from sglang_fleet.runner import (
 from sglang_fleet.spec import FACT_OF_SETTING
 from sglang_fleet.store import state_path
 from sglang_fleet.summary import (
+    EXIT_CODES,
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
@@ -43,8 +47,10 @@ from sglang_fleet.summary import (
     host_table,
     judge_readiness,
     junit_document,
+    write_private,
     write_summary,
 )
+from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
 
 RENDER_TASK = "Show the rendered files (secrets masked)"
 
@@ -120,9 +126,9 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     interrupted: Interrupted | None = None
     problems: list[str] = []
     try:
-        with playbook_run(playbook, inventory=args.inventory, limit=args.limit,
-                          extravars=extra, private_data_dir=str(folder / "runner"),
-                          event_handler=Progress()) as run:
+        with Progress() as progress, playbook_run(
+                playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
+                private_data_dir=str(folder / "runner"), event_handler=progress) as run:
             events, stats, rc = list(run.events), run.stats, run.rc
             problems = [] if stats else _parse_problems(run)
     except Interrupted as exc:
@@ -139,7 +145,9 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     write_summary(summary, outcomes, json_path, junit_path)
     say()
     if outcomes:
-        say(host_table(summary))
+        # On a terminal the reasons wrap to its width; in a log each stays one line.
+        say(host_table(summary, shutil.get_terminal_size().columns - 1
+                       if sys.stdout.isatty() else None))
     elif problems:
         say("no host ran; Ansible said:")
         for line in problems:
@@ -230,66 +238,90 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return False  # a signal stops the watch after the observation or recovery in flight
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    deadline = time.monotonic() + args.duration if args.duration else None
     recoveries: dict[str, int] = {}
-    observations, code = 0, EXIT_OK
+    result = {"code": EXIT_OK}
     policy = "of " + ",".join(args.recover_verdicts) if args.recover else "off"
     say(f"watching {args.limit or 'sglang_servers'} every {args.interval:g} s; metrics "
         f"{metrics_path}; recovery {policy}")
+
+    def observe(number: int) -> None:
+        started = time.time()
+        with playbook_run("playbooks/health.yml", inventory=args.inventory,
+                          limit=args.limit, extravars=extra,
+                          private_data_dir=str(folder / "runner"),
+                          rotate_artifacts=args.keep_artifacts,
+                          cancel_callback=finish_first) as run:
+            outcomes = host_outcomes(list(run.events), run.stats)
+            rc = run.rc
+        failed = sorted(h for h, o in outcomes.items()
+                        if o.verdict_name in args.recover_verdicts)
+        stamp = time.strftime("%H:%M:%S")
+        say(f"[{stamp}] #{number} " + "; ".join(
+            f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
+        if args.recover and failed and stop["signal"] is None:
+            say(f"[{stamp}] recovering {', '.join(failed)}")
+            with Progress(indent="  ") as progress, playbook_run(
+                    "playbooks/recover.yml", inventory=args.inventory,
+                    limit=",".join(failed), extravars={
+                        **extra, "sglang_recover_verdicts": args.recover_verdicts},
+                    private_data_dir=str(folder / "runner"),
+                    rotate_artifacts=args.keep_artifacts, event_handler=progress,
+                    cancel_callback=finish_first) as rec:
+                recovered = host_outcomes(list(rec.events), rec.stats)
+            for host, o in sorted(recovered.items()):
+                if o.recovery:
+                    recoveries[host] = recoveries.get(host, 0) + 1
+                done = "recovered" if o.status == "ok" and o.recovery else \
+                    f"not recovered: {_first(o.message)}"
+                say(f"[{time.strftime('%H:%M:%S')}] {host}: {done}"
+                    + (f" (evidence {o.evidence})" if o.evidence else ""))
+                if o.status == "ok" and o.recovery:
+                    outcomes[host] = o  # its verdict after the redeploy
+        write_textfile(metrics_path, prometheus_text(outcomes, time.time(), number,
+                                                     recoveries))
+        judge_readiness(outcomes)
+        result["code"] = exit_code(rc, outcomes)
+        # The run folder's contract: the last observation's summary and JUnit file.
+        summary = build_summary("watch", rc, outcomes, started, time.time(), folder,
+                                observations=number, recoveries=recoveries)
+        write_summary(summary, outcomes, folder / "summary.json", folder / "junit.xml")
+
     try:
-        while stop["signal"] is None:
-            with playbook_run("playbooks/health.yml", inventory=args.inventory,
-                              limit=args.limit, extravars=extra,
-                              private_data_dir=str(folder / "runner"),
-                              rotate_artifacts=args.keep_artifacts,
-                              cancel_callback=finish_first) as run:
-                outcomes = host_outcomes(list(run.events), run.stats)
-                rc = run.rc
-            observations += 1
-            failed = sorted(h for h, o in outcomes.items()
-                            if o.verdict_name in args.recover_verdicts)
-            stamp = time.strftime("%H:%M:%S")
-            say(f"[{stamp}] #{observations} " + "; ".join(
-                f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
-            if args.recover and failed and stop["signal"] is None:
-                say(f"[{stamp}] recovering {', '.join(failed)}")
-                with playbook_run("playbooks/recover.yml", inventory=args.inventory,
-                                  limit=",".join(failed), extravars={
-                                      **extra, "sglang_recover_verdicts": args.recover_verdicts},
-                                  private_data_dir=str(folder / "runner"),
-                                  rotate_artifacts=args.keep_artifacts,
-                                  cancel_callback=finish_first) as rec:
-                    recovered = host_outcomes(list(rec.events), rec.stats)
-                for host, o in sorted(recovered.items()):
-                    if o.recovery:
-                        recoveries[host] = recoveries.get(host, 0) + 1
-                    result = "recovered" if o.status == "ok" and o.recovery else \
-                        f"not recovered: {_first(o.message)}"
-                    say(f"[{time.strftime('%H:%M:%S')}] {host}: {result}"
-                        + (f" (evidence {o.evidence})" if o.evidence else ""))
-                    if o.status == "ok" and o.recovery:
-                        outcomes[host] = o  # its verdict after the redeploy
-            write_textfile(metrics_path, prometheus_text(outcomes, time.time(), observations,
-                                                         recoveries))
-            judge_readiness(outcomes)
-            code = exit_code(rc, outcomes)
-            if args.count and observations >= args.count:
-                break
-            if deadline and time.monotonic() >= deadline:
-                break
-            end = time.monotonic() + args.interval
-            while stop["signal"] is None and time.monotonic() < end:
-                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        observations = watch_loop(observe, args.interval, args.count, args.duration,
+                                  stopped=lambda: stop["signal"] is not None)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     reason = f"stopped by {stop['signal']}" if stop["signal"] else "done"
-    say(f"watch {reason} after {observations} observation(s); metrics {metrics_path}")
-    return code
+    say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}")
+    return result["code"]
+
+
+def watch_loop(observe: Callable[[int], None], interval: float, count: int | None,
+               duration: float | None, stopped: Callable[[], bool],
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> int:
+    """Call observe(1), observe(2), ... every `interval` seconds, start to start: the time
+    an observation takes counts in the interval, and one that takes longer is followed at
+    once by the next. Ends after `count` observations, when the next one would start
+    `duration` seconds or more after the first, or when stopped() (checked between
+    observations, never in one). Returns how many ran."""
+    began = clock()
+    number = 0
+    while not stopped():
+        started = clock()
+        number += 1
+        observe(number)
+        due = started + interval
+        if (count and number >= count) or (duration and due - began >= duration):
+            break  # the next observation would start after --duration
+        while not stopped() and clock() < due:
+            sleep(min(0.2, max(0.0, due - clock())))
+    return number
 
 
 def _first(text: str) -> str:
-    return text.strip().splitlines()[0][:160] if text and text.strip() else "failed"
+    return text.strip().splitlines()[0] if text and text.strip() else "failed"
 
 
 # ---- bench ---------------------------------------------------------------------------------
@@ -320,7 +352,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rows.append(config_row(name, {}, "measured" if o.benchmark else _failure_text(o),
                                o.benchmark, None, host=host))
     if rows:
-        write_report(rows, folder, "bench", "Benchmark")
+        hosts = ", ".join(r["host"] for r in rows) if len(rows) <= 4 else f"{len(rows)} servers"
+        write_report(rows, folder, "bench", f"Benchmark of {hosts}"
+                     + (f" ({args.label})" if args.label else ""), subject=f"run {folder.name}")
         say()
         say(markdown_table(rows, any(r["simulated"] for r in rows)))
         say(f"report: {folder}/bench.md, bench.png, bench.json")
@@ -331,14 +365,12 @@ def _failure_text(o: HostOutcome) -> str:
     if o.status == "unreachable":
         return "unreachable"
     v = o.verdict or {}
-    text = o.verdict_name
-    if v.get("phase") and text not in ("ready", "not observed"):
-        text += f" in {v['phase']}"
+    text = verdict_phrase(o.verdict_name, v.get("phase"))
     if o.recovery:
         text += "; stopped, GPUs freed" if not o.recovery.get("reboot_needed") else \
             "; GPUs still held, node marked for reboot"
     elif text in ("ready", "not observed") and o.message:
-        text = o.message.splitlines()[0][:120]
+        text = o.message.strip().splitlines()[0]
     return text
 
 
@@ -370,6 +402,40 @@ def _runner(args: argparse.Namespace, folder: Path, bench: dict[str, Any]
                                    parse_extra_vars(args.extra_vars))
 
 
+def _trial_case(command: str, trial: experiments.Trial) -> tuple[str, str, str | None, str]:
+    """A trial as a JUnit test case: failed when its server did not come up ready."""
+    o = trial.outcome
+    failure = None if trial.ready else (f"{_failure_text(o)}\nevidence: {o.evidence}\n"
+                                        f"runner artifacts: {trial.artifacts}\n{o.message}")
+    return f"sglang-fleet.{command}.{o.host}", trial.name, failure, _failure_text(o)
+
+
+def write_experiment_records(folder: Path, command: str, started: float, code: int,
+                             trials: list[experiments.Trial], last: experiments.Trial | None,
+                             cases: list[tuple[str, str, str | None, str]] | None = None,
+                             interrupted: Interrupted | None = None, **extra: Any) -> None:
+    """summary.json and junit.xml in an experiment's run folder, as every command leaves
+    them: the exit code and result, the hosts as the last deploy left them (the restore, or
+    the last trial), and one JUnit test case per trial."""
+    final = last.outcomes if last else {}
+    summary = build_summary(command, last.rc if last else 0, final, started, time.time(),
+                            folder, interrupted_by=interrupted.name if interrupted else None,
+                            interrupted_exit=interrupted.exit_code if interrupted else None,
+                            **extra)
+    # The experiment's own verdict, not the hosts' alone (a sweep with a failed variant
+    # that was recovered succeeded).
+    summary["exit_code"] = interrupted.exit_code if interrupted else code
+    summary["result"] = EXIT_CODES[summary["exit_code"]]
+    summary["trials"] = [{"name": t.name, "verdict": _failure_text(t.outcome) if not t.ready
+                          else "ready", "status": t.outcome.status,
+                          "evidence": t.outcome.evidence, "artifacts": t.artifacts,
+                          "seconds": round(t.seconds, 1)} for t in trials]
+    all_cases = [_trial_case(command, t) for t in trials] + list(cases or [])
+    write_private(folder / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_private(folder / "junit.xml", junit_document(
+        f"sglang-fleet {command}", summary["seconds"], all_cases))
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     plan = experiments.load_sweep(args.plan, allow_multiple=args.allow_multiple)
     folder = run_folder(args, "sweep")
@@ -377,26 +443,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     bench.update(bench_extravars(args))
     runner = _runner(args, folder, bench)
     steps = [("baseline", {}, [])] + [(v.name, v.settings, v.allow_rules) for v in plan.variants]
-    say(f"sweep {args.plan} on {args.limit}: baseline and {len(plan.variants)} variant(s), "
-        f"one trial each; run folder {folder}")
-    trials = []
-    for i, (name, changes, allow) in enumerate(steps, 1):
-        trial = runner.run(name, {**plan.baseline, **changes}, plan.allow_rules + allow)
-        trials.append((trial, changes))
-        say(_trial_line(i, len(steps), trial))
+    say(f"sweep {args.plan} on {args.limit}: baseline and "
+        f"{counted(len(plan.variants), 'variant')}, one trial each; run folder {folder}")
+    started = time.time()
+    trials: list[tuple[experiments.Trial, dict[str, Any]]] = []
+    try:
+        for i, (name, changes, allow) in enumerate(steps, 1):
+            say(f"[{i}/{len(steps)}] {name}: deploying ...")
+            trial = runner.run(name, {**plan.baseline, **changes}, plan.allow_rules + allow)
+            trials.append((trial, changes))
+            say(_trial_line(i, len(steps), trial))
+    except Interrupted as exc:
+        write_experiment_records(folder, "sweep", started, exc.exit_code,
+                                 [t for t, _ in trials], trials[-1][0] if trials else None,
+                                 interrupted=exc, plan=args.plan, limit=args.limit)
+        raise
     base = headline_tok_s(trials[0][0].outcome.benchmark) if trials[0][0].ready and \
         trials[0][0].outcome.benchmark else None
     rows = [config_row(t.name, changes, "ready" if t.ready else _failure_text(t.outcome),
                        t.outcome.benchmark if t.ready else None, base, t.outcome.evidence,
-                       t.outcome.host) for t, changes in trials]
+                       t.outcome.host, (t.outcome.recovery or {}).get("config_hash") or "")
+            for t, changes in trials]
     title = plan.description or f"Sweep {Path(args.plan).name}"
-    write_report(rows, folder, "sweep", title)
-    (folder / "junit.xml").write_text(junit_document(
-        f"sglang-fleet sweep {Path(args.plan).name}", round(sum(t.seconds for t, _ in trials), 1),
-        [(f"sglang-fleet.sweep.{t.outcome.host}", t.name,
-          None if t.ready else f"{_failure_text(t.outcome)}\nevidence: {t.outcome.evidence}\n"
-                               f"{t.outcome.message}", _failure_text(t.outcome))
-         for t, _ in trials]))
+    write_report(rows, folder, "sweep", title, subject=f"sweep {Path(args.plan).name} on "
+                                                      f"{args.limit}")
     (folder / "sweep.json").write_text(json.dumps(
         {"plan": args.plan, "baseline": plan.baseline, "limit": args.limit, "rows": rows,
          "trials": [{"name": t.name, "settings": t.settings, "verdict": t.outcome.verdict,
@@ -405,8 +475,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     for t, _ in trials]}, indent=2, default=str) + "\n")
     say()
     say(markdown_table(rows, any(r["simulated"] for r in rows), title))
-    say(f"table, chart, JUnit and trial artifacts: {folder}/sweep.md, sweep.png, sweep.json, "
-        f"junit.xml")
     code = EXIT_OK
     if base is None:
         say("the baseline did not come up ready: deltas are missing")
@@ -414,20 +482,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if any(not t.ready and not t.outcome.recovery for t, _ in trials):
         say("a failed trial was not recovered: check its host before using it")
         code = EXIT_HOSTS_FAILED
-    return _restore(args, runner, code)
+    code, restored = _restore(args, runner, code)
+    write_experiment_records(folder, "sweep", started, code, [t for t, _ in trials],
+                             restored or trials[-1][0], _restore_cases("sweep", restored),
+                             plan=args.plan, limit=args.limit)
+    say(f"result: {EXIT_CODES[code]} (exit {code}); summary {folder / 'summary.json'}, JUnit "
+        f"{folder / 'junit.xml'}; report {folder}/sweep.md, sweep.png, sweep.json")
+    return code
 
 
-def _restore(args: argparse.Namespace, runner: experiments.TrialRunner, code: int) -> int:
+def _restore(args: argparse.Namespace, runner: experiments.TrialRunner,
+             code: int) -> tuple[int, experiments.Trial | None]:
     if args.no_restore:
         say(f"--no-restore: {args.limit} keeps the last trial's configuration")
-        return code
+        return code, None
+    say(f"restoring {args.limit} to the inventory's configuration ...")
     trial = runner.restore()
     if trial.ready:
         say(f"restored {args.limit} to the inventory's configuration: ready")
-        return code
+        return code, trial
     say(f"restoring {args.limit} to the inventory's configuration failed: "
         f"{_failure_text(trial.outcome)}; runner artifacts {trial.artifacts}")
-    return EXIT_HOSTS_FAILED
+    return EXIT_HOSTS_FAILED, trial
+
+
+def _restore_cases(command: str, trial: experiments.Trial | None
+                   ) -> list[tuple[str, str, str | None, str]]:
+    return [_trial_case(command, trial)] if trial else []
 
 
 # ---- bisect --------------------------------------------------------------------------------
@@ -472,21 +553,31 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     folder = run_folder(args, "bisect")
     runner = _runner(args, folder, {})
     allow = sorted(set(good_allow) | set(bad_allow))
-    say(f"bisect on {args.limit}: {len(names)} differing variable(s): {', '.join(names)}; "
+    say(f"bisect on {args.limit}: {counted(len(names), 'differing variable')}: {', '.join(names)}; "
         f"run folder {folder}")
     by_subset: dict[frozenset[str], experiments.Trial] = {}
+    ran: list[experiments.Trial] = []
+    started = time.time()
+    records = {"good": args.good, "bad": args.bad, "limit": args.limit}
 
     def trial(subset: tuple[str, ...]) -> bool:
         settings = {k: v for k, v in good.items() if k not in subset}
         settings.update({k: bad[k] for k in subset if k in bad})
         name = "bad values of " + ", ".join(s.removeprefix("sglang_server_") for s in subset)
+        say(f"trial {runner.count + 1}: {name}: deploying ...")
         result = runner.run(name, settings, allow, benchmark=False)
         by_subset[frozenset(subset)] = result
+        ran.append(result)
         say(_trial_line(runner.count, runner.count, result).replace(
             f"[{runner.count}/{runner.count}]", f"trial {runner.count}:"))
         return not result.ready
 
-    found = find_culprit(names, trial)
+    try:
+        found = find_culprit(names, trial)
+    except Interrupted as exc:
+        write_experiment_records(folder, "bisect", started, exc.exit_code, ran,
+                                 ran[-1] if ran else None, interrupted=exc, **records)
+        raise
     culprit_trial = by_subset.get(frozenset(found.culprit))
     say()
     summary: dict[str, Any] = {
@@ -501,7 +592,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if found.confirmed and culprit_trial is not None:
         o = culprit_trial.outcome
         values = ", ".join(f"{k}={bad.get(k)!r} (good: {good.get(k)!r})" for k in found.culprit)
-        say(f"culprit after {len(found.trials)} trial(s) ({found.method}): {values}")
+        say(f"culprit after {counted(len(found.trials), 'trial')} ({found.method}): {values}")
         say(f"  fails as: {_failure_text(o)}: {(o.verdict or {}).get('reason', o.message)}")
         say(f"  evidence: {o.evidence or culprit_trial.artifacts}")
         rule = proposed_rule(folder.name, o.host, found.culprit, good, o.recovery)
@@ -515,11 +606,20 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             say(f"  proposed rule: {folder / 'proposed-rule.yml'}")
             say("    " + yaml.safe_dump(rule, sort_keys=False).replace("\n", "\n    ").rstrip())
     else:
-        say(f"no culprit: the bad configuration did not fail in {len(found.trials)} trial(s)")
+        say(f"no culprit: the bad configuration did not fail in "
+            f"{counted(len(found.trials), 'trial')}")
         code = EXIT_HOSTS_FAILED
     (folder / "bisect.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    say(f"trial record: {folder / 'bisect.json'}")
-    return _restore(args, runner, code)
+    culprit_case = ("sglang-fleet.bisect", "culprit", None if code == EXIT_OK else
+                    f"no culprit: the bad configuration did not fail in "
+                    f"{counted(len(found.trials), 'trial')}", "no culprit")
+    code, restored = _restore(args, runner, code)
+    write_experiment_records(folder, "bisect", started, code, ran, restored or ran[-1],
+                             [culprit_case] + _restore_cases("bisect", restored),
+                             culprit=list(found.culprit), confirmed=found.confirmed, **records)
+    say(f"result: {EXIT_CODES[code]} (exit {code}); summary {folder / 'summary.json'}, JUnit "
+        f"{folder / 'junit.xml'}; trial record {folder / 'bisect.json'}")
+    return code
 
 
 # ---- parser --------------------------------------------------------------------------------

@@ -128,14 +128,7 @@ def gate_conclusion(parsed: dict[str, Any], active: float | None, now: float
 
 
 def duration(seconds: float) -> str:
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
+    return vocab.duration_text(seconds)
 
 
 def _progress(p: dict[str, Any] | None) -> str:

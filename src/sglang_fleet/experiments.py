@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
+from sglang_fleet.progress import Progress
 from sglang_fleet.runner import playbook_run, project_dir
 from sglang_fleet.spec import PREFIX
 
@@ -232,8 +233,10 @@ class TrialRunner:
     def _deploy(self, name: str, settings: dict[str, Any], extra: dict[str, Any]) -> Trial:
         artifacts = self.run_dir / f"{self.count:02d}-{_slug(name)}"
         started = time.monotonic()
-        with playbook_run("deploy.yml", inventory=self.inventory, limit=self.limit,
-                          extravars=extra, private_data_dir=str(artifacts)) as run:
+        # Each trial's stages, phases and a line every 30 s, indented under the trial's own.
+        with Progress(indent="    ") as progress, playbook_run(
+                "deploy.yml", inventory=self.inventory, limit=self.limit, extravars=extra,
+                private_data_dir=str(artifacts), event_handler=progress) as run:
             outcomes = host_outcomes(list(run.events), run.stats)
             rc = run.rc
         return Trial(name, settings, _target(outcomes), outcomes, rc, str(artifacts),

@@ -20,6 +20,8 @@ def stage_of(data: dict[str, Any]) -> str | None:
     path = str(data.get("task_path") or "")
     if str(data.get("task_action")).endswith("validate_argument_spec"):
         return "spec"  # the role's argument_specs: the inventory's types
+    if "/playbooks/health.yml" in path and "include" not in str(data.get("task_action")):
+        return "health"  # its verdict per host: a server that is not ready fails there
     if "/roles/sglang_recover/" in path:
         return "recover"
     if "/roles/sglang_bench/" in path:
@@ -108,12 +110,14 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         if action == "sglang_health" and "verdict" in res and kind == "runner_retry":
             # A gate poll still waiting: the host's last known verdict if the run ends here.
             get(host).verdict = {k: res.get(k) for k in
-                                 ("verdict", "phase", "reason", "progress_text", "evidence")}
+                                 ("verdict", "phase", "reason", "progress_text", "headline",
+                                  "evidence")}
         if kind not in _OK:
             continue
         if action == "sglang_health" and "verdict" in res:
             get(host).verdict = {k: res.get(k) for k in
-                                 ("verdict", "phase", "reason", "progress_text", "evidence")}
+                                 ("verdict", "phase", "reason", "progress_text", "headline",
+                                  "evidence")}
         elif action in _SET_FACT:
             facts = res.get("ansible_facts") or {}
             if "sglang_bench_result" in facts:

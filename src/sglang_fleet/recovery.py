@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from sglang_fleet.reasons import counted
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.spec import PREFIX, public_settings
 
@@ -127,7 +128,9 @@ def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
             changed = []
             differs = bool(good_hash and run_hash and run_hash != good_hash)
         if differs:
-            detail = (f"{len(changed)} variable(s) differ: {', '.join(changed)}" if changed
+            detail = (f"{counted(len(changed), 'variable')} "
+                      f"{'differs' if len(changed) == 1 else 'differ'}: {', '.join(changed)}"
+                      if changed
                       else "its settings were not recorded on the node")
             reason = (f"revert to the last known good {good_hash or '(unnamed)'}: the "
                       f"configuration that failed, {run_hash}, differs from it ({detail})")

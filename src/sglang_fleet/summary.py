@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.outcomes import INTERRUPTED, NOT_OBSERVED, STAGES, HostOutcome
+from sglang_fleet.reasons import counted, group_by_reason, hosts_text, shorten, without_host, wrap
+from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
 
 EXIT_OK = 0  # every host ready (or its command succeeded)
 EXIT_HOSTS_FAILED = 1  # some hosts failed: verdicts and evidence in the summary
@@ -28,7 +30,8 @@ def judge_readiness(outcomes: dict[str, HostOutcome]) -> None:
         if o.status == "ok" and o.verdict and o.verdict_name != "ready":
             v = o.verdict
             o.status = "failed"
-            o.message = o.message or f"{v.get('verdict')} in {v.get('phase')}: {v.get('reason')}"
+            o.message = o.message or v.get("headline") or (
+                f"{verdict_phrase(v.get('verdict'), v.get('phase'))}: {v.get('reason')}")
             o.stages["health"] = o.message
 
 
@@ -109,7 +112,8 @@ def _failure_text(host: str, stage: str, o: HostOutcome, message: str) -> str:
     v = o.verdict or {}
     lines = [f"{host}: {stage} failed"]
     if v and stage in ("health", "recover"):
-        lines.append(f"verdict: {v.get('verdict')} in {v.get('phase')}: {v.get('reason')}")
+        lines.append(f"verdict: {verdict_phrase(v.get('verdict'), v.get('phase'))}: "
+                     f"{v.get('reason')}")
     if o.evidence:
         lines.append(f"evidence: {o.evidence}")
     lines.append(message)
@@ -155,26 +159,69 @@ def junit_xml(summary: dict[str, Any], outcomes: dict[str, HostOutcome]) -> str:
     return junit_document(f"sglang-fleet {summary['command']}", summary["seconds"], cases)
 
 
-def host_table(summary: dict[str, Any]) -> str:
+# Lines of one failure message shown under the table; the summary keeps all of them.
+REASON_LINES = 40
+DETAIL_WIDTH = 60
+
+
+def failure_reason(record: dict[str, Any]) -> str:
+    """Why a host is not ok, whole: its verdict in words with the reason, or the failed
+    task's message (a refused LaunchSpec: every problem with its fix)."""
+    if record["status"] == "ok" and record["verdict"] in ("ready", NOT_OBSERVED):
+        return ""
+    if record["status"] in (INTERRUPTED, NOT_OBSERVED):
+        return record["message"]
+    message = (record["message"] or "").strip()
+    if record["stages"].get("spec") == "failed" or not record["reason"]:
+        return message or record["status"]
+    if "Fix:" in message.split("\n", 1)[0]:
+        return message.split("\n", 1)[0]  # the verdict with what to do (health.yml)
+    return f"{verdict_phrase(record['verdict'], record['phase'])}: {record['reason']}"
+
+
+def _detail(host: str, r: dict[str, Any]) -> str:
+    if r.get("benchmark"):
+        b = r["benchmark"]
+        return (f"{b['output_tok_s']:.1f}{' SIMULATED' if b['simulated'] else ''} tok/s, "
+                f"TTFT {b['ttft_s']:.3f} s")
+    if r["status"] in (INTERRUPTED, NOT_OBSERVED):
+        return r["last_state"]
+    reason = failure_reason(r)
+    if not reason:
+        return r["progress"] or ""
+    if r["stages"].get("spec") == "failed":
+        return "LaunchSpec refused (below)"
+    return shorten(without_host(reason, host), DETAIL_WIDTH)
+
+
+def host_table(summary: dict[str, Any], width: int | None = None) -> str:
+    """One row per host; below it, the full reason of every host that is not ok, said once
+    for all the hosts that share it, wrapped at `width` between words (None: one line per
+    line of the reason, for logs and grep). A DETAIL cell is only ever cut where its full
+    text follows below."""
     rows = [("HOST", "STATUS", "VERDICT", "DETAIL", "EVIDENCE")]
     for host, r in summary["hosts"].items():
-        detail = r["progress"] or ""
-        if r["status"] in (INTERRUPTED, NOT_OBSERVED):
-            detail = r["last_state"]
-        elif r["status"] != "ok" or r["verdict"] not in ("ready", "not observed"):
-            detail = (f"{r['phase']}: {r['reason']}" if r["reason"] else
-                      (r["message"] or "").splitlines()[0] if r["message"] else detail)
-        if r.get("benchmark"):
-            b = r["benchmark"]
-            detail = (f"{b['output_tok_s']:.1f}{' SIMULATED' if b['simulated'] else ''} tok/s, "
-                      f"TTFT {b['ttft_s']:.3f} s")
-        rows.append((host, r["status"], r["verdict"], detail[:70], r["evidence"] or ""))
+        rows.append((host, r["status"], r["verdict"], _detail(host, r), r["evidence"] or ""))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True))
-                     .rstrip() for row in rows)
+    table = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    failed = [(host, failure_reason(r)) for host, r in summary["hosts"].items()
+              if r["status"] not in (INTERRUPTED, NOT_OBSERVED) and failure_reason(r)]
+    if failed:
+        table += ["", "why:"]
+        for hosts, reason in group_by_reason(failed):
+            lines = reason.splitlines()
+            more = len(lines) - REASON_LINES
+            if more > 0:
+                lines = lines[:REASON_LINES] + [f"... {counted(more, 'more line')} in summary.json"]
+            same = f" (the same on {len(hosts)} hosts)" if len(hosts) > 1 else ""
+            table.append(f"  {hosts_text(hosts)}{same}:")
+            table += (wrap("\n".join(lines), width=width, indent="    ", more="      ")
+                      if width else ["    " + x for x in lines])
+    return "\n".join(table)
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """0600: the summary names settings and evidence paths."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -185,5 +232,5 @@ def _write_private(path: Path, text: str) -> None:
 
 def write_summary(summary: dict[str, Any], outcomes: dict[str, HostOutcome], json_path: Path,
                   junit_path: Path) -> None:
-    _write_private(json_path, json.dumps(summary, indent=2, default=str) + "\n")
-    _write_private(junit_path, junit_xml(summary, outcomes))
+    write_private(json_path, json.dumps(summary, indent=2, default=str) + "\n")
+    write_private(junit_path, junit_xml(summary, outcomes))

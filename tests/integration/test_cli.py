@@ -21,6 +21,7 @@ from sglang_fleet.testfleet.local import (
     REPO,
     ansible_env,
     make_fleet,
+    run_playbook,
     sglang_fleet,
     wait_for,
 )
@@ -133,6 +134,48 @@ def test_usage_and_inventory_errors_exit_2_before_any_node_is_touched(fleet, tmp
     assert summary["result"] == "usage error"
     assert "sglang_server_tp" in summary["hosts"]["sim-node-1"]["message"]
     assert fleet.main_pid("sim-node-1") == pid
+
+
+def test_a_refused_typo_shows_its_fix_once_and_whole(fleet, tmp_path):
+    run_dir = tmp_path / "typo"
+    proc = cli(fleet, "deploy", run_dir, "-e", "sglang_server_attention_backend=flashinfr")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    fix = ("Fix: 'flashinfer' is the closest, but rule flashinfer-mla-sm120-graph-capture-hang "
+           "refuses it on this hardware: set sglang_server_attention_backend: 'triton'.")
+    # Said once, whole, for both hosts: the progress line names the variable, the table's
+    # reasons give the fix (one line each in a log).
+    assert proc.stdout.count(fix) == 1, proc.stdout
+    assert ("FAILED [sim-node-1, sim-node-2] LaunchSpec refused (the same on 2 hosts): "
+            "sglang_server_attention_backend") in proc.stdout
+    why = proc.stdout[proc.stdout.index("\nwhy:\n"):]
+    assert "  sim-node-1, sim-node-2 (the same on 2 hosts):\n    sglang_server_attention_backend=" \
+        "'flashinfr': is not one of SGLang 0.5.23's choices" in why
+    assert why.count("\n    sglang_server_attention_backend='flashinfr'") == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert fix in summary["hosts"]["sim-node-2"]["message"]
+
+
+def test_health_fails_an_absent_fleet_and_says_to_deploy_it(tmp_path):
+    """A CI job asks "is the fleet up?": a fleet never deployed must say no, one line per
+    host, with what to do."""
+    fleet = make_fleet(tmp_path, hosts=2)
+    run = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
+    assert run.rc == 2 and run.failed_hosts() == {"sim-node-1", "sim-node-2"}
+    task = run.output[run.output.index("TASK [One line per host"):run.output.index("PLAY RECAP")]
+    assert sorted(task.strip().splitlines()[1:]) == [
+        f"fatal: [{h}]: FAILED! => {h}: absent: no record of this deployment starting and none "
+        f"of its processes is running. Fix: deploy it (sglang-fleet deploy --limit {h}, or "
+        f"ansible-playbook deploy.yml --limit {h})" for h in ("sim-node-1", "sim-node-2")]
+    proc = sglang_fleet("health", "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "h"),
+                        "-e", json.dumps(fleet.extra))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert ("Fix: deploy it (sglang-fleet deploy --limit sim-node-1,sim-node-2, or "
+            "ansible-playbook deploy.yml --limit sim-node-1,sim-node-2)") in proc.stdout
+    assert "absent launching" not in proc.stdout and " in launching" not in proc.stdout
+    summary = json.loads((tmp_path / "h" / "summary.json").read_text())
+    assert {h["verdict"] for h in summary["hosts"].values()} == {"absent"}
+    assert junit_cases(tmp_path / "h" / "junit.xml")[("sim-node-1", "health")] is not None
+    assert not fleet.root.exists(), "asking is not deploying"
 
 
 def test_unreachable_hosts_exit_3(tmp_path):
@@ -362,6 +405,10 @@ def test_watch_recovers_a_server_that_hangs_after_start_and_exports_metrics(tmp_
         assert watch.returncode == 0, out[-3000:]
         assert "sim-node-1 unhealthy" in out and "sim-node-1: recovered" in out
         assert "watch stopped by SIGTERM" in out
+        # The run folder's contract: the last observation's summary and JUnit file.
+        summary = json.loads((tmp_path / "watch" / "summary.json").read_text())
+        assert summary["command"] == "watch" and summary["hosts"]["sim-node-1"]["verdict"]
+        assert junit_cases(tmp_path / "watch" / "junit.xml")
     finally:
         fleet.stop()
         fleet.kill_leftovers()

@@ -14,9 +14,45 @@ def test_bad_nccl_name_fails_before_touching_any_node(tmp_path):
     fleet = make_fleet(tmp_path, hosts=2)
     run = fleet.deploy(extra={"sglang_server_nccl_profile": {"NCCL_P2P_LEVL": "SYS"}})
     assert run.rc != 0
-    assert "host sim-node-1: sglang_server_nccl_profile='NCCL_P2P_LEVL'" in run.output
+    assert ("fatal: [sim-node-1, sim-node-2]: LaunchSpec refused (the same on 2 hosts):\n"
+            "    sglang_server_nccl_profile='NCCL_P2P_LEVL'") in run.output
     assert "did you mean NCCL_P2P_LEVEL?" in run.output
     assert not fleet.root.exists(), "nothing may be written to a node"
+
+
+def test_a_typo_on_four_hosts_is_said_once_naming_them(tmp_path):
+    """ansible-core 2.19 prints a failed task twice (an [ERROR] block with a source excerpt,
+    then the result as YAML, which doubles quotes): 70 lines for one typo on four hosts.
+    The refusal is one block: the hosts, then the reason with its fix."""
+    fleet = make_fleet(tmp_path, hosts=4)
+    run = fleet.deploy(extra={"sglang_server_attention_backend": "flashinfr"})
+    assert run.rc == 2
+    banner = run.output.index("TASK [sglang_server : Refuse an invalid LaunchSpec")
+    block = run.output[banner:run.output.index("PLAY RECAP")].strip().splitlines()[1:]
+    assert block[0] == ("fatal: [sim-node-1, sim-node-2, sim-node-3, sim-node-4]: LaunchSpec "
+                        "refused (the same on 4 hosts):")
+    assert len(block) == 2, block  # the hosts, then the one problem on one line
+    text = block[1].strip()
+    assert text.startswith("sglang_server_attention_backend='flashinfr': is not one of SGLang "
+                           "0.5.23's choices for --attention-backend. Fix: 'flashinfer' is the "
+                           "closest, but rule flashinfer-mla-sm120-graph-capture-hang refuses "
+                           "it on this hardware: set sglang_server_attention_backend: 'triton'")
+    assert run.output.count("is not one of SGLang 0.5.23's choices") == 1
+    assert "[ERROR]" not in run.output and "Origin:" not in run.output
+    assert "''" not in run.output
+    assert not fleet.root.exists()
+
+
+def test_different_refusals_get_a_block_each(tmp_path):
+    fleet = make_fleet(tmp_path, hosts=3)
+    fleet.set_host_vars("sim-node-3", {"sglang_server_tp": 16})
+    run = fleet.deploy(extra={"sglang_server_kv_cache_dtype": "fp8"})
+    assert run.rc == 2
+    assert "fatal: [sim-node-1, sim-node-2]: LaunchSpec refused (the same on 2 hosts):" in \
+        run.output
+    assert "fatal: [sim-node-3]: LaunchSpec refused:" in run.output
+    assert run.output.count("choices for --kv-cache-dtype") == 2  # once per block
+    assert "sglang_server_tp=16" in run.output
 
 
 def test_known_bad_rule_is_refused_with_its_fix(tmp_path):
@@ -88,3 +124,32 @@ def test_api_key_stays_out_of_output_script_and_log(one_node):
     assert requests.get(url + "/v1/models", timeout=5).status_code == 401
     assert requests.get(url + "/v1/models", timeout=5,
                         headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+
+
+def test_other_failures_keep_ansibles_own_output(tmp_path):
+    """Only messages the project words itself lose ansible-core's [ERROR] block: a template
+    error keeps it, with its source excerpt; a rescue that fails again says so in one line."""
+    import subprocess
+
+    from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
+
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: A template error\n      ansible.builtin.fail: {msg: '{{ nope.x }}'}\n"
+        "      ignore_errors: true\n"
+        "    - name: A failure of our own words\n      block:\n"
+        "        - name: Fail\n          ansible.builtin.fail:\n"
+        "            msg: \"the server's 'words'\\nsecond line\"\n"
+        "      rescue:\n        - name: Fail again\n          ansible.builtin.fail:\n"
+        "            msg: '{{ ansible_failed_result.msg }}'\n")
+    out = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                          str(playbook)], cwd=REPO, env=ansible_env(), capture_output=True,
+                         text=True, timeout=120).stdout
+    template = out[out.index("TASK [A template error]"):out.index("TASK [Fail]")]
+    assert "[ERROR]: Task failed: Finalization of task args" in template
+    assert "Origin: " in template and "'nope' is undefined" in template
+    own = out[out.index("TASK [Fail]"):out.index("PLAY RECAP")]
+    assert "fatal: [localhost]: FAILED! =>\n    the server's 'words'\n    second line\n" in own
+    assert "fatal: [localhost]: FAILED! => as above: the server's 'words'" in own
+    assert "[ERROR]" not in own and "Origin:" not in own

@@ -56,6 +56,15 @@ def test_sweep_reproduces_the_incident(node, tmp_path):
              ET.parse(run_dir / "junit.xml").getroot().iter("testcase")}
     assert cases["baseline"] is None and cases["triton + NCCL tuning"] is None
     assert hung["evidence"] in cases["flashinfer"].text
+    # The run folder keeps every command's promise: summary.json with the exit code.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["command"], summary["exit_code"], summary["result"]) == ("sweep", 0, "ok")
+    assert [t["name"] for t in summary["trials"]] == ["baseline", "flashinfer",
+                                                      "triton + NCCL tuning"]
+    # Each trial's stages and phases were shown while it ran, under its own line.
+    trial = run.stdout[run.stdout.index("[2/3] flashinfer: deploying"):
+                       run.stdout.index("[2/3] flashinfer: stalled")]
+    assert "    GATE [sim-node-1] progressing: capturing_cuda_graph" in trial
     # Each trial's runner artifacts are kept for the record.
     assert len(list(run_dir.glob("0*-*/artifacts/*/job_events/*.json"))) > 50
     # The hung variant's recovery is an experiment's: the crash-loop guard ignores it.
@@ -73,6 +82,11 @@ def test_sweep_refuses_a_variant_that_changes_two_variables(node, tmp_path):
     assert "variants[0] (both): changes 2 variables" in run.stdout
     assert "--allow-multiple" in run.stdout
     assert not (tmp_path / "run").exists() and not node.processes("sim-node-1")
+
+
+def failing_name(record) -> str:
+    return "bad values of " + ", ".join(v.removeprefix("sglang_server_")
+                                        for v in record["culprit"])
 
 
 def test_bisect_finds_a_planted_culprit_in_at_most_four_trials(node, tmp_path):
@@ -106,6 +120,19 @@ def test_bisect_finds_a_planted_culprit_in_at_most_four_trials(node, tmp_path):
     assert record["rule"]["known_rule"] == "flashinfer-mla-sm120-graph-capture-hang"
     # Restored: the inventory's own configuration runs again, and no trial holds a GPU.
     assert "restored sim-node-1 to the inventory's configuration: ready" in run.stdout
+    # summary.json and junit.xml, as every run folder has them: a case per trial (failed
+    # where the server failed, with its evidence), the culprit, and the restore.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["command"], summary["exit_code"], summary["result"]) == ("bisect", 0, "ok")
+    assert summary["culprit"] == record["culprit"] and summary["confirmed"]
+    assert summary["hosts"]["sim-node-1"]["verdict"] == "ready"
+    assert len(summary["trials"]) == len(record["trials"])
+    cases = [(c.get("name"), c.find("failure")) for c in
+             ET.parse(run_dir / "junit.xml").getroot().iter("testcase")]
+    assert [n for n, _ in cases][-2:] == ["culprit", "restore"]
+    assert cases[-1][1] is None and cases[-2][1] is None
+    failed = dict(cases)[failing_name(record)]
+    assert failed is not None and failing["evidence"] in failed.text
     assert http_status(node.url("sim-node-1") + "/health") == 200
     sim_gpus = node.host_root("sim-node-1") / "sim" / "gpus"
     holders = {a["pid"] for a in read_allocations(str(sim_gpus))}

@@ -37,7 +37,7 @@ def test_one_differing_variable_is_reverted_to_the_last_known_good():
     choice = choose_next(settings, SAFE_FACTS, ledger, "n1", [])
     assert choice["source"] == "last_known_good"
     assert choice["overrides"] == {"sglang_server_num_continuous_decode_steps": 1}
-    assert "1 variable(s) differ" in choice["reason"]
+    assert "1 variable differs" in choice["reason"]
 
 
 def test_fallback_chain_steps_are_tried_in_order_once():
@@ -186,7 +186,7 @@ def test_a_one_off_change_that_hangs_is_reverted_to_the_last_known_good():
     assert choice["failed_config"] == ONE_OFF_HASH
     assert choice["overrides"] == {}, "the inventory already is the known good"
     assert ("revert to the last known good aaaaaaaaaaaa: the configuration that failed, "
-            "bbbbbbbbbbbb, differs from it (2 variable(s) differ: "
+            "bbbbbbbbbbbb, differs from it (2 variables differ: "
             "sglang_server_allow_rules, sglang_server_attention_backend)") in choice["reason"]
     assert "also matches rule flashinfer-mla-sm120-graph-capture-hang" in choice["reason"]
     # Deployed from an inventory that holds the one-off, the revert is spelt out.
@@ -218,5 +218,5 @@ def test_a_simulated_fault_counts_as_part_of_what_ran():
     choice = choose(verdict("stalled", "capturing_cuda_graph"), running(ONE_OFF_HASH, faulty),
                     [ready_entry(settings=good)], good)
     assert choice["source"] == "last_known_good"
-    assert "1 variable(s) differ: sglang_server_sim_fault" in choice["reason"]
+    assert "1 variable differs: sglang_server_sim_fault" in choice["reason"]
     assert choice["overrides"] == {}
