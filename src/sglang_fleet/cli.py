@@ -20,6 +20,7 @@ from sglang_fleet.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
+from sglang_fleet.router_view import router_lines
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
 from sglang_fleet.spec import FACT_OF_SETTING, SECRET_SETTINGS
@@ -195,12 +196,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
         f"{metrics_path}; recovery {policy}")
     try:
         while stop["signal"] is None:
+            # Membership follows each verdict: a failed server leaves its routers at once.
             with playbook_run("playbooks/health.yml", inventory=args.inventory,
-                              limit=args.limit, extravars=extra,
+                              limit=args.limit,
+                              extravars={**extra, "sglang_router_follow_verdicts": True},
                               private_data_dir=str(folder / "runner"),
                               rotate_artifacts=args.keep_artifacts,
                               cancel_callback=finish_first) as run:
-                outcomes = host_outcomes(list(run.events), run.stats)
+                events = list(run.events)
+                outcomes = host_outcomes(events, run.stats)
                 rc = run.rc
             observations += 1
             failed = sorted(h for h, o in outcomes.items()
@@ -208,6 +212,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
             stamp = time.strftime("%H:%M:%S")
             say(f"[{stamp}] #{observations} " + "; ".join(
                 f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
+            for line in router_lines(events):
+                say(f"[{stamp}]   {line}")
             if args.recover and failed and stop["signal"] is None:
                 say(f"[{stamp}] recovering {', '.join(failed)}")
                 with playbook_run("playbooks/recover.yml", inventory=args.inventory,

@@ -65,6 +65,11 @@ class Generation:
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            if st.hang_generation:
+                # A hang mid-serve stalls the requests already running too, as a stuck
+                # scheduler does.
+                st.stop_event.wait()
+                return
             with st.lock:
                 st.generated_tokens += 1
             yield i
