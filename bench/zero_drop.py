@@ -57,6 +57,7 @@ from sglang_fleet.testfleet.local import BIN, REPO, SimFleet, ansible_env, make_
 from sglang_fleet.testfleet.router import VERSION as ROUTER_VERSION
 from sglang_fleet.testfleet.router import registered, router_venv
 from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet_node.sglang_fleet_router import parse_prometheus
 
 # The bench fleet: SGLang answers /health within 3 s (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s by
 # default) so that a hang is called in seconds; the router logs the worker of each request
@@ -101,14 +102,19 @@ def watch(inventory: Path, extra: dict[str, Any], run_dir: Path, count: int = 2)
 
 
 def all_back(fleet: SimFleet, timeout: float = 120.0) -> str:
-    """Wait until the router lists every worker healthy again; '' or what is still missing."""
+    """Wait until the router lists every worker healthy with its circuit closed, so that the
+    next case starts from a clean router; '' or what is still missing."""
     start = time.monotonic()
     urls = {fleet.url(h) for h in fleet.hosts}
     view: dict[str, bool] = {}
     while time.monotonic() - start < timeout:
         try:
             view = registered(fleet.router_url)
-            if all(view.get(u) for u in urls):
+            metrics = parse_prometheus(requests.get(fleet.router_metrics_url, timeout=5).text)
+            # 0 closed, 1 open, 2 half-open (sglang-router's smg_worker_cb_state)
+            open_circuits = {dict(labels).get("worker") for (name, labels), value
+                             in metrics.items() if name == "smg_worker_cb_state" and value}
+            if all(view.get(u) for u in urls) and not open_circuits & urls:
                 return ""
         except requests.RequestException:
             pass
@@ -222,15 +228,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
+def failure_lines(rows: list[dict[str, Any]], each: int = 12) -> list[str]:
+    """Every failed request by name; beyond `each` in one case, the rest counted by cause."""
     out = []
     for r in rows:
-        for f in r["failures"]:
+        rest: dict[str, int] = {}
+        for i, f in enumerate(r["failures"]):
+            where = " then ".join(f["workers"]) or "answered by the router itself"
+            if i >= each:
+                key = f"{where}: {f['error'][:60]}"
+                rest[key] = rest.get(key, 0) + 1
+                continue
             when = ("running when the event began" if f["running_at_event"] else
                     f"sent {f['sent_s']:+.2f} s after the event")
-            out.append(f"({r['scenario']}) {r['procedure']}: {f['rid']} -> "
-                       f"{' then '.join(f['workers']) or 'no worker logged'}, {when}, ended "
-                       f"{f['ended_s']:+.2f} s: {f['error']}")
+            out.append(f"({r['scenario']}) {r['procedure']}: {f['rid']} -> {where}, {when}, "
+                       f"ended {f['ended_s']:+.2f} s: {f['error']}")
+        for key, n in sorted(rest.items(), key=lambda kv: -kv[1]):
+            out.append(f"({r['scenario']}) {r['procedure']}: ... and {n} more -> {key}")
     return out
 
 

@@ -81,6 +81,39 @@ def worker_url_filter(server_spec, address, override=None):
     return worker_url(dict(server_spec), str(address), override)
 
 
+def membership_text(results, host, worker_url):
+    """One line per server for what its membership tasks changed ('' when nothing did)."""
+    parts = []
+    for r in results or []:
+        if not r.get("changed") or r.get("action") not in ("added", "removed"):
+            continue
+        verb = "joined" if r["action"] == "added" else "left"
+        text = "%s router %s (%s)" % (verb, r["item"]["name"], worker_url)
+        drained = r.get("drain")
+        if drained:
+            inflight = drained.get("inflight_at_start")
+            text += "; drained in %.1f s, %s in flight at removal" % (
+                drained.get("seconds", 0), "unknown" if inflight is None else inflight)
+            if drained.get("note"):
+                text += "; " + drained["note"]
+        parts.append(text)
+    return "%s: %s" % (host, "; ".join(parts)) if parts else ""
+
+
+def view_text(results, host, verdict):
+    """The routers' view of one server beside the gate's verdict, findings included."""
+    parts = []
+    for r in results or []:
+        text = "router %s: %s (gate: %s)" % (r["item"]["name"],
+                                             r.get("before_text", "unreachable"), verdict)
+        if r.get("finding"):
+            text += "; FINDING: " + r["finding"]
+        if r.get("changed"):
+            text += "; added it" if r.get("action") == "added" else "; removed it"
+        parts.append(text)
+    return "%s: %s" % (host, " | ".join(parts)) if parts else ""
+
+
 def flag_variable_filter(message):
     _need_package()
     return flag_variable(str(message))
@@ -96,4 +129,6 @@ class FilterModule(object):
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,
             "sglang_fleet_router_flag_variable": flag_variable_filter,
+            "sglang_fleet_membership_text": membership_text,
+            "sglang_fleet_router_view_text": view_text,
         }

@@ -104,6 +104,8 @@ def send(session: requests.Session, url: str, record: Request, text: str, max_ne
         with session.post(f"{url}/generate", json=body, headers=headers, stream=True,
                           timeout=timeout) as answer:
             record.status = answer.status_code
+            if answer.status_code != 200:
+                record.error = f"HTTP {answer.status_code}: {answer.text.strip()[:120]}"
             for line in answer.iter_lines():
                 if not line.startswith(b"data:"):
                     continue
@@ -120,8 +122,6 @@ def send(session: requests.Session, url: str, record: Request, text: str, max_ne
                 meta = chunk.get("meta_info") or {}
                 record.tokens = int(meta.get("completion_tokens") or record.tokens)
                 finished = finished or bool(meta.get("finish_reason"))
-            if answer.status_code != 200:
-                record.error = f"HTTP {answer.status_code}"
     except requests.RequestException as exc:
         record.error = f"{type(exc).__name__}: {str(exc)[:160]}"
     record.end = time.time()

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-VIEW_TASK = "One line per router, the router's view beside the gate's verdict"
+VIEW_TASK = "The routers' view beside the gate's verdict"
 
 
 def router_lines(events: list[dict[str, Any]]) -> list[str]:
-    """The view lines of a run, sorted, findings included ("sim-node-1: router sim-router:
-    registered, healthy, load 0 (gate: ready)")."""
+    """The view line of each server in a run, sorted, findings included ("sim-node-1: router
+    sim-router: registered, healthy, load 0 (gate: ready)")."""
     lines = []
     for event in events:
         data = event.get("event_data") or {}
-        if event.get("event") != "runner_item_on_ok" or data.get("task") != VIEW_TASK:
+        if event.get("event") != "runner_on_ok" or data.get("task") != VIEW_TASK:
             continue
         msg = (data.get("res") or {}).get("msg")
         if isinstance(msg, str):

@@ -200,6 +200,14 @@ def test_membership_follows_the_verdict_and_health_reports_the_disagreement(flee
     assert f"{host} crashed" in watched.stdout and "removed it" in watched.stdout
     assert url not in view(fleet) and view(fleet).get(fleet.url(fleet.hosts[0]))
 
+    # playbooks/router.yml reconciles the same way: the crashed server stays out.
+    reconciled = run_playbook("playbooks/router.yml", fleet.inventory, fleet.extra)
+    fleet.outputs.append(reconciled.output)
+    assert reconciled.rc == 0 and reconciled.changed_hosts() == set(), reconciled.output[-3000:]
+    assert ("1 workers registered, 1 healthy; one request answered through it" in
+            " ".join(reconciled.output.split()))
+    assert url not in view(fleet)
+
     again = fleet.deploy("--limit", host)
     fleet.outputs.append(again.output)
     assert again.rc == 0, again.output[-3000:]

@@ -157,6 +157,10 @@ class SimFleet:
         return f"http://127.0.0.1:{self.extra['sglang_fleet_router_port']}"
 
     @property
+    def router_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.extra['sglang_router_prometheus_port']}/metrics"
+
+    @property
     def router_root(self) -> Path:
         return self.root / "sim-router"
 
