@@ -1,8 +1,8 @@
 """Zero-drop: client requests through SGLang's real router while the fleet changes under them,
 with the fleet's router-aware procedures and with naive ones, side by side.
 
-    .venv/bin/python bench/zero_drop.py [--clients 4] [--tokens 48] [--scenarios a,b,c]
-                                        [--json PATH]
+    .venv/bin/python bench/zero_drop.py [--clients 8] [--tokens 48] [--scenarios a,b,c]
+                                        [-e VAR=VALUE] [--json PATH]
 
 One simulated fleet (four sglang-sim nodes, Kimi-K2.5 TP=8 profile) behind the real router
 (the pinned sglang-router wheel, in its own virtualenv; set SGLANG_FLEET_TEST_ROUTER_VENV to
@@ -137,7 +137,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
     sampler = RouterSampler(fleet.router_url, interval=0.1).start()
     time.sleep(args.warmup)
     event = time.time()
-    detail = ""
+    detail = transcript = ""
     if scenario == "a":
         run = run_playbook("deploy.yml", inventory, {
             **extra, "sglang_server_num_continuous_decode_steps": step + 1}, "-e",
@@ -151,6 +151,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
         out = watch(inventory, extra, work / f"watch-{scenario}-{procedure}")
         detail = next((line.split("] ", 1)[-1] for line in out.splitlines()
                        if f"{VICTIM}: " in line and "recover" in line), out[-200:])
+        transcript = out
     procedure_s = time.time() - event
     missing = all_back(fleet, args.rejoin_timeout)
     time.sleep(args.tail)
@@ -177,7 +178,8 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
             "p50_s": summary["p50_s"], "p99_s": summary["p99_s"],
             "out_of_rotation_s": hosts_out, "procedure_s": round(procedure_s, 1),
             "on_victim_at_event": on_victim if scenario != "a" else None,
-            "victim": victim, "detail": detail, "not_back": missing, "failures": failures}
+            "victim": victim, "detail": detail, "not_back": missing, "failures": failures,
+            "watch": transcript, "event_at": time.strftime("%H:%M:%S", time.localtime(event))}
 
 
 def _host(fleet: SimFleet, url: str) -> str:
@@ -261,7 +263,13 @@ def main() -> int:
     parser.add_argument("--rejoin-timeout", type=float, default=90.0,
                         help="seconds to wait for every worker to be back in rotation")
     parser.add_argument("--json", help="write every figure and failure here")
+    parser.add_argument("-e", "--extra", action="append", default=[], metavar="VAR=VALUE",
+                        help="inventory variable for the run, e.g. "
+                             "sglang_router_cb_failure_threshold=10 (the router's default)")
     args = parser.parse_args()
+    for item in args.extra:
+        name, _, value = item.partition("=")
+        BENCH_VARS[name] = yaml.safe_load(value)
     with tempfile.TemporaryDirectory(prefix="zero-drop-") as tmp_name:
         tmp = Path(tmp_name)
         os.environ[STATE_DIR_VAR] = str(tmp / "state")
@@ -288,7 +296,8 @@ def main() -> int:
     print()
     print(f"SIMULATED workers (sglang-sim, 4 nodes, Kimi-K2.5 TP=8 profile) behind the real "
           f"router (sglang-router {ROUTER_VERSION}); {args.clients} streaming clients, "
-          f"{args.tokens} tokens per request; victim of (b) and (c): {VICTIM}")
+          f"{args.tokens} tokens per request; victim of (b) and (c): {VICTIM}; "
+          f"{' '.join(args.extra) or 'default inventory settings'}")
     print(table(rows))
     print()
     for line in failure_lines(rows):

@@ -20,6 +20,7 @@ from sglang_fleet.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
+from sglang_fleet.router_settings import SECRET_SETTINGS as ROUTER_SECRET_SETTINGS
 from sglang_fleet.router_view import router_lines
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import failures, playbook_run, project_dir, task_results
@@ -72,7 +73,7 @@ def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
             if not sep or not key:
                 raise UsageError(f"-e {pair!r}: expected key=value or a JSON mapping")
             out[key] = yaml.safe_load(value) if value else ""
-    secret = sorted(set(out) & set(SECRET_SETTINGS))
+    secret = sorted(set(out) & {*SECRET_SETTINGS, *ROUTER_SECRET_SETTINGS})
     if secret:
         raise UsageError(f"-e {', '.join(secret)}: a secret on the command line ends up in "
                          f"the runner artifacts and the shell history. Fix: keep it in the "

@@ -178,3 +178,12 @@ def test_worker_urls_as_the_router_reaches_each_server():
 def test_a_refusal_from_the_installed_router_names_the_variable():
     assert flag_variable("argument --policy: invalid choice: 'x'") == "sglang_router_policy"
     assert flag_variable("unrecognized arguments: --foo") == "sglang_router_extra_args"
+
+
+def test_the_cli_refuses_a_router_secret_on_its_command_line():
+    from sglang_fleet.cli import UsageError, parse_extra_vars
+
+    with pytest.raises(UsageError, match="sglang_router_api_key: a secret on the command line"):
+        parse_extra_vars([f"sglang_router_api_key={API_KEY}"])
+    assert parse_extra_vars(["sglang_router_policy=round_robin"]) == {
+        "sglang_router_policy": "round_robin"}
