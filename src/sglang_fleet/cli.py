@@ -25,6 +25,7 @@ from sglang_fleet.progress import Progress
 from sglang_fleet.reasons import counted
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
+from sglang_fleet.router_view import router_lines
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.runner import (
     Interrupted,
@@ -246,18 +247,23 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     def observe(number: int) -> None:
         started = time.time()
+        # Membership follows each verdict: a failed server leaves its routers at once.
         with playbook_run("playbooks/health.yml", inventory=args.inventory,
-                          limit=args.limit, extravars=extra,
+                          limit=args.limit,
+                          extravars={**extra, "sglang_router_follow_verdicts": True},
                           private_data_dir=str(folder / "runner"),
                           rotate_artifacts=args.keep_artifacts,
                           cancel_callback=finish_first) as run:
-            outcomes = host_outcomes(list(run.events), run.stats)
+            events = list(run.events)
+            outcomes = host_outcomes(events, run.stats)
             rc = run.rc
         failed = sorted(h for h, o in outcomes.items()
                         if o.verdict_name in args.recover_verdicts)
         stamp = time.strftime("%H:%M:%S")
         say(f"[{stamp}] #{number} " + "; ".join(
             f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
+        for line in router_lines(events):
+            say(f"[{stamp}]   {line}")
         if args.recover and failed and stop["signal"] is None:
             say(f"[{stamp}] recovering {', '.join(failed)}")
             with Progress(indent="  ") as progress, playbook_run(

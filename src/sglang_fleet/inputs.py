@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from sglang_fleet.router_settings import SECRET_SETTINGS as ROUTER_SECRET_SETTINGS
 from sglang_fleet.spec import API_KEY_VAR, HF_TOKEN_VAR, SECRET_SETTINGS
 
 # Values that YAML aliases may add when expanded: a real inventory shares a few blocks of
@@ -24,8 +25,8 @@ _IGNORED = re.compile(r"^\.|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.
                       r"\.retry)$")
 _VARS_FOLDERS = ("group_vars", "host_vars")
 # Names a secret may hide under in -e, at any depth: the settings and their env variables.
-_SECRET_NAMES = frozenset(SECRET_SETTINGS) | {API_KEY_VAR, HF_TOKEN_VAR} | {
-    s.removeprefix("sglang_server_") for s in SECRET_SETTINGS}
+_SECRET_NAMES = frozenset(SECRET_SETTINGS) | frozenset(ROUTER_SECRET_SETTINGS) | {
+    API_KEY_VAR, HF_TOKEN_VAR} | {s.removeprefix("sglang_server_") for s in SECRET_SETTINGS}
 
 
 class InputError(Exception):
@@ -231,5 +232,5 @@ def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
             f"-e {', '.join(secret)}: a secret on the command line ends up in the runner "
             f"artifacts and the shell history, and inside sglang_server_overrides it is not "
             f"even used as a secret. Fix: set sglang_server_api_key / sglang_server_hf_token "
-            f"in the inventory, encrypted with ansible-vault")
+            f"in the inventory (the router's API keys likewise), encrypted with ansible-vault")
     return out

@@ -13,6 +13,9 @@ STAGES = ("spec", "deploy", "health", "benchmark", "recover")
 _STAGE_OF_FILE = {"spec.yml": "spec", "install.yml": "deploy", "preflight.yml": "deploy",
                   "argcheck.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
                   "gate.yml": "health", "observe.yml": "health"}
+# The router role: refused settings fail at "spec" (exit 2, like a server's); the router's view
+# beside a verdict is "health"; install, service, membership and drain steps are "deploy".
+_ROUTER_STAGE_OF_FILE = {"spec.yml": "spec", "view.yml": "health"}
 
 
 def stage_of(data: dict[str, Any]) -> str | None:
@@ -28,6 +31,8 @@ def stage_of(data: dict[str, Any]) -> str | None:
         return "benchmark"
     if "/roles/sglang_server/" in path:
         return _STAGE_OF_FILE.get(path.rsplit("/", 1)[-1].split(":")[0])
+    if "/roles/sglang_router/" in path:
+        return _ROUTER_STAGE_OF_FILE.get(path.rsplit("/", 1)[-1].split(":")[0], "deploy")
     return None
 
 

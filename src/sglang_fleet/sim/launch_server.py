@@ -286,9 +286,10 @@ class Engine:
     def serve_http(self) -> int:
         rt, args = self.rt, self.rt.args
         self.state = st = ServerState(rt, self.replicas)
-        # SIGUSR1 makes a running server hang in generation from now on, and a second one
-        # ends that for new requests: a hang after start (and its end) for the tests of watch
-        # mode and of /health's recovery. Real servers have no such switch.
+        # SIGUSR1 makes a running server hang in generation from now on (the requests already
+        # running included), and a second one ends that for new requests: a hang after start
+        # (and its end) for the tests of watch mode and of /health's recovery. Real servers
+        # have no such switch.
         signal.signal(signal.SIGUSR1,
                       lambda *_: setattr(st, "hang_generation", not st.hang_generation))
         time.sleep(rt.duration("starting_http"))

@@ -253,6 +253,11 @@ class Generation:
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+                if st.hang_generation:
+                    # SIGUSR1 mid-serve stalls the requests already running too, as a stuck
+                    # scheduler does.
+                    st.stop_event.wait()
+                    return
                 if i == 0:
                     self.first_token_at = time.monotonic()
                     if on_prefill is not None:

@@ -152,23 +152,45 @@ class SimFleet:
         """The server's own processes, without the supervisor's waiting shell."""
         return [p for p in self.processes(host) if not p["cmdline"].startswith("/bin/sh -c")]
 
+    @property
+    def router_url(self) -> str:
+        return f"http://127.0.0.1:{self.extra['sglang_fleet_router_port']}"
+
+    @property
+    def router_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.extra['sglang_router_prometheus_port']}/metrics"
+
+    @property
+    def router_root(self) -> Path:
+        return self.root / "sim-router"
+
+    def router_marker(self) -> str:
+        return f"sim-router:sglang-router-{self.extra['sglang_fleet_router_port']}"
+
     def kill_leftovers(self) -> None:
         """Safety net after a test: end processes carrying this fleet's markers, nothing else."""
         from sglang_fleet_node.sglang_fleet_procs import stop_deployment
         for host in self.hosts:
             stop_deployment(self.marker(host), term_timeout=5)
+        if "sglang_fleet_router_port" in self.extra:
+            stop_deployment(self.router_marker(), term_timeout=5)
 
 
 def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
-               tp: int | None = None) -> SimFleet:
+               tp: int | None = None, router: Path | None = None) -> SimFleet:
     """A copy of the default inventory with `hosts` simulated nodes (sim-node-1...), each on
-    its own free loopback port under `tmp`; `tp` sizes every server (and its node's GPUs)."""
+    its own free loopback port under `tmp`; `tp` sizes every server (and its node's GPUs). Its
+    router (sim-router) is kept only when `router` names a virtualenv with sglang-router
+    installed (testfleet.router.router_venv): the role's pip step then finds the pinned release
+    there instead of installing it."""
     inventory = tmp / "inventory"
     shutil.copytree(REPO / "inventory" / "local", inventory)
     names = [f"sim-node-{i}" for i in range(1, hosts + 1)]
     data = yaml.safe_load((inventory / "hosts.yml").read_text())
     data["all"]["children"]["sglang_servers"]["hosts"] = {
         name: {"sglang_sim_node_index": i} for i, name in enumerate(names)}
+    if router is None:
+        del data["all"]["children"]["sglang_routers"]
     (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
     base = free_port_block(len(names))
     # Test speed settings go in the group's vars, so that a host's own vars can override them.
@@ -182,6 +204,10 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}
+    if router is not None:
+        port = free_port_block(2)
+        extra.update(sglang_fleet_router_port=port, sglang_router_prometheus_port=port + 1,
+                     sglang_router_venv=str(router))
     return SimFleet(inventory, tmp / "nodes", base, names, extra)
 
 

@@ -1,0 +1,283 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_router_member
+short_description: Put an SGLang server in an SGLang router, take it out, or read its view
+description:
+  - Talks to the worker API of SGLang's router (C(sglang-router), the SGLang Model Gateway),
+    C(GET /workers), C(POST /workers) and C(DELETE /workers/{id}). Additions and removals are
+    jobs the router queues, so every change is followed by polling the worker list until it
+    shows the result.
+  - I(state=present) adds the worker when the router does not list it and waits until the
+    router lists it healthy. The fleet calls it only for a server the gate judged C(ready).
+  - I(state=absent) removes the worker, waits until the router no longer lists it, and with
+    I(drain=true) waits until the requests still running on the worker finish (two zero
+    readings in a row of the worker's C(sglang:num_running_reqs) plus C(sglang:num_queue_reqs),
+    and of the router's C(smg_worker_requests_active) for it, whichever answer), at most
+    I(drain_timeout) seconds; hitting the bound is reported.
+  - I(state=query) changes nothing and returns the router's view (registered, healthy, load)
+    and, given the gate's I(verdict), any disagreement between the two as a finding.
+  - Runs on the router host (delegate to it); the worker's metrics are read from there too.
+version_added: "0.1.0"
+author: sglang-fleet maintainers
+options:
+  router_url:
+    description: Base URL of the router's API, as the router host reaches it.
+    type: str
+    required: true
+  admin_key:
+    description: An admin key of the router's control plane (C(--control-plane-api-keys)); empty
+      when the router runs without one.
+    type: str
+    default: ""
+  worker_url:
+    description: URL the router reaches the server at.
+    type: str
+    required: true
+  worker_api_key:
+    description: The server's own API key (SGLang's C(--api-key)); the router sends it to the
+      worker with every request it forwards.
+    type: str
+    default: ""
+  state:
+    description: Desired membership, or C(query) to only read the router's view.
+    type: str
+    choices: [present, absent, query]
+    default: present
+  drain:
+    description: With I(state=absent), wait for the worker's in-flight requests to finish.
+    type: bool
+    default: false
+  drain_timeout:
+    description: Most seconds to wait while draining.
+    type: float
+    default: 120
+  drain_poll_interval:
+    description: Seconds between in-flight readings.
+    type: float
+    default: 1.0
+  worker_metrics_url:
+    description: The worker's Prometheus endpoint; empty means I(worker_url)/metrics.
+    type: str
+    default: ""
+  router_metrics_url:
+    description: The router's Prometheus endpoint, for its per-worker request gauge.
+    type: str
+    default: ""
+  join_timeout:
+    description: Seconds to wait for the router to list an added worker healthy.
+    type: float
+    default: 60
+  verdict:
+    description: The gate's verdict of the server, compared with the router's view.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds allowed for each HTTP call.
+    type: float
+    default: 10
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - An unreachable router is a failure for I(state=present) (a ready server would serve nothing
+    through it) and a warning for I(state=absent) (nothing is routed through a router that is
+    down).
+"""
+
+EXAMPLES = r"""
+- name: Put a ready server in the router
+  sglang_router_member:
+    router_url: http://127.0.0.1:30000
+    admin_key: "{{ router_admin_key }}"
+    worker_url: http://10.0.0.11:30000
+    state: present
+  delegate_to: router-1
+
+- name: Take it out and wait for its in-flight requests before a restart
+  sglang_router_member:
+    router_url: http://127.0.0.1:30000
+    worker_url: http://10.0.0.11:30000
+    state: absent
+    drain: true
+    drain_timeout: 120
+    router_metrics_url: http://127.0.0.1:29000/metrics
+  delegate_to: router-1
+
+- name: Read the router's view beside the gate's verdict
+  sglang_router_member:
+    router_url: http://127.0.0.1:30000
+    worker_url: http://10.0.0.11:30000
+    state: query
+    verdict: ready
+  delegate_to: router-1
+"""
+
+RETURN = r"""
+before:
+  description: The router's view of the worker before the call.
+  returned: when the router answered
+  type: dict
+  sample: {registered: true, healthy: true, load: 3, id: 2f3a0c3e-3a7b-4c3f-8c70-1b7d4c3a6e1f}
+after:
+  description: The router's view after the call.
+  returned: when the router answered
+  type: dict
+  sample: {registered: false, healthy: null, load: null, id: null}
+action:
+  description: What was done, one of none, added, removed.
+  returned: always
+  type: str
+  sample: removed
+at:
+  description: Epoch seconds when the router was seen to have applied the change.
+  returned: when something changed
+  type: float
+drain:
+  description: Seconds waited, in-flight at start and left, whether the timeout was hit, the
+    sources read, and a note when it matters.
+  returned: when drain was requested and the worker was removed
+  type: dict
+  sample: {seconds: 1.6, inflight_at_start: 3, inflight_left: 0, timed_out: false,
+           sources: [worker /metrics], readings: 5}
+finding:
+  description: A disagreement between the gate's verdict and the router's view, else null.
+  returned: always
+  type: str
+before_text:
+  description: The router's view before the call in one line, e.g. "registered, healthy, load 0".
+  returned: when the router answered
+  type: str
+view_text:
+  description: The router's view after the call in one line.
+  returned: always
+  type: str
+router_reachable:
+  description: Whether the router answered.
+  returned: always
+  type: bool
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_router import (
+    Router,
+    RouterError,
+    RouterUnreachable,
+    describe_view,
+    drain,
+    finding,
+    normalize,
+    read_inflight,
+    view_of,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            router_url=dict(type="str", required=True),
+            admin_key=dict(type="str", default="", no_log=True),
+            worker_url=dict(type="str", required=True),
+            worker_api_key=dict(type="str", default="", no_log=True),
+            state=dict(type="str", default="present", choices=["present", "absent", "query"]),
+            drain=dict(type="bool", default=False),
+            drain_timeout=dict(type="float", default=120),
+            drain_poll_interval=dict(type="float", default=1.0),
+            worker_metrics_url=dict(type="str", default=""),
+            router_metrics_url=dict(type="str", default=""),
+            join_timeout=dict(type="float", default=60),
+            verdict=dict(type="str", default=""),
+            timeout=dict(type="float", default=10),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    router = Router(p["router_url"], p["admin_key"], p["timeout"])
+    worker = normalize(p["worker_url"])
+    result = dict(changed=False, action="none", finding=None, router_reachable=True)
+    try:
+        before = view_of(router.find(worker))
+    except RouterUnreachable as exc:
+        result.update(router_reachable=False, view_text="router unreachable")
+        if p["state"] == "present":
+            module.fail_json(msg="router %s is unreachable (%s): %s is ready but serves nothing "
+                                 "through it. Fix: start it (playbooks/router.yml)"
+                                 % (p["router_url"], exc, worker), **result)
+        if p["state"] == "absent":
+            module.warn("router %s is unreachable: nothing is routed to %s through it"
+                        % (p["router_url"], worker))
+        if p["verdict"]:
+            result["finding"] = "the router at %s does not answer" % p["router_url"]
+        module.exit_json(**result)
+    except RouterError as exc:
+        module.fail_json(msg=str(exc), **result)
+    result.update(before=before, after=before, before_text=describe_view(before))
+
+    try:
+        if p["state"] == "present" and not before["registered"]:
+            _join(module, router, worker, result)
+        elif p["state"] == "absent" and before["registered"]:
+            _leave(module, router, worker, before, result)
+    except RouterUnreachable as exc:
+        module.fail_json(msg="router %s stopped answering: %s" % (p["router_url"], exc),
+                         **result)
+    except RouterError as exc:
+        module.fail_json(msg=str(exc), **result)
+    if p["verdict"]:
+        # What the operator would have seen: the router's view when the gate observed.
+        result["finding"] = finding(p["verdict"], before)
+    result["view_text"] = describe_view(result["after"])
+    module.exit_json(**result)
+
+
+def _join(module, router, worker, result):
+    p = module.params
+    result.update(changed=True, action="added")
+    if module.check_mode:
+        return
+    router.add(worker, p["worker_api_key"])
+    entry = router.wait_for(worker, present=True, healthy=True, timeout=p["join_timeout"])
+    result["after"] = view_of(entry)
+    result["at"] = time.time()
+    if entry is None or not entry.get("is_healthy"):
+        module.fail_json(
+            msg="the router at %s did not list %s as healthy within %ss (%s). Fix: check that "
+                "the router host reaches the server at that URL (sglang_router_worker_url) and "
+                "its key; the router's log says why"
+                % (p["router_url"], worker, p["join_timeout"], describe_view(result["after"])),
+            **result)
+
+
+def _leave(module, router, worker, before, result):
+    p = module.params
+    result.update(changed=True, action="removed")
+    if module.check_mode:
+        return
+    router.remove(before["id"])
+    entry = router.wait_for(worker, present=False, timeout=max(p["timeout"], 30))
+    if entry is not None:
+        module.fail_json(msg="the router at %s still lists %s 30 s after its removal"
+                             % (p["router_url"], worker), **result)
+    result["after"] = view_of(None)
+    result["at"] = time.time()
+    if p["drain"]:
+        metrics = p["worker_metrics_url"] or worker + "/metrics"
+        result["drain"] = drain(
+            lambda: read_inflight(metrics, p["router_metrics_url"], worker,
+                                  timeout=min(p["timeout"], 5)),
+            p["drain_timeout"], p["drain_poll_interval"])
+        if result["drain"].get("timed_out") or result["drain"].get("inflight_left") is None:
+            module.warn("%s: %s" % (worker, result["drain"].get("note")))
+
+
+if __name__ == "__main__":
+    main()

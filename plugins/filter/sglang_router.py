@@ -1,0 +1,134 @@
+# -*- coding: utf-8 -*-
+# Controller-side glue for the router: Ansible templates call the sglang_fleet package, which
+# builds and renders the RouterSpec in one place (sglang_fleet.router_spec).
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sglang_fleet.router_render import render_router_files
+    from sglang_fleet.router_settings import PREFIX
+    from sglang_fleet.router_spec import (
+        admin_key,
+        build_router_spec,
+        flag_variable,
+        router_secrets,
+        worker_url,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the controller environment
+    _IMPORT_ERROR = exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _need_package():
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "the sglang_fleet Python package is not importable by ansible-playbook (%s); "
+            "run the README's set-up command" % _IMPORT_ERROR)
+
+
+def _router_vars(host_vars):
+    # hostvars[router] templates each value as it is read; only the role's own are read.
+    return dict((k, host_vars[k]) for k in list(host_vars) if str(k).startswith(PREFIX))
+
+
+def router_spec(host_vars, host, address=None):
+    """hostvars[router] | sglang_fleet_router_spec(router, hostvars[router].ansible_host)."""
+    _need_package()
+    return build_router_spec(_router_vars(host_vars), str(host),
+                             str(address) if address else None)
+
+
+def routers_of(server, groups, hostvars):
+    """The routers that front `server`: [{name, spec}] for each host of the sglang_routers
+    group whose sglang_router_workers_group holds it. A router whose settings are refused
+    fails here with every refusal, as the router's own deploy does."""
+    _need_package()
+    out = []
+    for name in sorted(groups.get("sglang_routers", [])):
+        hv = hostvars[name]
+        workers_group = hv.get("sglang_router_workers_group", "sglang_servers")
+        if server not in groups.get(workers_group, []):
+            continue
+        built = build_router_spec(_router_vars(hv), name,
+                                  str(hv["ansible_host"]) if "ansible_host" in hv else name)
+        if not built["ok"]:
+            raise AnsibleFilterError("\n".join(built["errors"]))
+        out.append({"name": name, "spec": built["spec"]})
+    return out
+
+
+def render(spec, secrets=None, masked=False):
+    _need_package()
+    return render_router_files(spec, dict(secrets or {}), masked=bool(masked))
+
+
+def secrets(api_key, control_plane_keys):
+    _need_package()
+    return router_secrets(api_key, list(control_plane_keys or []))
+
+
+def admin_key_filter(control_plane_keys):
+    _need_package()
+    return admin_key(list(control_plane_keys or []))
+
+
+def worker_url_filter(server_spec, address, override=None):
+    _need_package()
+    return worker_url(dict(server_spec), str(address), override)
+
+
+def membership_text(results, host, worker_url):
+    """One line per server for what its membership tasks changed ('' when nothing did)."""
+    parts = []
+    for r in results or []:
+        if not r.get("changed") or r.get("action") not in ("added", "removed"):
+            continue
+        verb = "joined" if r["action"] == "added" else "left"
+        text = "%s router %s (%s)" % (verb, r["item"]["name"], worker_url)
+        drained = r.get("drain")
+        if drained:
+            inflight = drained.get("inflight_at_start")
+            text += "; drained in %.1f s, %s in flight at removal" % (
+                drained.get("seconds", 0), "unknown" if inflight is None else inflight)
+            if drained.get("note"):
+                text += "; " + drained["note"]
+        parts.append(text)
+    return "%s: %s" % (host, "; ".join(parts)) if parts else ""
+
+
+def view_text(results, host, verdict):
+    """The routers' view of one server beside the gate's verdict, findings included."""
+    parts = []
+    for r in results or []:
+        text = "router %s: %s (gate: %s)" % (r["item"]["name"],
+                                             r.get("before_text", "unreachable"), verdict)
+        if r.get("finding"):
+            text += "; FINDING: " + r["finding"]
+        if r.get("changed"):
+            text += "; added it" if r.get("action") == "added" else "; removed it"
+        parts.append(text)
+    return "%s: %s" % (host, " | ".join(parts)) if parts else ""
+
+
+def flag_variable_filter(message):
+    _need_package()
+    return flag_variable(str(message))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "sglang_fleet_router_spec": router_spec,
+            "sglang_fleet_routers_of": routers_of,
+            "sglang_fleet_router_render": render,
+            "sglang_fleet_router_secrets": secrets,
+            "sglang_fleet_router_admin_key": admin_key_filter,
+            "sglang_fleet_worker_url": worker_url_filter,
+            "sglang_fleet_router_flag_variable": flag_variable_filter,
+            "sglang_fleet_membership_text": membership_text,
+            "sglang_fleet_router_view_text": view_text,
+        }

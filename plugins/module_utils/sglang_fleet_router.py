@@ -1,0 +1,238 @@
+# -*- coding: utf-8 -*-
+# SGLang's router (sglang-router 0.3.x, the SGLang Model Gateway) seen from the fleet: its worker
+# API (GET/POST /workers, DELETE /workers/{id}: adds and removes are queued jobs, so every change
+# is followed by polling the list), the in-flight requests of a worker (SGLang's own
+# sglang:num_running_reqs + sglang:num_queue_reqs on the worker's /metrics, or the router's
+# smg_worker_requests_active gauge for it), a bounded drain, and how the router's view of a
+# worker compares with the gate's verdict. Standard library only: it runs on the router host.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+import time
+
+try:  # Python 3
+    from urllib.error import HTTPError, URLError
+    from urllib.request import Request, urlopen
+except ImportError:  # pragma: no cover - Python 2 has no place on a fleet node
+    raise
+
+WORKER_INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+ROUTER_ACTIVE_METRIC = "smg_worker_requests_active"
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+class RouterError(Exception):
+    """The router answered in a way the fleet cannot work with (auth, an error status)."""
+
+
+class RouterUnreachable(RouterError):
+    """Nothing answers at the router's address."""
+
+
+def normalize(url):
+    return str(url or "").rstrip("/")
+
+
+def http(method, url, key=None, body=None, timeout=10.0):
+    """(status, parsed body) of one request; raises RouterUnreachable when nothing answers."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", "Bearer %s" % key)
+    try:
+        with urlopen(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (URLError, OSError) as exc:
+        raise RouterUnreachable("%s %s: %s" % (method, url, getattr(exc, "reason", exc))) \
+            from exc
+    text = raw.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+class Router(object):
+    """The worker API of one router."""
+
+    def __init__(self, url, key=None, timeout=10.0, clock=time.monotonic, sleep=time.sleep):
+        self.url = normalize(url)
+        self.key = key or None
+        self.timeout = timeout
+        self.clock = clock
+        self.sleep = sleep
+
+    def _call(self, method, path, body=None):
+        status, answer = http(method, self.url + path, self.key, body, self.timeout)
+        if status in (401, 403):
+            raise RouterError(
+                "the router at %s refused the fleet's key (%d %s): set an admin key in "
+                "sglang_router_control_plane_api_keys, the same the router runs with"
+                % (self.url, status, str(answer)[:200]))
+        if status >= 400:
+            raise RouterError("%s %s%s answered %d: %s" % (method, self.url, path, status,
+                                                          str(answer)[:300]))
+        return answer
+
+    def workers(self):
+        answer = self._call("GET", "/workers")
+        if not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
+            raise RouterError("GET %s/workers: not the router's worker list: %s"
+                              % (self.url, str(answer)[:200]))
+        return answer["workers"]
+
+    def find(self, worker_url):
+        wanted = normalize(worker_url)
+        for worker in self.workers():
+            if normalize(worker.get("url")) == wanted:
+                return worker
+        return None
+
+    def add(self, worker_url, worker_api_key=None):
+        body = {"url": normalize(worker_url)}
+        if worker_api_key:
+            body["api_key"] = worker_api_key
+        return self._call("POST", "/workers", body)
+
+    def remove(self, worker_id):
+        return self._call("DELETE", "/workers/%s" % worker_id)
+
+    def wait_for(self, worker_url, present, healthy=None, timeout=60.0, interval=0.2):
+        """Poll the list until the worker is (or is no longer) in it; returns its entry."""
+        deadline = self.clock() + timeout
+        while True:
+            entry = self.find(worker_url)
+            if present and entry is not None and (healthy is None or
+                                                  bool(entry.get("is_healthy")) == healthy):
+                return entry
+            if not present and entry is None:
+                return None
+            if self.clock() >= deadline:
+                return entry  # the caller judges what it found at the deadline
+            self.sleep(interval)
+
+
+def view_of(entry):
+    """The router's view of one worker, in the fleet's words."""
+    if entry is None:
+        return {"registered": False, "healthy": None, "load": None, "id": None}
+    load = entry.get("load")
+    return {"registered": True, "healthy": bool(entry.get("is_healthy")),
+            "load": load if isinstance(load, int) and load >= 0 else None,
+            "id": entry.get("id")}
+
+
+def describe_view(view):
+    if not view.get("registered"):
+        return "not registered"
+    load = view.get("load")
+    return "registered, %s, load %s" % ("healthy" if view.get("healthy") else "unhealthy",
+                                       "n/a" if load is None else load)
+
+
+def finding(verdict, view):
+    """A disagreement between the gate's verdict and the router's view, or None."""
+    ready = verdict == "ready"
+    if ready and not view.get("registered"):
+        return ("the gate says ready but the router does not list it: it serves no traffic "
+                "through the router (join it: playbooks/router.yml, or sglang-fleet watch)")
+    if ready and view.get("healthy") is False:
+        return ("the gate says ready but the router marks it unhealthy: the router cannot "
+                "reach it or its health check fails from the router (address, key, network)")
+    if not ready and view.get("registered"):
+        return ("the gate says %s but the router still lists it%s: clients can be sent to it "
+                "(take it out: sglang-fleet watch, or playbooks/recover.yml)"
+                % (verdict, " as healthy" if view.get("healthy") else ""))
+    return None
+
+
+def parse_prometheus(text):
+    """{(name, frozenset(labels)): value} of a Prometheus text exposition."""
+    samples = {}
+    for line in str(text or "").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line.strip())
+        if not match:
+            continue
+        labels = frozenset(_LABEL.findall(match.group(3) or ""))
+        try:
+            samples[(match.group(1), labels)] = float(match.group(4))
+        except ValueError:
+            continue
+    return samples
+
+
+def worker_inflight(metrics_text):
+    """Running plus queued requests by SGLang's own gauges (None when it exports neither)."""
+    samples = parse_prometheus(metrics_text)
+    found = [v for (name, _), v in samples.items() if name in WORKER_INFLIGHT_METRICS]
+    return int(sum(found)) if found else None
+
+
+def router_active(metrics_text, worker_url):
+    """The router's count of requests it has running on this worker (None when absent)."""
+    wanted = normalize(worker_url)
+    for (name, labels), value in parse_prometheus(metrics_text).items():
+        if name == ROUTER_ACTIVE_METRIC and normalize(dict(labels).get("worker")) == wanted:
+            return int(value)
+    return None
+
+
+def read_inflight(worker_metrics_url, router_metrics_url, worker_url, timeout=5.0):
+    """(count, sources) of the requests still running on a worker: the larger of what the worker
+    reports and what the router counts, from whichever answers; count None when neither."""
+    counts, sources = [], []
+    for url, reader, label in ((worker_metrics_url, worker_inflight, "worker /metrics"),
+                               (router_metrics_url, None, "router gauge")):
+        if not url:
+            continue
+        try:
+            status, text = http("GET", url, timeout=timeout)
+        except RouterUnreachable:
+            continue
+        if status != 200:
+            continue
+        value = reader(text) if reader else router_active(text, worker_url)
+        if value is not None:
+            counts.append(value)
+            sources.append(label)
+    return (max(counts) if counts else None), sources
+
+
+def drain(read, timeout, interval, clock=time.monotonic, sleep=time.sleep):
+    """Wait until the worker has nothing in flight (two readings in a row, `interval` apart: a
+    request routed just before the removal may still be on its way), or until `timeout`.
+    `read()` returns (count or None, sources). Returns the report."""
+    start = clock()
+    first, sources = read()
+    last, zeros, readings = first, 1 if first == 0 else 0, 1
+    while zeros < 2 and clock() - start < timeout:
+        sleep(min(interval, max(0.0, timeout - (clock() - start))))
+        value, now = read()
+        readings += 1
+        if value is not None:
+            last, sources = value, now
+            first = value if first is None else first
+        zeros = zeros + 1 if value == 0 else 0
+    report = {"seconds": round(clock() - start, 2), "inflight_at_start": first,
+              "inflight_left": last, "timed_out": zeros < 2 and timeout > 0,
+              "sources": sources, "readings": readings}
+    if timeout <= 0:
+        report["note"] = "no drain (sglang_router_drain_timeout is 0)"
+    elif last is None:
+        report["note"] = ("no in-flight count available (the worker's /metrics needs "
+                          "--enable-metrics; the router counts load only for cache_aware and "
+                          "power_of_two): waited the whole drain timeout of %ss" % timeout)
+    elif report["timed_out"]:
+        report["note"] = ("drain timeout of %ss hit with %s request(s) still running: the "
+                          "restart cuts them" % (timeout, last))
+    return report

@@ -1,0 +1,264 @@
+"""The one table of `sglang_router_*` settings: name, type, range, default and the router option
+each renders. The router's defaults are the pinned release's own (`sglang-router launch --help`,
+read into data/router_catalogue/), so an unset variable renders what the router would do anyway.
+
+The sglang_router role's defaults/main.yml and meta/argument_specs.yml are generated from it:
+
+    python -m sglang_fleet.router_settings --write
+
+and tests/unit/test_router_spec.py fails when they drift or when a default differs from the
+pinned release's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglang_fleet.settings import _IndentedDumper, _wrap, _yaml_value
+
+PREFIX = "sglang_router_"
+ROLE_DIR = Path(__file__).resolve().parents[2] / "roles" / "sglang_router"
+
+
+@dataclass(frozen=True)
+class RouterSetting:
+    """One inventory variable (without its sglang_router_ prefix).
+
+    flag: the router option it renders and owns (extra_args may not set it); render: "value"
+    (`--flag value`), "switch" (`--flag` when true), None (not a router option, or rendered by
+    router_spec.py itself).
+    """
+
+    name: str
+    kind: str  # str | int | float | bool | list | dict
+    default: Any
+    doc: str
+    section: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+    flag: str | None = None
+    render: str | None = None
+    nullable: bool = False
+    secret: bool = False
+    elements: str | None = None
+
+    @property
+    def variable(self) -> str:
+        return PREFIX + self.name
+
+
+R = RouterSetting
+SETTINGS: tuple[RouterSetting, ...] = (
+    # Release and install
+    R("version", "str", "0.3.2", "sglang-router release, pinned (a catalogue of its options "
+      "ships in sglang_fleet/data/router_catalogue).", "Release"),
+    R("pip_package", "str", "sglang-router", "Package pip installs, at sglang_router_version.",
+      "Release"),
+    R("install_mode", "str", "pip", "pip: a virtualenv of its own at sglang_router_venv; "
+      "existing: use the environment of sglang_router_python as it is.", "Release",
+      choices=("pip", "existing")),
+    R("python", "str", "/usr/bin/python3", "pip: the Python that creates the virtualenv; "
+      "existing: the Python of the environment that has sglang-router.", "Release"),
+    R("venv", "str", None, "Virtualenv of the router; null: <sglang_router_root>/venv.",
+      "Release", nullable=True),
+    # Service
+    R("root", "str", "/opt/sglang-router", "Folder of the router's files (conf, run, logs, "
+      "venv).", "Service"),
+    R("service_manager", "str", "systemd", "systemd (real hosts) or supervisor (CI, "
+      "containers, the simulated fleet).", "Service", choices=("systemd", "supervisor")),
+    R("user", "str", "root", "User the systemd unit runs the router as.", "Service"),
+    R("stop_timeout", "int", 200, "Seconds after SIGTERM before SIGKILL; longer than "
+      "sglang_router_shutdown_grace_period_secs, or the router's drain is cut.", "Service",
+      low=1, high=86400),
+    # Listening
+    R("host", "str", "0.0.0.0", "Address the router listens on.", "Listening",
+      flag="--host", render="value"),
+    R("port", "int", 30000, "Port of the router (clients and the worker API).", "Listening",
+      low=1, high=65535, flag="--port", render="value"),
+    R("prometheus_host", "str", "0.0.0.0", "Address of the router's Prometheus endpoint.",
+      "Listening", flag="--prometheus-host", render="value"),
+    R("prometheus_port", "int", 29000, "Port of the router's Prometheus endpoint (/metrics).",
+      "Listening", low=1, high=65535, flag="--prometheus-port", render="value"),
+    R("url", "str", None, "URL clients use; null: http://<host, or the router host's "
+      "ansible_host when it listens on all addresses>:<port>.", "Listening", nullable=True),
+    # Routing
+    R("policy", "str", "cache_aware", "Load-balancing policy (the release's choices; "
+      "cache_aware and power_of_two also track each worker's load).", "Routing",
+      flag="--policy", render="value"),
+    R("request_timeout_secs", "int", 1800, "Seconds a request may take end to end.",
+      "Routing", low=1, high=604800, flag="--request-timeout-secs", render="value"),
+    R("shutdown_grace_period_secs", "int", 180, "Seconds the router waits for in-flight "
+      "requests when it stops.", "Routing", low=0, high=86400,
+      flag="--shutdown-grace-period-secs", render="value"),
+    R("log_level", "str", "info", "Router log level (debug also logs the worker each request "
+      "went to).", "Routing", flag="--log-level", render="value"),
+    R("extra_args", "list", [], "Further `sglang-router launch` options, checked against the "
+      "pinned release; options the settings above own are refused here.", "Routing",
+      elements="str"),
+    # Retries
+    R("retry_max_retries", "int", 5, "Attempts per request (a failed send is re-sent to a "
+      "worker; a response already streaming cannot be).", "Retries", low=1, high=100,
+      flag="--retry-max-retries", render="value"),
+    R("retry_initial_backoff_ms", "int", 50, "First backoff, milliseconds.", "Retries",
+      low=0, high=600000, flag="--retry-initial-backoff-ms", render="value"),
+    R("retry_max_backoff_ms", "int", 30000, "Largest backoff, milliseconds.", "Retries",
+      low=0, high=3600000, flag="--retry-max-backoff-ms", render="value"),
+    R("retry_backoff_multiplier", "float", 1.5, "Backoff growth per attempt.", "Retries",
+      low=1.0, high=100.0, flag="--retry-backoff-multiplier", render="value"),
+    R("retry_jitter_factor", "float", 0.2, "Random share of each backoff (0-1).", "Retries",
+      low=0.0, high=1.0, flag="--retry-jitter-factor", render="value"),
+    R("disable_retries", "bool", False, "Send each request once.", "Retries",
+      flag="--disable-retries", render="switch"),
+    # Circuit breaker
+    R("cb_failure_threshold", "int", 10, "Failures that open a worker's circuit.",
+      "Circuit breaker", low=1, high=1000000, flag="--cb-failure-threshold", render="value"),
+    R("cb_success_threshold", "int", 3, "Successes in half-open state that close it.",
+      "Circuit breaker", low=1, high=1000000, flag="--cb-success-threshold", render="value"),
+    R("cb_timeout_duration_secs", "int", 60, "Seconds an open circuit waits before trying "
+      "again.", "Circuit breaker", low=1, high=86400, flag="--cb-timeout-duration-secs",
+      render="value"),
+    R("cb_window_duration_secs", "int", 120, "Sliding window in which failures are counted.",
+      "Circuit breaker", low=1, high=86400, flag="--cb-window-duration-secs", render="value"),
+    R("disable_circuit_breaker", "bool", False, "Never open a circuit.", "Circuit breaker",
+      flag="--disable-circuit-breaker", render="switch"),
+    # Health checks
+    R("health_failure_threshold", "int", 3, "Failed checks before the router marks a worker "
+      "unhealthy.", "Health checks", low=1, high=1000, flag="--health-failure-threshold",
+      render="value"),
+    R("health_success_threshold", "int", 2, "Passed checks before it is healthy again.",
+      "Health checks", low=1, high=1000, flag="--health-success-threshold", render="value"),
+    R("health_check_timeout_secs", "int", 5, "Timeout of one check. SGLang's /health runs a "
+      "one-token generation and answers within SGLANG_HEALTH_CHECK_TIMEOUT (20 s).",
+      "Health checks", low=1, high=3600, flag="--health-check-timeout-secs", render="value"),
+    R("health_check_interval_secs", "int", 60, "Seconds between checks of each worker.",
+      "Health checks", low=1, high=86400, flag="--health-check-interval-secs", render="value"),
+    R("health_check_endpoint", "str", "/health", "Path the router checks on each worker.",
+      "Health checks", flag="--health-check-endpoint", render="value"),
+    # Secrets
+    R("api_key", "str", "", "Key clients must send (Authorization: Bearer) to the router; "
+      "kept in the 0600 env file, never on a command line or in output.", "Secrets",
+      flag="--api-key", secret=True),
+    R("control_plane_api_keys", "list", [], "Keys of the worker API: a list of {id, name, "
+      "role: admin|user, key}. The fleet manages membership with the first admin key. Kept "
+      "like sglang_router_api_key.", "Secrets", flag="--control-plane-api-keys", secret=True,
+      elements="dict"),
+    # Membership
+    R("workers_group", "str", "sglang_servers", "Inventory group whose ready servers are this "
+      "router's workers (rank 0 only for a multi-node server).", "Membership"),
+    R("worker_url", "str", None, "Set on a server host: the URL routers reach it at; null: "
+      "http://<its listen address, or its ansible_host when it listens on all "
+      "addresses>:<port>.", "Membership", nullable=True),
+    R("join_timeout", "int", 60, "Seconds to wait for a router to list a joined worker "
+      "healthy.", "Membership", low=1, high=86400),
+    R("drain_timeout", "int", 120, "Seconds to wait, after a worker leaves its routers, for its "
+      "in-flight requests to finish before it restarts; reported when hit.", "Membership",
+      low=0, high=86400),
+    R("drain_poll_interval", "float", 1.0, "Seconds between in-flight readings while "
+      "draining.", "Membership", low=0.05, high=60.0),
+    R("follow_verdicts", "bool", False, "health.yml: also apply membership (ready servers in, "
+      "others out) instead of only reporting it; sglang-fleet watch sets it.", "Membership"),
+)
+
+SECTION_NOTES = {
+    "Release": "Release and how it is installed on the router host",
+    "Service": "Service",
+    "Listening": "Listening",
+    "Routing": "Routing (defaults: the pinned release's own)",
+    "Retries": "Retries with exponential backoff",
+    "Circuit breaker": "Circuit breaker, per worker",
+    "Health checks": "The router's own health checks of its workers",
+    "Secrets": "Secrets: set them from ansible-vault or the controller's environment",
+    "Membership": "Membership: the gate decides it (ready servers in, others out)",
+}
+
+BY_NAME: dict[str, RouterSetting] = {s.name: s for s in SETTINGS}
+BY_VARIABLE: dict[str, RouterSetting] = {s.variable: s for s in SETTINGS}
+SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
+OWNED_FLAGS: dict[str, str] = {s.flag: s.variable for s in SETTINGS if s.flag}
+
+GENERATED_NOTE = ("Generated from src/sglang_fleet/router_settings.py by\n# "
+                  "`python -m sglang_fleet.router_settings --write`: edit the table there.")
+
+
+def defaults() -> dict[str, Any]:
+    return {s.variable: s.default for s in SETTINGS}
+
+
+def defaults_yaml() -> str:
+    lines = ["---", f"# {GENERATED_NOTE}",
+             "# The router in front of the fleet: SGLang's own (sglang-router), its membership "
+             "decided",
+             "# by the gate. meta/argument_specs.yml mirrors this file."]
+    section = None
+    for s in SETTINGS:
+        if s.section != section:
+            section = s.section
+            lines += ["", *(f"# {part}" for part in _wrap(SECTION_NOTES[section]))]
+        lines += [f"# {part}" for part in _wrap(s.doc)]
+        lines.append(f"{s.variable}: {_yaml_value(s.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def argument_specs() -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for s in SETTINGS:
+        option: dict[str, Any] = {"type": s.kind, "description": s.doc, "default": s.default}
+        if s.choices:
+            option["choices"] = list(s.choices)
+        if s.elements:
+            option["elements"] = s.elements
+        if s.secret:
+            option["no_log"] = True
+        options[s.variable] = option
+    return {"argument_specs": {"main": {
+        "short_description": "Run SGLang's router (sglang-router) in front of the fleet",
+        "description": [
+            "Validates the router's settings on the controller, installs the pinned release "
+            "into its own virtualenv, lets the installed router parse the rendered command, "
+            "renders the launch files (secrets in a 0600 env file) and runs it under systemd "
+            "or the supervisor, like the servers.",
+            "Its task files membership.yml, drain.yml and view.yml put ready servers in, take "
+            "failed ones out, drain a worker before a restart and report the router's view."],
+        "options": options}}}
+
+
+def argument_specs_yaml() -> str:
+    body = yaml.dump(argument_specs(), Dumper=_IndentedDumper, sort_keys=False, width=100,
+                     allow_unicode=True)
+    return f"---\n# {GENERATED_NOTE}\n{body}"
+
+
+def generated_files() -> dict[Path, str]:
+    return {ROLE_DIR / "defaults" / "main.yml": defaults_yaml(),
+            ROLE_DIR / "meta" / "argument_specs.yml": argument_specs_yaml()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.router_settings",
+                                     description="Write the sglang_router role's defaults and "
+                                                 "argument specs from the settings table.")
+    parser.add_argument("--write", action="store_true", help="write the files (else: check)")
+    args = parser.parse_args(argv)
+    files = generated_files()
+    if args.write:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+        return 0
+    stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+    for path in stale:
+        print(f"out of date: {path} (run python -m sglang_fleet.router_settings --write)",
+              file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

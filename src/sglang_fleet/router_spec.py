@@ -1,0 +1,431 @@
+"""The RouterSpec: everything needed to run SGLang's router (sglang-router) on its host, built in
+this one place from the host's `sglang_router_*` variables.
+
+Like the LaunchSpec of a server, it is a plain dict (argv with secret references, environment,
+service settings, paths, a deployment marker, a config hash) plus every error at once, each
+naming the host, the variable, its value and the fix. The router's options come from the pinned
+release's catalogue (router_catalogue), so a typo in a policy name or an option the release does
+not have is refused here, on the controller, before anything is installed.
+
+The router starts with no workers: membership is the gate's (ready servers are added through the
+router's worker API, failed ones removed), so `--worker-urls` and the options that discover
+workers by themselves are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import ipaddress
+import json
+import re
+from typing import Any
+
+from sglang_fleet.catalogue import Catalogue
+from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
+from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
+from sglang_fleet.spec import MARKER_VAR, SpecError, config_hash, describe_value
+
+API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
+CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
+SECRET_ARG = "@env:"  # an argv word naming an env-file variable, replaced at exec time
+MASK = "********"
+KEY_MIN_LENGTH = 16
+_TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+_KEY_FIELD = re.compile(r"^[^:\n\r\x00]{1,128}$")
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
+               "false": False, "no": False, "off": False, "0": False}
+# Options that would give the router workers of its own: membership is the gate's.
+_MEMBERSHIP_FLAGS = {
+    "--worker-urls": "the router starts with no workers; the gate adds each server once it is "
+                     "ready",
+    "--service-discovery": "membership follows the gate's verdicts, not Kubernetes",
+    "--pd-disaggregation": "the fleet's servers are regular workers",
+    "--prefill": "the fleet's servers are regular workers",
+    "--decode": "the fleet's servers are regular workers",
+    "--mini-lb": "MiniLB is the router's debugging stand-in",
+}
+
+# The launcher: sglang-router's own CLI entry point, given the secrets from the environment.
+LAUNCHER = (
+    "import os, sys\n"
+    "from sglang_router.cli import main\n"
+    "# Secrets arrive as names of variables of the 0600 env file, so no command line shows "
+    "them.\n"
+    f"main([os.environ[a[{len(SECRET_ARG)}:]] if a.startswith({SECRET_ARG!r}) else a "
+    "for a in sys.argv[1:]])\n"
+)
+
+
+class _Problems:
+    def __init__(self, host: str):
+        self.host = host
+        self.errors: list[SpecError] = []
+        self.warnings: list[str] = []
+
+    def error(self, variable: str, value: Any, problem: str, fix: str,
+              described: str | None = None) -> None:
+        self.errors.append(SpecError(self.host, variable, described or describe_value(value),
+                                     problem, fix))
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(f"host {self.host}: {text}")
+
+
+def _unknown_variables(settings: dict[str, Any], p: _Problems) -> None:
+    for name in sorted(settings):
+        if not name.startswith(PREFIX) or name in BY_VARIABLE or name.startswith(PREFIX + "_"):
+            continue
+        close = difflib.get_close_matches(name, list(BY_VARIABLE), n=1, cutoff=0.75)
+        fix = (f"did you mean {close[0]}?" if close else
+               "remove it; `ansible-doc -t role -r roles sglang_router` lists the settings")
+        p.error(name, None if name in _secret_names() else settings[name],
+                "is not a setting of the sglang_router role", fix,
+                described="<hidden>" if "key" in name else None)
+
+
+def _secret_names() -> set[str]:
+    return {s.variable for s in SETTINGS if s.secret}
+
+
+def _coerce(s: RouterSetting, raw: Any, p: _Problems) -> Any:
+    var = s.variable
+    if raw is None or (raw == "" and (s.nullable or s.secret)):
+        if s.kind == "list":
+            return []
+        if s.nullable or s.secret:
+            return None if not s.secret else ""
+        p.error(var, raw, "is required", f"set {var}, e.g. {s.default!r}")
+        return None
+    if s.kind == "bool":
+        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[raw.lower()]
+        if not isinstance(raw, bool):
+            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
+            return None
+        return raw
+    if s.kind in ("int", "float"):
+        value = raw
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = int(value) if s.kind == "int" else float(value)
+        wanted = "an integer" if s.kind == "int" else "a number"
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                s.kind == "int" and not isinstance(value, int)):
+            p.error(var, raw, f"must be {wanted}",
+                    f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
+            return None
+        if s.low is not None and s.high is not None and not s.low <= value <= s.high:
+            p.error(var, raw, f"is out of range {s.low:g}..{s.high:g}",
+                    f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
+            return None
+        return value if s.kind == "int" else float(value)
+    if s.kind == "str":
+        if not isinstance(raw, str):
+            p.error(var, None if s.secret else raw,
+                    f"must be a string, got {type(raw).__name__}", "quote the value",
+                    described="<secret>" if s.secret else None)
+            return None
+        if any(c in raw for c in "\n\r\x00"):
+            p.error(var, None if s.secret else raw, "contains a newline or NUL byte",
+                    "remove control characters", described="<secret>" if s.secret else None)
+            return None
+        if s.choices and raw not in s.choices:
+            close = difflib.get_close_matches(raw, list(s.choices), n=1)
+            p.error(var, raw, "is not a valid choice",
+                    (f"did you mean {close[0]!r}? " if close else "")
+                    + f"use one of: {', '.join(s.choices)}")
+            return None
+        return raw
+    if s.kind == "list":
+        if not isinstance(raw, list):
+            p.error(var, None if s.secret else raw, "must be a list",
+                    'e.g. ["--max-concurrent-requests", "256"]' if not s.secret else
+                    "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]",
+                    described="<secret>" if s.secret else None)
+            return None
+        if s.elements == "str" and not all(isinstance(a, str) for a in raw):
+            p.error(var, raw, "must be a list of strings",
+                    'quote every item, e.g. ["--max-concurrent-requests", "256"]')
+            return None
+        return list(raw)
+    raise ValueError(f"router settings table: unknown kind {s.kind!r} for {var}")
+
+
+def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: _Problems) -> None:
+    choices = cat.by_flag[s.flag].choices if s.flag in cat.by_flag else None
+    if choices is None or value in choices:
+        return
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    p.error(s.variable, value, f"is not one of sglang-router {cat.version.split()[-1]}'s "
+            f"choices for {s.flag}", (f"did you mean {close[0]!r}? " if close else "")
+            + f"valid: {', '.join(str(c) for c in choices)}")
+
+
+def _check_key(variable: str, key: Any, p: _Problems, where: str = "") -> None:
+    problem = None
+    if not isinstance(key, str) or not key:
+        problem = "is empty or not a string"
+    elif len(key) < KEY_MIN_LENGTH:
+        problem = f"is {len(key)} characters long: too short to be a secret"
+    elif not _TOKEN68.match(key):
+        problem = "has characters an HTTP bearer token cannot carry (spaces, quotes, ...)"
+    if problem:
+        p.error(variable, None, f"{where}{problem}",
+                f"use a random key of at least {KEY_MIN_LENGTH} characters, e.g. `openssl rand "
+                "-hex 24`, kept in ansible-vault", described="<secret>")
+
+
+def _control_plane_keys(keys: list[Any], p: _Problems) -> list[dict[str, str]]:
+    var = PREFIX + "control_plane_api_keys"
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(keys):
+        where = f"item {i}: "
+        if not isinstance(entry, dict) or set(entry) - {"id", "name", "role", "key"}:
+            p.error(var, None, f"{where}must be a mapping of id, name, role and key",
+                    "e.g. {id: fleet, name: sglang-fleet, role: admin, key: <from vault>}",
+                    described="<secret>")
+            continue
+        ok = True
+        for field in ("id", "name"):
+            text = entry.get(field)
+            if not isinstance(text, str) or not _KEY_FIELD.match(text):
+                p.error(var, None, f"{where}{field}={describe_value(text)} must be 1-128 "
+                        "characters without ':' (the router reads 'id:name:role:key')",
+                        f"rename the {field}", described="<secret>")
+                ok = False
+        role = entry.get("role")
+        if role not in ("admin", "user"):
+            p.error(var, None, f"{where}role={describe_value(role)} is not admin or user",
+                    "set role: admin (the worker API) or user (inference only)",
+                    described="<secret>")
+            ok = False
+        if entry.get("id") in seen:
+            p.error(var, None, f"{where}id {entry.get('id')!r} is used twice",
+                    "give each key its own id", described="<secret>")
+            ok = False
+        seen.add(str(entry.get("id")))
+        before = len(p.errors)
+        _check_key(var, entry.get("key"), p, where)
+        if ok and len(p.errors) == before:
+            out.append({k: str(entry[k]) for k in ("id", "name", "role", "key")})
+    return out
+
+
+def _check_extra_args(tokens: list[str], cat: Catalogue, p: _Problems) -> None:
+    var = PREFIX + "extra_args"
+    check = cat.check_args(tokens)
+    for problem in check.problems:
+        fix = problem.fix.replace("`sglang serve --help` for SGLang router",
+                                  "`sglang-router launch --help` of sglang-router")
+        p.error(var, tokens, problem.problem, fix)
+    owned = {cat.by_flag[s.flag].dest: s for s in SETTINGS if s.flag and s.flag in cat.by_flag}
+    for dest, flag in check.dests.items():
+        if flag in _MEMBERSHIP_FLAGS:
+            p.error(var, tokens, f"{flag}: {_MEMBERSHIP_FLAGS[flag]}",
+                    "remove it: ready servers join the router through the gate")
+        elif dest in owned:
+            setting = owned[dest]
+            p.error(var, None if setting.secret else tokens,
+                    f"{flag} is set by {setting.variable}",
+                    f"set {setting.variable} instead", described="<hidden>" if setting.secret
+                    else None)
+    p.warnings.extend(check.warnings)
+
+
+def _connect_host(listen: str) -> str:
+    """The address the router host itself reaches a listener on."""
+    if listen in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if listen == "::":
+        return "[::1]"
+    return _url_host(listen)
+
+
+def _url_host(host: str) -> str:
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:
+        return host
+
+
+def worker_url(server_spec: dict[str, Any], address: str, override: str | None = None) -> str:
+    """The URL a router reaches a server at: the override, else its listen address (or the
+    node's address when it listens on every address) and its port."""
+    if override:
+        return str(override).rstrip("/")
+    listen = str(server_spec.get("settings", {}).get("sglang_server_host") or "127.0.0.1")
+    host = address if listen in ("0.0.0.0", "::", "") else listen
+    return f"http://{_url_host(host)}:{server_spec['http']['port']}"
+
+
+def build_router_spec(settings: dict[str, Any], host: str, address: str | None = None
+                      ) -> dict[str, Any]:
+    """Build and validate one router host's RouterSpec. `settings` holds the host's
+    sglang_router_* variables (missing ones take the table's defaults); `address` is how other
+    machines reach the host (its ansible_host). Returns {"ok", "errors", "warnings", "spec"}."""
+    p = _Problems(host)
+    _unknown_variables(settings, p)
+    v: dict[str, Any] = {}
+    for s in SETTINGS:
+        v[s.name] = _coerce(s, settings.get(s.variable, s.default), p)
+    version = v["version"]
+    if version not in shipped_versions():
+        p.error(PREFIX + "version", version, "is not an sglang-router release this toolkit has "
+                "catalogued", f"pin one of: {', '.join(shipped_versions())} (README: the "
+                "router, adding a release)")
+        return _result(p, None)
+    cat = router_catalogue(version)
+    for s in SETTINGS:
+        if s.flag in cat.by_flag and cat.by_flag[s.flag].choices and v[s.name] is not None:
+            _choice(s, v[s.name], cat, p)
+    if v["api_key"]:
+        _check_key(PREFIX + "api_key", v["api_key"], p)
+    cp_keys = _control_plane_keys(v["control_plane_api_keys"] or [], p)
+    _check_extra_args(v["extra_args"] or [], cat, p)
+    if v["port"] is not None and v["port"] == v["prometheus_port"]:
+        p.error(PREFIX + "prometheus_port", v["prometheus_port"], "is the router's own port",
+                "give the Prometheus endpoint a port of its own, e.g. 29000")
+    grace, stop = v["shutdown_grace_period_secs"], v["stop_timeout"]
+    if grace is not None and stop is not None and stop <= grace:
+        p.error(PREFIX + "stop_timeout", stop, f"is not above sglang_router_shutdown_grace_"
+                f"period_secs ({grace}): the router's own drain would be cut by SIGKILL",
+                f"set sglang_router_stop_timeout to at least {grace + 10}")
+    endpoint = v["health_check_endpoint"]
+    if endpoint is not None and not endpoint.startswith("/"):
+        p.error(PREFIX + "health_check_endpoint", endpoint, "must be a path",
+                "e.g. /health (SGLang's)")
+    if None not in (v["retry_initial_backoff_ms"], v["retry_max_backoff_ms"]) and \
+            v["retry_max_backoff_ms"] < v["retry_initial_backoff_ms"]:
+        p.error(PREFIX + "retry_max_backoff_ms", v["retry_max_backoff_ms"], "is below "
+                f"sglang_router_retry_initial_backoff_ms ({v['retry_initial_backoff_ms']})",
+                "raise it, or lower the initial backoff")
+    for name in ("root", "python", "venv"):
+        if v[name] and not str(v[name]).startswith("/"):
+            example = BY_VARIABLE[PREFIX + name].default or "/opt/sglang-router/venv"
+            p.error(PREFIX + name, v[name], "must be an absolute path", f"e.g. {example}")
+    if v["worker_url"] and not re.match(r"^https?://", v["worker_url"]):
+        p.error(PREFIX + "worker_url", v["worker_url"], "must be an http:// or https:// URL",
+                "e.g. http://10.0.0.11:30000")
+    if p.errors:
+        return _result(p, None)
+    if v["host"] not in ("127.0.0.1", "::1", "localhost") and not cp_keys:
+        p.warn("sglang_router_control_plane_api_keys is empty: anyone who reaches "
+               f"{v['host']}:{v['port']} can add and remove workers. Fix: set an admin key")
+    return _result(p, _assemble(v, cat, cp_keys, host, address or host))
+
+
+def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], host: str,
+              address: str) -> dict[str, Any]:
+    name = f"sglang-router-{v['port']}"
+    root = v["root"].rstrip("/")
+    venv = v["venv"] or f"{root}/venv"
+    router_python = f"{venv}/bin/python" if v["install_mode"] == "pip" else v["python"]
+    args: list[Any] = []
+    masked: list[str] = []
+    for s in SETTINGS:
+        if s.render == "value":
+            args += [s.flag, str(v[s.name])]
+            masked += [s.flag, str(v[s.name])]
+        elif s.render == "switch" and v[s.name]:
+            args.append(s.flag)
+            masked.append(s.flag)
+    secret_names: list[str] = []
+    if v["api_key"]:
+        secret_names.append(API_KEY_VAR)
+        args += ["--api-key", {"env": API_KEY_VAR}]
+        masked += ["--api-key", MASK]
+    if cp_keys:
+        args.append("--control-plane-api-keys")
+        masked.append("--control-plane-api-keys")
+        for i, key in enumerate(cp_keys):
+            var = CONTROL_PLANE_KEY_VAR.format(i)
+            secret_names.append(var)
+            args.append({"env": var})
+            # id, name and role are not secret: the router's own parser checks their format.
+            masked.append(f"{key['id']}:{key['name']}:{key['role']}:{MASK}")
+    args += v["extra_args"]
+    masked += v["extra_args"]
+    marker = f"{host}:{name}"
+    env = {MARKER_VAR: marker, "SPT_NOENV": "1"}
+    argv = [router_python, "-c", LAUNCHER, "launch", *args]
+    service = {"manager": v["service_manager"], "unit_name": f"{name}.service",
+               "stop_timeout": v["stop_timeout"], "user": v["user"]}
+    core = {"argv": argv, "env": env, "secret_env_names": secret_names, "service": service,
+            "version": v["version"]}
+    chash = config_hash(core)
+    env["SGLANG_FLEET_CONFIG"] = chash
+    listen = v["host"]
+    client_host = _url_host(address) if listen in ("0.0.0.0", "::") else _url_host(listen)
+    return {
+        "host": host,
+        "name": name,
+        "marker": marker,
+        "config_hash": chash,
+        "version": v["version"],
+        "argv": argv,
+        "router_args": ["launch", *masked],
+        "env": env,
+        "secret_env_names": secret_names,
+        "service": service,
+        "paths": {
+            "root": root, "conf_dir": f"{root}/conf", "run_dir": f"{root}/run",
+            "log_dir": f"{root}/logs", "venv": venv,
+            "script": f"{root}/conf/{name}.launch.sh", "env_file": f"{root}/conf/{name}.env",
+            "pid_file": f"{root}/run/{name}.pid", "log_file": f"{root}/logs/{name}.log",
+            "unit_file": (f"/etc/systemd/system/{name}.service"
+                          if v["service_manager"] == "systemd" else None),
+        },
+        "install": {"mode": v["install_mode"], "python": v["python"],
+                    "router_python": router_python,
+                    "pip_requirements": [f"{v['pip_package']}=={v['version']}"]},
+        "url": (v["url"] or f"http://{client_host}:{v['port']}").rstrip("/"),
+        "admin_url": f"http://{_connect_host(listen)}:{v['port']}",
+        "metrics_url": f"http://{_connect_host(v['prometheus_host'])}:{v['prometheus_port']}"
+                       "/metrics",
+        "needs_client_key": bool(v["api_key"]),
+        "has_admin_key": any(k["role"] == "admin" for k in cp_keys),
+        "policy": v["policy"],
+        "membership": {"workers_group": v["workers_group"], "join_timeout": v["join_timeout"],
+                       "drain_timeout": v["drain_timeout"],
+                       "drain_poll_interval": v["drain_poll_interval"]},
+        "settings": {s.variable: v[s.name] for s in SETTINGS if not s.secret},
+    }
+
+
+def _result(p: _Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
+    return {"ok": not p.errors, "errors": [str(e) for e in p.errors],
+            "warnings": p.warnings, "spec": spec}
+
+
+def router_secrets(api_key: str | None, control_plane_keys: list[Any] | None) -> dict[str, str]:
+    """The env file's secret values, by variable name (the spec holds only the names)."""
+    out: dict[str, str] = {}
+    if api_key:
+        out[API_KEY_VAR] = str(api_key)
+    for i, key in enumerate(control_plane_keys or []):
+        out[CONTROL_PLANE_KEY_VAR.format(i)] = (
+            f"{key['id']}:{key['name']}:{key['role']}:{key['key']}")
+    return out
+
+
+def admin_key(control_plane_keys: list[Any] | None) -> str:
+    """The key the fleet manages membership with: the first admin key, else none."""
+    for key in control_plane_keys or []:
+        if isinstance(key, dict) and key.get("role") == "admin":
+            return str(key.get("key") or "")
+    return ""
+
+
+def flag_variable(message: str) -> str:
+    """The sglang_router_* variable behind the first router option a refusal names."""
+    for flag in re.findall(r"--[a-z0-9-]+", message):
+        for s in SETTINGS:
+            if s.flag == flag:
+                return s.variable
+    return PREFIX + "extra_args"
+
+
+def spec_json(spec: dict[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True)

@@ -1,0 +1,270 @@
+"""The real router (the pinned sglang-router wheel, in its own virtualenv) in front of a simulated
+fleet: the gate decides membership, a rolling change drops no request, a hung worker leaves the
+router before it is killed, bad router settings are refused before anything is touched, and the
+router's keys never show."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from sglang_fleet.loadgen import Load, summarize
+from sglang_fleet.testfleet.local import (
+    make_fleet,
+    run_playbook,
+    sglang_fleet,
+    wait_for,
+)
+from sglang_fleet.testfleet.router import registered, router_venv
+from sglang_fleet_node import sglang_fleet_procs as procs
+
+pytestmark = pytest.mark.integration
+
+ROUTER_KEY = "rk" + secrets.token_hex(12)
+ADMIN_KEY = "cp" + secrets.token_hex(12)
+SERVER_KEY = "sk" + secrets.token_hex(12)
+KEYS = {"router client key": ROUTER_KEY, "control-plane key": ADMIN_KEY,
+        "server key": SERVER_KEY}
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    return router_venv(tmp_path_factory.getbasetemp())
+
+
+def _add_vars(path: Path, values: dict) -> None:
+    data = yaml.safe_load(path.read_text()) or {}
+    data.update(values)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, venv):
+    tmp = tmp_path_factory.mktemp("routed")
+    fleet = make_fleet(tmp, hosts=2, time_factor=0.005, router=venv)
+    group_vars = fleet.inventory / "group_vars"
+    # Secrets in the inventory, where an operator keeps them (ansible-vault on a real fleet).
+    _add_vars(group_vars / "sglang_routers.yml", {
+        "sglang_router_api_key": ROUTER_KEY,
+        "sglang_router_control_plane_api_keys": [
+            {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": ADMIN_KEY}]})
+    _add_vars(group_vars / "sglang_servers.yml", {
+        "sglang_server_api_key": SERVER_KEY,
+        # SGLang's /health answers 503 after this long when generation hangs (20 s by default).
+        "sglang_server_extra_env": {"SGLANG_ENABLE_JIT_DEEPGEMM": 0,
+                                    "SGLANG_HEALTH_CHECK_TIMEOUT": 2}})
+    fleet.outputs = []
+    fleet.first = fleet.deploy()
+    fleet.outputs.append(fleet.first.output)
+    yield fleet
+    fleet.outputs.append(fleet.stop().output)
+    fleet.kill_leftovers()
+
+
+def view(fleet) -> dict[str, bool]:
+    return registered(fleet.router_url, ADMIN_KEY)
+
+
+def server_pid(fleet, host: str) -> int:
+    return next(p["pid"] for p in fleet.server_processes(host)
+                if "sglang_fleet.sim.launch_server" in p["cmdline"])
+
+
+def router_pid(fleet) -> int:
+    port = fleet.extra["sglang_fleet_router_port"]
+    return json.loads((fleet.router_root / "run" / f"sglang-router-{port}.pid").read_text())["pid"]
+
+
+def cli(fleet, *args: str):
+    run = sglang_fleet(*args, "-i", str(fleet.inventory), "-e", json.dumps(fleet.extra))
+    fleet.outputs.append(run.stdout)
+    return run
+
+
+def test_deploy_brings_up_the_router_and_answers_through_it(fleet):
+    run = fleet.first
+    assert run.rc == 0, run.output[-3000:]
+    assert not run.failed_hosts() and set(run.recap) == {*fleet.hosts, "sim-router"}
+    assert (f"sim-router: serving at {fleet.router_url} (sglang-router 0.3.2, policy "
+            "cache_aware): 2 workers registered, 2 healthy; one request answered through it: "
+            "8 tokens") in " ".join(run.output.split())
+    for host in fleet.hosts:
+        assert f"{host}: joined router sim-router ({fleet.url(host)})" in run.output
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": 4}}
+    assert requests.post(f"{fleet.router_url}/generate", json=body, timeout=30).status_code == 401
+    answer = requests.post(f"{fleet.router_url}/generate", json=body, timeout=30,
+                           headers={"Authorization": f"Bearer {ROUTER_KEY}"})
+    assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 4
+    # The worker API wants the control-plane key, not the clients' one.
+    assert requests.get(f"{fleet.router_url}/workers", timeout=10, headers={
+        "Authorization": f"Bearer {ROUTER_KEY}"}).status_code == 401
+
+    pid = router_pid(fleet)
+    again = fleet.deploy()
+    fleet.outputs.append(again.output)
+    assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
+    assert router_pid(fleet) == pid
+
+
+def test_a_rolling_change_drains_each_worker_and_drops_no_request(fleet):
+    before = {h: server_pid(fleet, h) for h in fleet.hosts}
+    for host in fleet.hosts:
+        fleet.set_host_vars(host, {"sglang_server_num_continuous_decode_steps": 2})
+    load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
+                api_key=ROUTER_KEY).start()
+    time.sleep(1.5)
+    run = fleet.deploy("-e", "sglang_fleet_serial=1")
+    fleet.outputs.append(run.output)
+    time.sleep(1.5)
+    load.stop()
+    result = summarize(load.wait())
+    assert run.rc == 0, run.output[-3000:]
+    assert all(server_pid(fleet, h) != before[h] for h in fleet.hosts)
+    assert result["failed"] == 0, result["failures"][:5]
+    assert result["sent"] >= 10
+    text = " ".join(run.output.split())
+    one, two = fleet.hosts
+    # Each worker leaves and drains, restarts, is gated and rejoins before the next one leaves.
+    order = [text.index(f"{one}: left router sim-router"), text.index(f"{one}: ready at"),
+             text.index(f"{one}: joined router sim-router"),
+             text.index(f"{two}: left router sim-router"), text.index(f"{two}: ready at"),
+             text.index(f"{two}: joined router sim-router")]
+    assert order == sorted(order)
+    assert text.count("; drained in ") == 2
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+
+
+def test_a_hung_worker_leaves_the_router_before_it_is_killed_and_rejoins(fleet, tmp_path):
+    host = fleet.hosts[0]
+    url, pid = fleet.url(host), server_pid(fleet, host)
+    samples: list[tuple[float, bool, bool]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            try:
+                listed = url in view(fleet)
+            except requests.RequestException:
+                continue
+            info = procs.process_info(pid)
+            samples.append((time.monotonic(), listed, bool(info) and info["state"] != "Z"))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    os.kill(pid, signal.SIGUSR1)  # generation hangs from now on, requests in flight included
+    run = cli(fleet, "watch", "--recover", "--count", "1", "--interval", "1",
+              "--run-dir", str(tmp_path / "watch"))
+    stop.set()
+    sampler.join()
+    assert f"{host} unhealthy" in run.stdout, run.stdout[-3000:]
+    assert f"{host}: router sim-router: registered" in run.stdout and "removed it" in run.stdout
+    assert f"{host}: recovered" in run.stdout
+    removed = next(t for t, listed, _ in samples if not listed)
+    killed = next(t for t, _, alive in samples if not alive)
+    assert removed < killed, "the worker was killed while the router still listed it"
+    # It came back only as a new server, once recovery had redeployed it and its gate said ready.
+    rejoined = next((t for t, listed, _ in samples if t > removed and listed), None)
+    assert rejoined is None or rejoined > killed
+    wait_for(lambda: view(fleet).get(url), timeout=30)
+    assert server_pid(fleet, host) != pid
+
+
+def test_membership_follows_the_verdict_and_health_reports_the_disagreement(fleet, tmp_path):
+    host = fleet.hosts[1]
+    url = fleet.url(host)
+    procs.signal_pids([p["pid"] for p in fleet.processes(host)], signal.SIGKILL)
+    wait_for(lambda: not fleet.processes(host), timeout=10)
+
+    health = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
+    fleet.outputs.append(health.output)
+    text = " ".join(health.output.split())
+    assert f"{host}: router sim-router: registered" in text
+    assert "(gate: crashed); FINDING: the gate says crashed but the router still lists it" in text
+    assert url in view(fleet), "health.yml reports; it does not change membership"
+
+    watched = cli(fleet, "watch", "--count", "1", "--run-dir", str(tmp_path / "watch"))
+    assert f"{host} crashed" in watched.stdout and "removed it" in watched.stdout
+    assert url not in view(fleet) and view(fleet).get(fleet.url(fleet.hosts[0]))
+
+    # playbooks/router.yml reconciles the same way: the crashed server stays out.
+    reconciled = run_playbook("playbooks/router.yml", fleet.inventory, fleet.extra)
+    fleet.outputs.append(reconciled.output)
+    assert reconciled.rc == 0 and reconciled.changed_hosts() == set(), reconciled.output[-3000:]
+    assert ("1 workers registered, 1 healthy; one request answered through it" in
+            " ".join(reconciled.output.split()))
+    assert url not in view(fleet)
+
+    again = fleet.deploy("--limit", host)
+    fleet.outputs.append(again.output)
+    assert again.rc == 0, again.output[-3000:]
+    text = " ".join(again.output.split())
+    assert text.index(f"{host}: ready at") < text.index(f"{host}: joined router sim-router")
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+
+
+def test_the_routers_keys_never_show(fleet):
+    members = procs.deployment_processes(fleet.router_marker())
+    assert any(p["cmdline"] == "sglang::router" for p in members), members
+    for p in members:  # what `ps` shows to every local user
+        raw = Path(f"/proc/{p['pid']}/cmdline").read_bytes().decode(errors="replace")
+        for name, key in KEYS.items():
+            assert key not in raw, f"{name} on the router's command line: {raw}"
+    env_file = next((fleet.router_root / "conf").glob("*.env"))
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    leaks = []
+    for name, key in KEYS.items():
+        for i, output in enumerate(fleet.outputs):
+            if key in output:
+                leaks.append(f"{name} in playbook/CLI output #{i}")
+    roots = [fleet.root, fleet.root.parent]  # nodes, router, ledger, evidence, CLI run folders
+    for root in roots:
+        for path in root.rglob("*"):
+            if not path.is_file() or path.suffix == ".env" or "inventory" in path.parts:
+                continue
+            data = path.read_bytes()
+            for name, key in KEYS.items():
+                if key.encode() in data:
+                    leaks.append(f"{name} in {path}")
+    assert not leaks, leaks
+
+
+def test_bad_router_settings_are_refused_before_anything_is_touched(tmp_path, venv):
+    fleet = make_fleet(tmp_path, hosts=1, router=venv)
+    _add_vars(fleet.inventory / "group_vars" / "sglang_routers.yml", {
+        "sglang_router_policy": "cache_awre",
+        "sglang_router_retry_max_retries": "lots",
+        "sglang_router_extra_args": ["--worker-urls", "http://10.0.0.1:30000"]})
+    run = fleet.deploy()
+    assert run.rc != 0
+    text = " ".join(run.output.split())
+    for line in (
+            "host sim-router: sglang_router_policy='cache_awre': is not one of sglang-router "
+            "0.3.2's choices for --policy. Fix: did you mean 'cache_aware'?",
+            "host sim-router: sglang_router_retry_max_retries='lots': must be an integer. "
+            "Fix: set an integer in 1..100",
+            "sglang_router_extra_args=['--worker-urls', 'http://10.0.0.1:30000']: "
+            "--worker-urls: the router starts with no workers"):
+        assert line in text, text[-3000:]
+    assert "sim-node-1" not in run.recap, "a server was touched after the router was refused"
+    assert not fleet.root.exists()
+
+
+def test_the_shipped_catalogue_is_the_installed_routers_parser(venv):
+    check = subprocess.run([sys.executable, "-m", "sglang_fleet.router_catalogue", "check",
+                            "--python", str(venv / "bin" / "python")],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
