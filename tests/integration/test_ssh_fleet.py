@@ -19,7 +19,7 @@ from sglang_fleet.testfleet.local import (
     http_status,
     wait_for,
 )
-from sglang_fleet.testfleet.ssh import make_ssh_fleet, unavailable
+from sglang_fleet.testfleet.ssh import control_dir, make_ssh_fleet, unavailable
 from sglang_fleet_node.sglang_fleet_procs import deployment_processes, stop_deployment
 
 pytestmark = [pytest.mark.integration,
@@ -34,7 +34,7 @@ def ssh_fleet(tmp_path):
         if fleet.nodes[host].proc and fleet.nodes[host].proc.poll() is not None:
             fleet.start_sshd(host)  # a fault test stopped it: stop the server through it
     fleet.stop()
-    control = fleet.inventory.parent / "ssh-control"
+    control = control_dir(fleet.public_dir)
     assert any(control.iterdir()), "Ansible shared its connections through the fleet's folder"
     fleet.close()
     fleet.kill_leftovers()

@@ -6,6 +6,7 @@ sudo; ./bootstrap installs the packages."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -34,16 +35,20 @@ def unavailable() -> str | None:
 
 
 def ensure_login_user() -> None:
-    """The non-root user Ansible logs in as; sudo without a password, as on a fleet."""
-    if subprocess.run(["id", LOGIN_USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", LOGIN_USER],
-                       check=True)
-    # No password, but not a locked account: sshd (without PAM) refuses locked ones.
-    subprocess.run(["usermod", "-p", "*", LOGIN_USER], check=True)
-    if not SUDOERS.exists():
-        SUDOERS.write_text(f"{LOGIN_USER} ALL=(ALL) NOPASSWD: ALL\n")
-        SUDOERS.chmod(0o440)
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation folder
+    """The non-root user Ansible logs in as; sudo without a password, as on a fleet. Under a
+    lock: the SSH and systemd test fleets may set it up at once (parallel test workers)."""
+    Path("/run/lock").mkdir(parents=True, exist_ok=True)
+    with open("/run/lock/sglang-fleet-tests-user.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["id", LOGIN_USER], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", LOGIN_USER],
+                           check=True)
+        # No password, but not a locked account: sshd (without PAM) refuses locked ones.
+        subprocess.run(["usermod", "-p", "*", LOGIN_USER], check=True)
+        if not SUDOERS.exists():
+            SUDOERS.write_text(f"{LOGIN_USER} ALL=(ALL) NOPASSWD: ALL\n")
+            SUDOERS.chmod(0o440)
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation folder
 
 
 @dataclass
@@ -85,8 +90,8 @@ class SshFleet(SimFleet):
     def close_connections(self) -> None:
         """End the SSH connection-sharing masters Ansible left for this fleet (ControlPersist
         keeps them for minutes), by their control sockets: ours, and nobody else's."""
-        folder = self.inventory.parent / "ssh-control"
-        for sock in folder.glob("*") if folder.is_dir() else ():
+        folder = control_dir(self.public_dir) if self.public_dir else None
+        for sock in folder.glob("*") if folder and folder.is_dir() else ():
             subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "fleet-node"],
                            capture_output=True, timeout=15)
 
@@ -113,6 +118,12 @@ def make_ssh_fleet(tmp: Path, hosts: int = 3, time_factor: float = 0.005,
         fleet.close()
         raise
     return fleet
+
+
+def control_dir(public: Path) -> Path:
+    """The fleet's SSH connection-sharing sockets: under its short key folder, since a socket's
+    path must fit in 108 bytes (a pytest temp folder, more so a parallel worker's, may not)."""
+    return public / "ssh-control"
 
 
 def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, nodes_root: Path,
@@ -157,7 +168,7 @@ def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, node
                                 "-o ConnectTimeout=5",
         ansible_become=True,
         # Connection-sharing sockets in the fleet's own folder, so close() can end them.
-        ansible_control_path_dir=str(tmp / "ssh-control"),
+        ansible_control_path_dir=str(control_dir(public)),
         # The node's Python: this checkout's environment, reached as root through sudo.
         ansible_python_interpreter=sys.executable,
         sglang_server_python=sys.executable,
