@@ -271,7 +271,9 @@ class Trials:
             env_file = fleet.host_root(HOST) / "conf" / f"Kimi-K2.5-{fleet.port(HOST)}.env"
             found, scanned = [], 0
             for path in [*self.work.rglob("*"), *fleet.host_root(HOST).rglob("*")]:
-                if not path.is_file() or path == env_file or path.is_symlink():
+                # The secrets' own files: the inventory they are written in, the env file.
+                if not path.is_file() or path == env_file or path.is_symlink() or \
+                        path.is_relative_to(fleet.inventory):
                     continue
                 scanned += 1
                 data = path.read_bytes()
