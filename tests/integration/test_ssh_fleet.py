@@ -33,11 +33,14 @@ def ssh_fleet(tmp_path):
     for host in fleet.hosts:
         if fleet.nodes[host].proc and fleet.nodes[host].proc.poll() is not None:
             fleet.start_sshd(host)  # a fault test stopped it: stop the server through it
-    fleet.stop()
     control = control_dir(fleet.public_dir)
-    assert any(control.iterdir()), "Ansible shared its connections through the fleet's folder"
-    fleet.close()
-    fleet.kill_leftovers()
+    try:
+        fleet.stop()
+        shared = any(control.iterdir())
+    finally:
+        fleet.close()
+        fleet.kill_leftovers()
+    assert shared, "Ansible shared its connections through the fleet's folder"
     # No connection-sharing master (nor its sshd session) outlives the fleet.
     assert not [p for p in _cmdlines() if str(control) in p]
 
