@@ -12,15 +12,12 @@ pinned release's.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from sglang_fleet.settings import _IndentedDumper, _wrap, _yaml_value
+from sglang_fleet.settings import RoleFiles
 
 PREFIX = "sglang_router_"
 ROLE_DIR = Path(__file__).resolve().parents[2] / "roles" / "sglang_router"
@@ -183,81 +180,30 @@ BY_VARIABLE: dict[str, RouterSetting] = {s.variable: s for s in SETTINGS}
 SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
 OWNED_FLAGS: dict[str, str] = {s.flag: s.variable for s in SETTINGS if s.flag}
 
-GENERATED_NOTE = ("Generated from src/sglang_fleet/router_settings.py by\n# "
-                  "`python -m sglang_fleet.router_settings --write`: edit the table there.")
-
-
 def defaults() -> dict[str, Any]:
     return {s.variable: s.default for s in SETTINGS}
 
 
-def defaults_yaml() -> str:
-    lines = ["---", f"# {GENERATED_NOTE}",
-             "# The router in front of the fleet: SGLang's own (sglang-router), its membership "
-             "decided",
-             "# by the gate. meta/argument_specs.yml mirrors this file."]
-    section = None
-    for s in SETTINGS:
-        if s.section != section:
-            section = s.section
-            lines += ["", *(f"# {part}" for part in _wrap(SECTION_NOTES[section]))]
-        lines += [f"# {part}" for part in _wrap(s.doc)]
-        lines.append(f"{s.variable}: {_yaml_value(s.default)}")
-    return "\n".join(lines) + "\n"
-
-
-def argument_specs() -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for s in SETTINGS:
-        option: dict[str, Any] = {"type": s.kind, "description": s.doc, "default": s.default}
-        if s.choices:
-            option["choices"] = list(s.choices)
-        if s.elements:
-            option["elements"] = s.elements
-        if s.secret:
-            option["no_log"] = True
-        options[s.variable] = option
-    return {"argument_specs": {"main": {
-        "short_description": "Run SGLang's router (sglang-router) in front of the fleet",
-        "description": [
-            "Validates the router's settings on the controller, installs the pinned release "
-            "into its own virtualenv, lets the installed router parse the rendered command, "
-            "renders the launch files (secrets in a 0600 env file) and runs it under systemd "
-            "or the supervisor, like the servers.",
-            "Its task files membership.yml, drain.yml and view.yml put ready servers in, take "
-            "failed ones out, drain a worker before a restart and report the router's view."],
-        "options": options}}}
-
-
-def argument_specs_yaml() -> str:
-    body = yaml.dump(argument_specs(), Dumper=_IndentedDumper, sort_keys=False, width=100,
-                     allow_unicode=True)
-    return f"---\n# {GENERATED_NOTE}\n{body}"
-
-
-def generated_files() -> dict[Path, str]:
-    return {ROLE_DIR / "defaults" / "main.yml": defaults_yaml(),
-            ROLE_DIR / "meta" / "argument_specs.yml": argument_specs_yaml()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.router_settings",
-                                     description="Write the sglang_router role's defaults and "
-                                                 "argument specs from the settings table.")
-    parser.add_argument("--write", action="store_true", help="write the files (else: check)")
-    args = parser.parse_args(argv)
-    files = generated_files()
-    if args.write:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-        return 0
-    stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
-    for path in stale:
-        print(f"out of date: {path} (run python -m sglang_fleet.router_settings --write)",
-              file=sys.stderr)
-    return 1 if stale else 0
+ROLE_FILES = RoleFiles(
+    table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
+    module="sglang_fleet.router_settings",
+    intro=("The router in front of the fleet: SGLang's own (sglang-router), its membership "
+           "decided",
+           "by the gate. meta/argument_specs.yml mirrors this file."),
+    short_description="Run SGLang's router (sglang-router) in front of the fleet",
+    description=(
+        "Validates the router's settings on the controller, installs the pinned release "
+        "into its own virtualenv, lets the installed router parse the rendered command, "
+        "renders the launch files (secrets in a 0600 env file) and runs it under systemd "
+        "or the supervisor, like the servers.",
+        "Its task files membership.yml, drain.yml and view.yml put ready servers in, take "
+        "failed ones out, drain a worker before a restart and report the router's view."))
+GENERATED_NOTE = ROLE_FILES.note
+defaults_yaml = ROLE_FILES.defaults_yaml
+argument_specs = ROLE_FILES.argument_specs
+argument_specs_yaml = ROLE_FILES.argument_specs_yaml
+generated_files = ROLE_FILES.generated_files
+main = ROLE_FILES.main
 
 
 if __name__ == "__main__":

@@ -271,8 +271,6 @@ def owners_by_dest(cat: Any) -> dict[str, Setting]:
 
 _ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool",
                   "list": "list", "dict": "dict", "path": "path"}
-GENERATED_NOTE = ("Generated from src/sglang_fleet/settings.py by\n# "
-                  "`python -m sglang_fleet.settings --write`: edit the table there.")
 
 
 class _IndentedDumper(yaml.SafeDumper):
@@ -287,75 +285,104 @@ def _yaml_value(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def defaults_yaml() -> str:
-    lines = ["---", f"# {GENERATED_NOTE}",
-             "# Every public variable of a deployment; the LaunchSpec is built from these on the",
-             "# controller (sglang_fleet.spec). meta/argument_specs.yml mirrors this file."]
-    section = None
-    for s in SETTINGS:
-        if s.section != section:
-            section = s.section
-            lines += ["", *(f"# {part}" for part in _wrap(SECTION_NOTES[section]))]
-        lines += [f"# {part}" for part in _wrap(s.doc)]
-        lines.append(f"{s.variable}: {_yaml_value(s.default)}")
-    return "\n".join(lines) + "\n"
-
-
 def _wrap(text: str, width: int = 96) -> list[str]:
     import textwrap
 
     return textwrap.wrap(text, width) or [""]
 
 
-def argument_specs() -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for s in SETTINGS:
-        option: dict[str, Any] = {"type": _ANSIBLE_TYPES[s.kind], "description": s.doc,
-                                  "default": s.default}
-        if s.choices:
-            option["choices"] = list(s.choices)
-        if s.elements:
-            option["elements"] = s.elements
-        if s.secret:
-            option["no_log"] = True
-        options[s.variable] = option
-    return {"argument_specs": {"main": {
-        "short_description": "Deploy one SGLang server per node from inventory variables",
-        "description": [
-            "Builds and validates the LaunchSpec on the controller, checks the node, installs "
-            "SGLang, renders the launch files, starts the service and gates it on its progress "
-            "until it is ready."],
-        "options": options}}}
+@dataclass(frozen=True)
+class RoleFiles:
+    """How a settings table becomes its role's defaults/main.yml and meta/argument_specs.yml
+    (the sglang_server role's here, the sglang_router role's in router_settings)."""
+
+    table: tuple[Any, ...]  # rows with variable, kind, default, doc, section, choices, ...
+    section_notes: dict[str, str]
+    role_dir: Path
+    module: str  # the module whose table it is: `python -m MODULE --write` rewrites the files
+    intro: tuple[str, ...]  # comment lines heading defaults/main.yml
+    short_description: str
+    description: tuple[str, ...]
+
+    @property
+    def note(self) -> str:
+        return (f"Generated from src/{self.module.replace('.', '/')}.py by\n# "
+                f"`python -m {self.module} --write`: edit the table there.")
+
+    def defaults_yaml(self) -> str:
+        lines = ["---", f"# {self.note}", *(f"# {line}" for line in self.intro)]
+        section = None
+        for s in self.table:
+            if s.section != section:
+                section = s.section
+                lines += ["", *(f"# {part}" for part in _wrap(self.section_notes[section]))]
+            lines += [f"# {part}" for part in _wrap(s.doc)]
+            lines.append(f"{s.variable}: {_yaml_value(s.default)}")
+        return "\n".join(lines) + "\n"
+
+    def argument_specs(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        for s in self.table:
+            option: dict[str, Any] = {"type": _ANSIBLE_TYPES[s.kind], "description": s.doc,
+                                      "default": s.default}
+            if s.choices:
+                option["choices"] = list(s.choices)
+            if s.elements:
+                option["elements"] = s.elements
+            if s.secret:
+                option["no_log"] = True
+            options[s.variable] = option
+        return {"argument_specs": {"main": {
+            "short_description": self.short_description,
+            "description": list(self.description),
+            "options": options}}}
+
+    def argument_specs_yaml(self) -> str:
+        body = yaml.dump(self.argument_specs(), Dumper=_IndentedDumper, sort_keys=False,
+                         width=100, allow_unicode=True)
+        return f"---\n# {self.note}\n{body}"
+
+    def generated_files(self) -> dict[Path, str]:
+        return {self.role_dir / "defaults" / "main.yml": self.defaults_yaml(),
+                self.role_dir / "meta" / "argument_specs.yml": self.argument_specs_yaml()}
+
+    def main(self, argv: list[str] | None = None) -> int:
+        parser = argparse.ArgumentParser(
+            prog=f"python -m {self.module}",
+            description=f"Write the {self.role_dir.name} role's defaults and argument specs "
+                        f"from the settings table.")
+        parser.add_argument("--write", action="store_true",
+                            help="write the files (else: check)")
+        args = parser.parse_args(argv)
+        files = self.generated_files()
+        if args.write:
+            for path, text in files.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                print(f"wrote {path}")
+            return 0
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+        for path in stale:
+            print(f"out of date: {path} (run python -m {self.module} --write)",
+                  file=sys.stderr)
+        return 1 if stale else 0
 
 
-def argument_specs_yaml() -> str:
-    body = yaml.dump(argument_specs(), Dumper=_IndentedDumper, sort_keys=False, width=100,
-                     allow_unicode=True)
-    return f"---\n# {GENERATED_NOTE}\n{body}"
-
-
-def generated_files() -> dict[Path, str]:
-    return {ROLE_DIR / "defaults" / "main.yml": defaults_yaml(),
-            ROLE_DIR / "meta" / "argument_specs.yml": argument_specs_yaml()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.settings",
-                                     description="Write the sglang_server role's defaults and "
-                                                 "argument specs from the settings table.")
-    parser.add_argument("--write", action="store_true", help="write the files (else: check)")
-    args = parser.parse_args(argv)
-    stale = [p for p, text in generated_files().items()
-             if not p.exists() or p.read_text() != text]
-    if args.write:
-        for path, text in generated_files().items():
-            path.write_text(text)
-            print(f"wrote {path}")
-        return 0
-    for path in stale:
-        print(f"out of date: {path} (run python -m sglang_fleet.settings --write)",
-              file=sys.stderr)
-    return 1 if stale else 0
+ROLE_FILES = RoleFiles(
+    table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
+    module="sglang_fleet.settings",
+    intro=("Every public variable of a deployment; the LaunchSpec is built from these on the",
+           "controller (sglang_fleet.spec). meta/argument_specs.yml mirrors this file."),
+    short_description="Deploy one SGLang server per node from inventory variables",
+    description=("Builds and validates the LaunchSpec on the controller, checks the node, "
+                 "installs SGLang, renders the launch files, starts the service and gates it "
+                 "on its progress until it is ready.",))
+GENERATED_NOTE = ROLE_FILES.note
+defaults_yaml = ROLE_FILES.defaults_yaml
+argument_specs = ROLE_FILES.argument_specs
+argument_specs_yaml = ROLE_FILES.argument_specs_yaml
+generated_files = ROLE_FILES.generated_files
+main = ROLE_FILES.main
 
 
 if __name__ == "__main__":
