@@ -118,12 +118,14 @@ def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False
     return "\n".join(lines) + "\n"
 
 
-def systemd_unit(spec: dict[str, Any]) -> str:
+def service_unit(spec: dict[str, Any], description: str, limits: tuple[str, ...] = ()) -> str:
+    """The systemd unit of one deployment (a server, or a router): its cgroup is the
+    deployment, its log appended to the deployment's log file, no restart loop."""
     paths, service = spec["paths"], spec["service"]
     return "\n".join([
         HEADER,
         "[Unit]",
-        f"Description=SGLang server {spec['marker']} (sglang-fleet, config {spec['config_hash']})",
+        f"Description={description}",
         "After=network-online.target",
         "Wants=network-online.target",
         "",
@@ -132,7 +134,7 @@ def systemd_unit(spec: dict[str, Any]) -> str:
         f"User={service['user']}",
         f"WorkingDirectory={paths['root']}",
         f"ExecStart={paths['script']}",
-        # The whole cgroup is this server: stop kills every worker and nothing else.
+        # The whole cgroup is this deployment: stop kills every worker and nothing else.
         "KillMode=control-group",
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={service['stop_timeout']}",
@@ -141,12 +143,18 @@ def systemd_unit(spec: dict[str, Any]) -> str:
         f"StandardOutput=append:{paths['log_file']}",
         f"StandardError=append:{paths['log_file']}",
         "LimitNOFILE=1048576",
-        "LimitMEMLOCK=infinity",
+        *limits,
         "",
         "[Install]",
         "WantedBy=multi-user.target",
         "",
     ])
+
+
+def systemd_unit(spec: dict[str, Any]) -> str:
+    return service_unit(
+        spec, f"SGLang server {spec['marker']} (sglang-fleet, config {spec['config_hash']})",
+        ("LimitMEMLOCK=infinity",))
 
 
 def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from sglang_fleet.render import HEADER, env_file
+from sglang_fleet.render import HEADER, env_file, service_unit
 from sglang_fleet.router_spec import SECRET_ARG
 
 
@@ -55,33 +55,8 @@ def launch_script(spec: dict[str, Any]) -> str:
 
 
 def systemd_unit(spec: dict[str, Any]) -> str:
-    paths, service = spec["paths"], spec["service"]
-    return "\n".join([
-        HEADER,
-        "[Unit]",
-        f"Description=SGLang router {spec['marker']} (sglang-fleet, config "
-        f"{spec['config_hash']})",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=exec",
-        f"User={service['user']}",
-        f"WorkingDirectory={paths['root']}",
-        f"ExecStart={paths['script']}",
-        "KillMode=control-group",
-        "KillSignal=SIGTERM",
-        f"TimeoutStopSec={service['stop_timeout']}",
-        # Like the servers: a crash stays visible; the fleet's deploy starts it again.
-        "Restart=no",
-        f"StandardOutput=append:{paths['log_file']}",
-        f"StandardError=append:{paths['log_file']}",
-        "LimitNOFILE=1048576",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+    return service_unit(
+        spec, f"SGLang router {spec['marker']} (sglang-fleet, config {spec['config_hash']})")
 
 
 def render_router_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
