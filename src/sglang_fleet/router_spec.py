@@ -24,7 +24,7 @@ from typing import Any
 from sglang_fleet.catalogue import Catalogue
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
-from sglang_fleet.spec import MARKER_VAR, SpecError, config_hash, describe_value
+from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value
 
 API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
 CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
@@ -57,22 +57,7 @@ LAUNCHER = (
 )
 
 
-class _Problems:
-    def __init__(self, host: str):
-        self.host = host
-        self.errors: list[SpecError] = []
-        self.warnings: list[str] = []
-
-    def error(self, variable: str, value: Any, problem: str, fix: str,
-              described: str | None = None) -> None:
-        self.errors.append(SpecError(self.host, variable, described or describe_value(value),
-                                     problem, fix))
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(f"host {self.host}: {text}")
-
-
-def _unknown_variables(settings: dict[str, Any], p: _Problems) -> None:
+def _unknown_variables(settings: dict[str, Any], p: Problems) -> None:
     for name in sorted(settings):
         if not name.startswith(PREFIX) or name in BY_VARIABLE or name.startswith(PREFIX + "_"):
             continue
@@ -88,7 +73,7 @@ def _secret_names() -> set[str]:
     return {s.variable for s in SETTINGS if s.secret}
 
 
-def _coerce(s: RouterSetting, raw: Any, p: _Problems) -> Any:
+def _coerce(s: RouterSetting, raw: Any, p: Problems) -> Any:
     var = s.variable
     if raw is None or (raw == "" and (s.nullable or s.secret)):
         if s.kind == "list":
@@ -152,7 +137,7 @@ def _coerce(s: RouterSetting, raw: Any, p: _Problems) -> Any:
     raise ValueError(f"router settings table: unknown kind {s.kind!r} for {var}")
 
 
-def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: _Problems) -> None:
+def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: Problems) -> None:
     choices = cat.by_flag[s.flag].choices if s.flag in cat.by_flag else None
     if choices is None or value in choices:
         return
@@ -162,7 +147,7 @@ def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: _Problems) -> None:
             + f"valid: {', '.join(str(c) for c in choices)}")
 
 
-def _check_key(variable: str, key: Any, p: _Problems, where: str = "") -> None:
+def _check_key(variable: str, key: Any, p: Problems, where: str = "") -> None:
     problem = None
     if not isinstance(key, str) or not key:
         problem = "is empty or not a string"
@@ -176,7 +161,7 @@ def _check_key(variable: str, key: Any, p: _Problems, where: str = "") -> None:
                 "-hex 24`, kept in ansible-vault", described="<secret>")
 
 
-def _control_plane_keys(keys: list[Any], p: _Problems) -> list[dict[str, str]]:
+def _control_plane_keys(keys: list[Any], p: Problems) -> list[dict[str, str]]:
     var = PREFIX + "control_plane_api_keys"
     out: list[dict[str, str]] = []
     seen: set[str] = set()
@@ -213,7 +198,7 @@ def _control_plane_keys(keys: list[Any], p: _Problems) -> list[dict[str, str]]:
     return out
 
 
-def _check_extra_args(tokens: list[str], cat: Catalogue, p: _Problems) -> None:
+def _check_extra_args(tokens: list[str], cat: Catalogue, p: Problems) -> None:
     var = PREFIX + "extra_args"
     check = cat.check_args(tokens)
     for problem in check.problems:
@@ -265,7 +250,7 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     """Build and validate one router host's RouterSpec. `settings` holds the host's
     sglang_router_* variables (missing ones take the table's defaults); `address` is how other
     machines reach the host (its ansible_host). Returns {"ok", "errors", "warnings", "spec"}."""
-    p = _Problems(host)
+    p = Problems(host, prefix="")
     _unknown_variables(settings, p)
     v: dict[str, Any] = {}
     for s in SETTINGS:
@@ -394,7 +379,7 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
     }
 
 
-def _result(p: _Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
+def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
     return {"ok": not p.errors, "errors": [str(e) for e in p.errors],
             "warnings": p.warnings, "spec": spec}
 

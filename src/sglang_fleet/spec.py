@@ -35,8 +35,9 @@ from sglang_fleet.settings import (
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
-           "OUTPUT_FACTS", "PREFIX", "SECRET_SETTINGS", "SpecError", "build_launch_spec",
-           "config_hash", "describe_value", "group_consistency_errors", "public_settings"]
+           "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS", "SpecError",
+           "build_launch_spec", "config_hash", "describe_value", "group_consistency_errors",
+           "public_settings"]
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
@@ -117,18 +118,21 @@ class SpecError:
         return f"host {self.host}: {self.variable}={self.value}: {self.problem}. Fix: {self.fix}"
 
 
-class _Problems:
-    """Every error and warning of one host, so an operator fixes an inventory in one pass."""
+class Problems:
+    """Every error and warning of one host, so an operator fixes an inventory in one pass.
+    A variable named without `prefix` (a setting's short name) gets it; "" leaves names as
+    given."""
 
-    def __init__(self, host: str):
+    def __init__(self, host: str, prefix: str = PREFIX):
         self.host = host
+        self.prefix = prefix
         self.errors: list[SpecError] = []
         self.warnings: list[str] = []
 
     def error(self, variable: str, value: Any, problem: str, fix: str,
               described: str | None = None) -> None:
-        name = variable if variable.startswith(PREFIX) or variable.isupper() else (
-            PREFIX + variable)
+        name = variable if (not self.prefix or variable.startswith(self.prefix)
+                            or variable.isupper()) else self.prefix + variable
         self.errors.append(SpecError(self.host, name, described or describe_value(value),
                                      problem, fix))
 
@@ -151,7 +155,7 @@ class Validated:
         return self.values[name]
 
 
-def _coerce(setting: Setting, raw: Any, p: _Problems) -> Any:
+def _coerce(setting: Setting, raw: Any, p: Problems) -> Any:
     """The value in its type, or None after reporting the problem."""
     var = setting.variable
     if raw is None or (raw == "" and setting.nullable):
@@ -234,7 +238,7 @@ def _coerce(setting: Setting, raw: Any, p: _Problems) -> Any:
     raise ValueError(f"settings table: unknown kind {kind!r} for {var}")
 
 
-def _unknown_variables(settings: dict[str, Any], p: _Problems, where: str = "") -> None:
+def _unknown_variables(settings: dict[str, Any], p: Problems, where: str = "") -> None:
     """An sglang_server_* variable the role does not have is a typo, never ignored."""
     for name in sorted(settings):
         if not name.startswith(PREFIX) or name in BY_VARIABLE or name in OUTPUT_FACTS \
@@ -246,7 +250,7 @@ def _unknown_variables(settings: dict[str, Any], p: _Problems, where: str = "") 
         p.error(name, settings[name], f"is not a setting of the sglang_server role{where}", fix)
 
 
-def validate(settings: dict[str, Any], p: _Problems) -> Validated | None:
+def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
     _unknown_variables(settings, p)
     overrides = settings.get(PREFIX + "overrides") or {}
     if not isinstance(overrides, dict):
@@ -287,7 +291,7 @@ def validate(settings: dict[str, Any], p: _Problems) -> Validated | None:
 
 
 def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: dict[str, Any],
-                      p: _Problems) -> None:
+                      p: Problems) -> None:
     option = cat.by_flag.get(setting.flag or "")
     choices = option.choices if option else None
     if choices is None or value in choices or value == setting.omit:
@@ -324,7 +328,7 @@ def _facts_guess(effective: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_secrets(values: dict[str, Any], cat: Catalogue, p: _Problems) -> None:
+def _check_secrets(values: dict[str, Any], cat: Catalogue, p: Problems) -> None:
     key = values.get("api_key")
     if key:
         problem = None
@@ -367,7 +371,7 @@ class Topology:
 
 
 def topology(v: Validated, host: str, members: list[str] | None, dist_host: str | None,
-             p: _Problems) -> Topology:
+             p: Problems) -> Topology:
     nnodes, node_rank, addr = 1, 0, None
     group = v["group"]
     if group:
@@ -473,7 +477,7 @@ def _masked_tokens(tokens: list[str]) -> list[str]:
     return out
 
 
-def _check_extra_args(v: Validated, p: _Problems) -> list[str]:
+def _check_extra_args(v: Validated, p: Problems) -> list[str]:
     """Each token of extra_args against the catalogue; options the settings own are refused,
     whatever alias spells them."""
     extra = v["extra_args"] or []
@@ -500,7 +504,7 @@ def _check_extra_args(v: Validated, p: _Problems) -> list[str]:
     return extra
 
 
-def _environment(v: Validated, p: _Problems) -> dict[str, str]:
+def _environment(v: Validated, p: Problems) -> dict[str, str]:
     env: dict[str, str] = {}
     known = nccl_variable_names()
     for name, value in (v["nccl_profile"] or {}).items():
@@ -540,7 +544,7 @@ def _environment(v: Validated, p: _Problems) -> dict[str, str]:
     return env
 
 
-def server_command(v: Validated, topo: Topology, host: str, served: str, p: _Problems
+def server_command(v: Validated, topo: Topology, host: str, served: str, p: Problems
                    ) -> ServerCommand:
     cmd = ServerCommand()
     clean = not p.errors
@@ -583,7 +587,7 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: _Pro
     return cmd
 
 
-def _refuse_rule(rule: Rule, v: Validated, p: _Problems) -> None:
+def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
     short = rule.fix_variable.removeprefix(PREFIX)
     note = ""
     if short == "attention_backend" and v["attention_backend"] is None:
@@ -628,7 +632,7 @@ def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, A
     }
 
 
-def _deployment_name(v: Validated, served: str | None, p: _Problems) -> str | None:
+def _deployment_name(v: Validated, served: str | None, p: Problems) -> str | None:
     explicit = v["deployment_name"]
     name = explicit or (f"{served}-{v['port']}" if served and v["port"] else None)
     if name is not None and not _DEPLOYMENT_NAME.match(name):
@@ -649,7 +653,7 @@ def _deployment_name(v: Validated, served: str | None, p: _Problems) -> str | No
 # ---- stage 5: the gate -------------------------------------------------------------------
 
 def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated: bool,
-         p: _Problems) -> dict[str, Any]:
+         p: Problems) -> dict[str, Any]:
     windows, ceilings = default_windows(v["model_size_b"])
     for short, target in (("gate_stall_windows", windows), ("gate_ceilings", ceilings)):
         for phase, seconds in (v[short] or {}).items():
@@ -697,7 +701,7 @@ def build_launch_spec(
     `sglang_server_group` (None for a single-node server); dist_init_host is the address of
     the group's rank 0.
     """
-    p = _Problems(host)
+    p = Problems(host)
     v = validate(settings, p)
     if v is None:
         return _result(p, None)
@@ -851,7 +855,7 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
     return errors
 
 
-def _result(p: _Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
+def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "ok": not p.errors,
         "errors": [str(e) for e in p.errors],
