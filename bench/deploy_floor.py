@@ -56,26 +56,31 @@ def timed_playbook(playbook: str, inventory: Path, extra: dict) -> tuple[float, 
     return time.monotonic() - t0, children_cpu() - cpu0, rc, lines
 
 
-class HealthProbe(threading.Thread):
-    """Polls each server's /health every 50 ms; records the first 200 per host."""
+class HealthProbe:
+    """Polls each server's /health every 50 ms, one thread per server (SGLang's /health takes
+    a second, so one thread for all would see the last servers late); records the first 200
+    per host."""
 
     def __init__(self, urls: dict[str, str]):
-        super().__init__(daemon=True)
         self.urls = urls
         self.first_ok: dict[str, float] = {}
         self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._poll, args=(host, url), daemon=True)
+                        for host, url in urls.items()]
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def _poll(self, host: str, url: str) -> None:
         session = requests.Session()
-        while not self.stop.is_set() and len(self.first_ok) < len(self.urls):
-            for host, url in self.urls.items():
-                if host in self.first_ok:
-                    continue
-                try:
-                    if session.get(url + "/health", timeout=2).status_code == 200:
-                        self.first_ok[host] = time.monotonic()
-                except requests.RequestException:
-                    pass
+        while not self.stop.is_set():
+            try:
+                if session.get(url + "/health", timeout=5).status_code == 200:
+                    self.first_ok[host] = time.monotonic()
+                    return
+            except requests.RequestException:
+                pass
             self.stop.wait(0.05)
 
 

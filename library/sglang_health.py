@@ -195,83 +195,22 @@ processes:
   elements: dict
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_args import (
-    DEPLOYMENT_REQUIRED_IF,
-    deployment_argument_spec,
+from ansible.module_utils.sglang_fleet_gate import (
+    GATE_ARGS,
+    GATE_REQUIRED_IF,
+    GateArgsInvalid,
+    judge,
 )
-from ansible.module_utils.sglang_fleet_classify import classify
-from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-from ansible.module_utils.sglang_fleet_logphase import progress_text
-from ansible.module_utils.sglang_fleet_observe import observe
-from ansible.module_utils.sglang_fleet_service import launch_errors
-from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
-
-
-def watch(p, previous, windows, ceilings):
-    """Observe, and keep observing on the node for up to `wait` seconds while the server is
-    progressing in the same phase: return at once on a verdict or a phase change (so the gate
-    answers the moment a server is ready, and no SSH session is held for long). While the port
-    is open and /health is not yet 200 it looks every 0.25 s, otherwise every `poll` s."""
-    obs = observe(p)
-    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
-    deadline = time.time() + max(0.0, p["wait"])
-    phase = verdict["phase"]
-    while verdict["verdict"] == PROGRESSING and verdict["phase"] == phase:
-        pause = 0.25 if obs.get("port_open") else max(0.25, p["poll"])
-        if time.time() + pause > deadline:
-            break
-        time.sleep(pause)
-        obs = observe(p)
-        verdict, state = classify(state, obs, time.time(), windows, ceilings)
-    return obs, verdict, state
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=deployment_argument_spec(
-            log_file=dict(type="path", required=True),
-            gate_state_file=dict(type="path", required=True),
-            host=dict(type="str", default="127.0.0.1"),
-            port=dict(type="int", required=True),
-            serves_http=dict(type="bool", default=True),
-            health_timeout=dict(type="float", default=25),
-            gpu_timeout=dict(type="float", default=10),
-            kernel_log=dict(type="str", default="kmsg"),
-            cuda_graph=dict(type="bool", default=True),
-            stall_windows=dict(type="dict", required=True),
-            ceilings=dict(type="dict", required=True),
-            wait=dict(type="float", default=0),
-            poll=dict(type="float", default=1.0),
-        ),
-        required_if=DEPLOYMENT_REQUIRED_IF,
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=GATE_ARGS, required_if=GATE_REQUIRED_IF,
+                           supports_check_mode=True)
     try:
-        windows = dict((k, float(v)) for k, v in p["stall_windows"].items())
-        ceilings = dict((k, float(v)) for k, v in p["ceilings"].items())
-    except (TypeError, ValueError) as exc:
-        module.fail_json(msg="stall_windows and ceilings map phases to seconds: %s" % exc)
-    obs, verdict, state = watch(p, read_json(p["gate_state_file"]), windows, ceilings)
-    if not module.check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
-        write_json_atomic(p["gate_state_file"], state)
-    verdict["progress_text"] = progress_text(obs["log"])
-    verdict["processes"] = [dict((k, m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
-                            for m in obs["processes"]]
-    verdict["gpus"] = obs.get("gpus", [])
-    verdict["run_id"] = obs["run_id"]
-    if verdict["verdict"] == "crashed" and p["manager"] == "supervisor":
-        # Write errors in the launch path (a full log filesystem) leave nothing in the log.
-        errors = launch_errors(p["state_file"])
-        if errors:
-            verdict["evidence"]["launch_errors"] = errors
-            verdict["reason"] += "; " + errors[-1]
-    if obs.get("gpu_error"):
-        verdict["evidence"]["gpu_error"] = obs["gpu_error"]
+        verdict = judge(module.params, module.check_mode)
+    except GateArgsInvalid as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **verdict)
 
 

@@ -92,6 +92,15 @@ options:
     type: list
     elements: str
     default: []
+  gate:
+    description:
+      - The options of M(sglang_health) for this deployment. When given, and the service runs
+        unchanged from the rendered files whose command line the installed SGLang already
+        parsed, the gate's first observation is taken in this module run, beside the GPU
+        query, and returned as I(gate); a deploy with nothing to change then needs no other
+        module run on the node.
+      - Never observed in check mode.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -153,6 +162,12 @@ shm_removed:
   returned: when the service was not running
   type: list
   elements: str
+gate:
+  description: The gate's verdict, exactly as M(sglang_health) returns it (verdict, phase,
+    headline, evidence, run_id and the rest), the observation kept for the gate's next call.
+  returned: when I(gate) was given and nothing is to change
+  type: dict
+  sample: {verdict: ready, phase: ready, headline: "ready: answered /health in 1.0 s"}
 summary:
   description: One line saying what the deploy will do on the node and why (the sglang_fleet
     stdout callback prints it).
@@ -163,6 +178,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_gate import GATE_ARGS, GATE_REQUIRED_IF
 from ansible.module_utils.sglang_fleet_nodecheck import NodeRefused, check_node
 
 
@@ -186,6 +202,7 @@ def main():
             argcheck_record=dict(type="path"),
             args_parser=dict(type="str", default="sglang.srt.server_args:prepare_server_args"),
             args=dict(type="list", elements="str", default=[], no_log=False),
+            gate=dict(type="dict", options=GATE_ARGS, required_if=GATE_REQUIRED_IF),
         ),
         required_if=[("gpu_backend", "simulated", ("sim_dir",))],
         supports_check_mode=True,

@@ -177,6 +177,13 @@ class CallbackModule(DefaultCallback):
             # The node check's one line: what the deploy will do on that node, and why.
             self._display.display("NODE [%s]: %s" % (result.host.get_name(), res["summary"]),
                                   color="cyan")
+            gate = res.get("gate") or {}
+            if gate.get("verdict") in ("ready", "progressing"):
+                # Nothing was to change and the node check asked the server: its verdict is
+                # the gate's (a failed one is shown once, by the task that fails the host).
+                self._display.display("GATE [%s]: %s" % (
+                    result.host.get_name(), gate.get("headline") or gate["verdict"]),
+                    color="green" if gate["verdict"] == "ready" else "cyan")
         elif action == "sglang_health" and res.get("verdict") == "ready" and \
                 float(res.get("invocation", {}).get("module_args", {}).get("wait") or 0) > 0:
             # The gate's verdict the moment this host has it (the play moves on once every

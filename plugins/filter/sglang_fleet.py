@@ -12,7 +12,7 @@ try:
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
-    from sglang_fleet.spec import build_launch_spec, group_consistency_errors
+    from sglang_fleet.spec import build_launch_spec, gate_module_args, group_consistency_errors
     from sglang_fleet.store import read_jsonl, state_path
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
@@ -54,6 +54,11 @@ def deployment_files_filter(spec, secrets):
 def group_errors(specs):
     _need_package()
     return group_consistency_errors(dict(specs))
+
+
+def gate_args_filter(spec):
+    _need_package()
+    return gate_module_args(spec)
 
 
 def sim_devices_filter(spec):
@@ -112,6 +117,7 @@ class FilterModule(object):
             "sglang_fleet_launch_spec": launch_spec,
             "sglang_fleet_render": render,
             "sglang_fleet_group_errors": group_errors,
+            "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_sim_devices": sim_devices_filter,
             "sglang_fleet_sim_model_config": sim_model_config_filter,
             "sglang_fleet_next_spec": next_spec,

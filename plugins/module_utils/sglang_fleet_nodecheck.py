@@ -16,8 +16,10 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 
 try:
+    from ansible.module_utils import sglang_fleet_gate as gate
     from ansible.module_utils import sglang_fleet_gpu as gpu
     from ansible.module_utils import sglang_fleet_service as service_mod
     from ansible.module_utils import sglang_fleet_shm as shm
@@ -25,6 +27,7 @@ try:
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import service_uid
 except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_gate as gate
     from sglang_fleet_node import sglang_fleet_gpu as gpu
     from sglang_fleet_node import sglang_fleet_service as service_mod
     from sglang_fleet_node import sglang_fleet_shm as shm
@@ -35,6 +38,22 @@ except ImportError:  # imported by the controller package or its tests, outside 
 
 class NodeRefused(Exception):
     """The node cannot take this deployment; the message names the fix."""
+
+
+class _Observation(threading.Thread):
+    """The gate's verdict on a deployment that runs unchanged, taken in the background."""
+
+    def __init__(self, gate_args):
+        super(_Observation, self).__init__(daemon=True)
+        self.gate_args = gate_args
+        self.verdict = None
+        self.error = None
+
+    def run(self):
+        try:
+            self.verdict = gate.judge(self.gate_args, False)
+        except (gate.GateArgsInvalid, OSError, IOError) as exc:
+            self.error = exc
 
 
 _FINGERPRINT = (
@@ -135,27 +154,6 @@ def check_node(p, check_mode, warn):
         result["provisioned"] = written
         result["changed"] = bool(written)
 
-    devices = []
-    if not (check_mode and sim and result["changed"]):
-        try:
-            devices = gpu.gpu_snapshot(p["gpu_backend"], p["sim_dir"], p["gpu_timeout"],
-                                       python=python)
-        except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
-            if not check_mode:
-                raise NodeRefused("GPU query failed (%s backend): %s"
-                                  % (p["gpu_backend"], exc)) from exc
-            warn("GPU query failed in check mode (%s backend): %s" % (p["gpu_backend"], exc))
-        else:
-            ccs = sorted(set(d["compute_capability"] for d in devices))
-            result["gpus"] = dict(count=len(devices), compute_capabilities=ccs)
-            if len(devices) != p["gpu_count"] or ccs != [p["compute_capability"]]:
-                raise NodeRefused(
-                    "the node has %d GPU(s) with compute capability %s, the inventory says "
-                    "sglang_server_gpu_count=%s and sglang_server_gpu_compute_capability=%s. "
-                    "Fix: correct those variables for this host (or its group)"
-                    % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
-                       p["compute_capability"]))
-
     svc = p["service"]
     try:
         if svc["manager"] == "systemd":
@@ -178,6 +176,45 @@ def check_node(p, check_mode, warn):
     result["service"] = dict(running=status["running"], pid=status["pid"],
                              digest=status["digest"], config_hash=status["config_hash"])
 
+    files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
+    result["files_current"] = files_current
+    result["files_reason"] = why
+    result["service_current"] = bool(status["running"]) and \
+        status["digest"] == p["expected_digest"]
+    record = None
+    if p["argcheck_record"] and files_current and python:
+        record = args_record(python, p["args_parser"], p["args"])
+    stored = read_json(p["argcheck_record"]) if p["argcheck_record"] else None
+    result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
+    # Nothing to change: the gate's first observation runs here, beside the GPU query, so that
+    # a re-run asks the server in this module run (SGLang's /health takes a second or more).
+    observation = None
+    if p.get("gate") and not check_mode and result["files_current"] and \
+            result["service_current"] and result["argcheck_current"]:
+        observation = _Observation(p["gate"])
+        observation.start()
+
+    devices = []
+    if not (check_mode and sim and result["changed"]):
+        try:
+            devices = gpu.gpu_snapshot(p["gpu_backend"], p["sim_dir"], p["gpu_timeout"],
+                                       python=python)
+        except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
+            if not check_mode:
+                raise NodeRefused("GPU query failed (%s backend): %s"
+                                  % (p["gpu_backend"], exc)) from exc
+            warn("GPU query failed in check mode (%s backend): %s" % (p["gpu_backend"], exc))
+        else:
+            ccs = sorted(set(d["compute_capability"] for d in devices))
+            result["gpus"] = dict(count=len(devices), compute_capabilities=ccs)
+            if len(devices) != p["gpu_count"] or ccs != [p["compute_capability"]]:
+                raise NodeRefused(
+                    "the node has %d GPU(s) with compute capability %s, the inventory says "
+                    "sglang_server_gpu_count=%s and sglang_server_gpu_compute_capability=%s. "
+                    "Fix: correct those variables for this host (or its group)"
+                    % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
+                       p["compute_capability"]))
+
     if not status["running"] and not status["members"]:
         owner = service_uid(svc["user"])
         remove, kept = shm.leaked_segments(p["shm_dir"], svc["state_file"], svc["marker"],
@@ -189,16 +226,11 @@ def check_node(p, check_mode, warn):
                 for path in remove:
                     os.unlink(path)
 
-    files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
-    result["files_current"] = files_current
-    result["files_reason"] = why
-    result["service_current"] = bool(status["running"]) and \
-        status["digest"] == p["expected_digest"]
-    record = None
-    if p["argcheck_record"] and files_current and python:
-        record = args_record(python, p["args_parser"], p["args"])
-    stored = read_json(p["argcheck_record"]) if p["argcheck_record"] else None
-    result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
+    if observation is not None:
+        observation.join()
+        if observation.error is not None:
+            raise NodeRefused("the gate's observation failed: %s" % observation.error)
+        result["gate"] = observation.verdict
     result["summary"] = _summary(result)
     return result
 

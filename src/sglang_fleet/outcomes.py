@@ -12,10 +12,15 @@ _RAN = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
 STAGES = ("spec", "deploy", "health", "benchmark", "recover")
 _STAGE_OF_FILE = {"spec.yml": "spec", "install.yml": "deploy", "preflight.yml": "deploy",
                   "argcheck.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
-                  "gate.yml": "health", "observe.yml": "health"}
+                  "gate.yml": "health", "observe.yml": "health", "verdict.yml": "health"}
 # The router role: refused settings fail at "spec" (exit 2, like a server's); the router's view
 # beside a verdict is "health"; install, service, membership and drain steps are "deploy".
 _ROUTER_STAGE_OF_FILE = {"spec.yml": "spec", "view.yml": "health"}
+
+
+def _verdict(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: res.get(k) for k in ("verdict", "phase", "reason", "progress_text", "headline",
+                                    "evidence")}
 
 
 def stage_of(data: dict[str, Any]) -> str | None:
@@ -114,15 +119,14 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
             o.message, o.failed_task = _message(res), data.get("task", "")
         if action == "sglang_health" and "verdict" in res and kind == "runner_retry":
             # A gate poll still waiting: the host's last known verdict if the run ends here.
-            get(host).verdict = {k: res.get(k) for k in
-                                 ("verdict", "phase", "reason", "progress_text", "headline",
-                                  "evidence")}
+            get(host).verdict = _verdict(res)
         if kind not in _OK:
             continue
         if action == "sglang_health" and "verdict" in res:
-            get(host).verdict = {k: res.get(k) for k in
-                                 ("verdict", "phase", "reason", "progress_text", "headline",
-                                  "evidence")}
+            get(host).verdict = _verdict(res)
+        elif action == "sglang_node" and "verdict" in (res.get("gate") or {}):
+            # Nothing was to change: the node check took the gate's observation.
+            get(host).verdict = _verdict(res["gate"])
         elif action in _SET_FACT:
             facts = res.get("ansible_facts") or {}
             if "sglang_bench_result" in facts:

@@ -162,9 +162,12 @@ class Progress:
             line.busy, line.gate, line.gate_at = True, res, self.clock()
             self.update(host, gate_text(res), "GATE",
                         key=("health", res.get("phase"), res.get("verdict")))
-        elif kind == "runner_on_ok" and action == "sglang_health":
-            self.update(host, gate_text(res), "HEALTH",
-                        key=("health", res.get("phase"), res.get("verdict"), "final"))
+        elif kind == "runner_on_ok" and action in ("sglang_health", "sglang_node") and \
+                (res if action == "sglang_health" else res.get("gate") or {}).get("verdict"):
+            # sglang_node carries the gate's verdict when nothing was to change.
+            verdict = res if action == "sglang_health" else res["gate"]
+            self.update(host, gate_text(verdict), "HEALTH",
+                        key=("health", verdict.get("phase"), verdict.get("verdict"), "final"))
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             message = str(res.get("msg") or res.get("stderr") or res.get("module_stderr") or "")
             if stage == "spec" and message:

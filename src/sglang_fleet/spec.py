@@ -680,6 +680,29 @@ def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated:
     }
 
 
+def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
+    """sglang_health's options for a LaunchSpec's server (wait and poll excepted), as
+    sglang_node takes them to observe a server that runs unchanged."""
+    return {
+        "marker": spec["marker"],
+        "state_file": spec["paths"]["pid_file"],
+        "log_file": spec["paths"]["log_file"],
+        "gate_state_file": spec["gate"]["state_file"],
+        "manager": spec["service"]["manager"],
+        "unit_name": spec["service"]["unit_name"],
+        "host": spec["gate"]["host"],
+        "port": spec["http"]["port"],
+        "serves_http": spec["group"]["serves_http"],
+        "health_timeout": spec["gate"]["health_timeout"],
+        "gpu_backend": spec["gpu"]["backend"],
+        "sim_dir": spec["gpu"]["sim_dir"],
+        "kernel_log": spec["gate"]["kernel_log"],
+        "cuda_graph": spec["facts"]["cuda_graph"],
+        "stall_windows": spec["gate"]["stall_windows"],
+        "ceilings": spec["gate"]["ceilings"],
+    }
+
+
 # ---- assembly ----------------------------------------------------------------------------
 
 def config_hash(spec_core: dict[str, Any]) -> str:

@@ -52,6 +52,9 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet):
     assert run.changed_hosts() == set()
     assert {h: fleet.main_pid(h) for h in fleet.hosts} == pids
     assert run.output.count("PLAY [Deploy SGLang servers]") == 2  # two serial batches
+    # The node check's one module run asked each server; no gate poll was needed.
+    assert all(f"GATE [{h}]: ready: /health answered 200" in run.output for h in fleet.hosts)
+    assert "TASK [sglang_server : Observe the server" not in run.output
 
 
 def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):

@@ -136,3 +136,22 @@ def test_health_playbook_prints_one_line_per_host(mixed_fleet):
     assert re.search(r"^fatal: \[sim-node-2\]: FAILED! => sim-node-2: gpu_fault in "
                      r"capturing_cuda_graph: Xid 79", task, re.M)
     assert "ok: [sim-node-3] => sim-node-3: ready: /health answered 200" in task
+
+
+def test_a_rerun_with_nothing_to_change_is_judged_by_the_node_check(mixed_fleet):
+    """Nothing to change: the node check's one module run asks each server, and a server that
+    went unwell is failed with the same verdict the gate gives; no gate poll runs."""
+    run = mixed_fleet.deploy(extra={"sglang_server_gate_stall_windows":
+                                    dict(WINDOWS, loading_weights=2)})
+    out = run.output
+    assert run.rc == 2, out[-3000:]
+    assert run.changed_hosts() == set()
+    assert run.failed_hosts() == {"sim-node-1", "sim-node-2"}
+    assert all(f"NODE [{host}]: unchanged:" in out for host in mixed_fleet.hosts)
+    assert "TASK [sglang_server : Observe the server" not in out
+    assert "GATE [sim-node-3]: ready: /health answered 200" in out
+    assert "sim-node-3: ready at" in out and "already running unchanged" in out
+    assert verdict_line(out, "sim-node-1").startswith(
+        "sim-node-1: unhealthy while serving: serving, but /health answered 503")
+    assert verdict_line(out, "sim-node-2").startswith(
+        "sim-node-2: gpu_fault in capturing_cuda_graph: Xid 79")

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# One gate observation of a deployment, as sglang_health returns it: observe, judge against the
+# previous observation, keep watching while the server progresses in the same phase, remember
+# the observation for the next call. sglang_health runs it for the gate's polls; sglang_node
+# runs it once when nothing is to change, so that a re-run asks the server in the node check's
+# own module run.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import time
+
+try:
+    from ansible.module_utils.sglang_fleet_args import (
+        DEPLOYMENT_REQUIRED_IF,
+        deployment_argument_spec,
+    )
+    from ansible.module_utils.sglang_fleet_classify import classify
+    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
+    from ansible.module_utils.sglang_fleet_logphase import progress_text
+    from ansible.module_utils.sglang_fleet_observe import observe
+    from ansible.module_utils.sglang_fleet_service import launch_errors
+    from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node.sglang_fleet_args import DEPLOYMENT_REQUIRED_IF, deployment_argument_spec
+    from sglang_fleet_node.sglang_fleet_classify import classify
+    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
+    from sglang_fleet_node.sglang_fleet_logphase import progress_text
+    from sglang_fleet_node.sglang_fleet_observe import observe
+    from sglang_fleet_node.sglang_fleet_service import launch_errors
+    from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING
+
+# sglang_health's options; sglang_node takes the same ones as its `gate` option.
+GATE_ARGS = deployment_argument_spec(
+    log_file=dict(type="path", required=True),
+    gate_state_file=dict(type="path", required=True),
+    host=dict(type="str", default="127.0.0.1"),
+    port=dict(type="int", required=True),
+    serves_http=dict(type="bool", default=True),
+    health_timeout=dict(type="float", default=25),
+    gpu_timeout=dict(type="float", default=10),
+    kernel_log=dict(type="str", default="kmsg"),
+    cuda_graph=dict(type="bool", default=True),
+    stall_windows=dict(type="dict", required=True),
+    ceilings=dict(type="dict", required=True),
+    wait=dict(type="float", default=0),
+    poll=dict(type="float", default=1.0),
+)
+GATE_REQUIRED_IF = DEPLOYMENT_REQUIRED_IF
+
+
+class GateArgsInvalid(ValueError):
+    """The stall windows or ceilings are not numbers of seconds."""
+
+
+def watch(p, previous, windows, ceilings):
+    """Observe, and keep observing on the node for up to `wait` seconds while the server is
+    progressing in the same phase: return at once on a verdict or a phase change (so the gate
+    answers the moment a server is ready, and no SSH session is held for long). While the port
+    is open and /health is not yet 200 it looks every 0.25 s, otherwise every `poll` s."""
+    obs = observe(p)
+    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
+    deadline = time.time() + max(0.0, p["wait"])
+    phase = verdict["phase"]
+    while verdict["verdict"] == PROGRESSING and verdict["phase"] == phase:
+        pause = 0.25 if obs.get("port_open") else max(0.25, p["poll"])
+        if time.time() + pause > deadline:
+            break
+        time.sleep(pause)
+        obs = observe(p)
+        verdict, state = classify(state, obs, time.time(), windows, ceilings)
+    return obs, verdict, state
+
+
+def judge(p, check_mode):
+    """The gate's verdict on the deployment `p` describes (GATE_ARGS), as sglang_health
+    returns it; the observation is kept for the next call unless in check mode."""
+    try:
+        windows = dict((k, float(v)) for k, v in p["stall_windows"].items())
+        ceilings = dict((k, float(v)) for k, v in p["ceilings"].items())
+    except (TypeError, ValueError) as exc:
+        raise GateArgsInvalid("stall_windows and ceilings map phases to seconds: %s" % exc) \
+            from exc
+    obs, verdict, state = watch(p, read_json(p["gate_state_file"]), windows, ceilings)
+    if not check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
+        write_json_atomic(p["gate_state_file"], state)
+    verdict["progress_text"] = progress_text(obs["log"])
+    verdict["processes"] = [dict((k, m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
+                            for m in obs["processes"]]
+    verdict["gpus"] = obs.get("gpus", [])
+    verdict["run_id"] = obs["run_id"]
+    if verdict["verdict"] == "crashed" and p["manager"] == "supervisor":
+        # Write errors in the launch path (a full log filesystem) leave nothing in the log.
+        errors = launch_errors(p["state_file"])
+        if errors:
+            verdict["evidence"]["launch_errors"] = errors
+            verdict["reason"] += "; " + errors[-1]
+    if obs.get("gpu_error"):
+        verdict["evidence"]["gpu_error"] = obs["gpu_error"]
+    return verdict
