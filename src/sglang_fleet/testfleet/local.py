@@ -78,10 +78,21 @@ def sglang_fleet(*args: str, timeout: float = 900) -> subprocess.CompletedProces
                           timeout=timeout)
 
 
+def _below_ephemeral_ports() -> int:
+    """The first port the kernel hands out to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(count: int) -> int:
-    """A base port with `count` free consecutive loopback ports."""
+    """A base port with `count` free consecutive loopback ports, below the ephemeral range:
+    a port in it can be taken by any outgoing connection (a health probe's, Ansible's) between
+    this check and the server's bind."""
+    top = max(_below_ephemeral_ports(), 12000) - count - 1
     for _ in range(200):
-        base = random.randint(32000, 60000)
+        base = random.randint(10000, top)
         try:
             for port in range(base, base + count):
                 with socket.socket() as s:
