@@ -33,7 +33,9 @@ def failing_fleet(tmp_path_factory):
     fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "hang:loading_weights"})
     fleet.set_host_vars("sim-node-3", {"sglang_server_sim_fault": "crash:launching"})
     fleet.set_host_vars("sim-node-4", {"sglang_server_sim_fault": "oom:allocating_kv_cache"})
-    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS})
+    # Observed every second: these tests read the progress lines of each poll.
+    fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS,
+                                    "sglang_server_gate_poll_interval": 1})
     yield fleet
     fleet.stop()
     fleet.kill_leftovers()
@@ -90,7 +92,8 @@ def mixed_fleet(tmp_path_factory):
     # A slow load: 412 s x 0.05 = 21 s of weight loading, ten times its 2 s window.
     fleet.set_host_vars("sim-node-3", {"sglang_server_sim_time_factor": 0.05})
     fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows":
-                                    dict(WINDOWS, loading_weights=2)})
+                                    dict(WINDOWS, loading_weights=2),
+                                    "sglang_server_gate_poll_interval": 1})
     yield fleet
     fleet.stop()
     fleet.kill_leftovers()

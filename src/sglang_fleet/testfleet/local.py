@@ -188,7 +188,8 @@ class SimFleet:
 
 
 def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
-               tp: int | None = None, router: Path | None = None) -> SimFleet:
+               tp: int | None = None, router: Path | None = None,
+               gate_poll_interval: int | None = None) -> SimFleet:
     """A copy of the default inventory with `hosts` simulated nodes (sim-node-1...), each on
     its own free loopback port under `tmp`; `tp` sizes every server (and its node's GPUs). Its
     router (sim-router) is kept only when `router` names a virtualenv with sglang-router
@@ -207,8 +208,12 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
     # Test speed settings go in the group's vars, so that a host's own vars can override them.
     group_vars = inventory / "group_vars" / "sglang_servers.yml"
     settings = yaml.safe_load(group_vars.read_text())
-    settings.update(sglang_server_sim_time_factor=time_factor,
-                    sglang_server_gate_poll_interval=1)
+    settings.update(sglang_server_sim_time_factor=time_factor)
+    # The role's default interval (the local inventory's 1 s shows progress every second):
+    # each observation returns at once on a verdict or a phase change anyway, and a shorter
+    # interval only re-runs the module more often, most of a first deploy's controller CPU at
+    # 1 s. A test that reads the progress lines of each poll asks for 1.
+    settings.update(sglang_server_gate_poll_interval=gate_poll_interval or 10)
     if tp:
         settings.update(sglang_server_tp=tp, sglang_server_gpu_count=tp,
                         sglang_server_sim_gpu_count=tp)

@@ -172,7 +172,7 @@ def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, node
         # The node's Python: this checkout's environment, reached as root through sudo.
         ansible_python_interpreter=sys.executable,
         sglang_server_python=sys.executable,
-        sglang_server_sim_time_factor=time_factor, sglang_server_gate_poll_interval=1)
+        sglang_server_sim_time_factor=time_factor, sglang_server_gate_poll_interval=10)
     if tp:
         settings.update(sglang_server_tp=tp, sglang_server_sim_gpu_count=tp,
                         sglang_server_gpu_count=tp)
