@@ -198,13 +198,7 @@ ROLE_FILES = RoleFiles(
         "or the supervisor, like the servers.",
         "Its task files membership.yml, drain.yml and view.yml put ready servers in, take "
         "failed ones out, drain a worker before a restart and report the router's view."))
-GENERATED_NOTE = ROLE_FILES.note
-defaults_yaml = ROLE_FILES.defaults_yaml
-argument_specs = ROLE_FILES.argument_specs
-argument_specs_yaml = ROLE_FILES.argument_specs_yaml
-generated_files = ROLE_FILES.generated_files
-main = ROLE_FILES.main
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ROLE_FILES.main())

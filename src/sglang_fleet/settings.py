@@ -377,13 +377,7 @@ ROLE_FILES = RoleFiles(
     description=("Builds and validates the LaunchSpec on the controller, checks the node, "
                  "installs SGLang, renders the launch files, starts the service and gates it "
                  "on its progress until it is ready.",))
-GENERATED_NOTE = ROLE_FILES.note
-defaults_yaml = ROLE_FILES.defaults_yaml
-argument_specs = ROLE_FILES.argument_specs
-argument_specs_yaml = ROLE_FILES.argument_specs_yaml
-generated_files = ROLE_FILES.generated_files
-main = ROLE_FILES.main
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ROLE_FILES.main())

@@ -31,10 +31,10 @@ def build(**settings):
 
 
 def test_role_files_are_generated_from_the_table():
-    for path, text in router_settings.generated_files().items():
+    for path, text in router_settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
             f"{path} drifted: python -m sglang_fleet.router_settings --write")
-    assert yaml.safe_load(router_settings.defaults_yaml()) == router_settings.defaults()
+    assert yaml.safe_load(router_settings.ROLE_FILES.defaults_yaml()) == router_settings.defaults()
 
 
 def test_defaults_are_the_pinned_routers_own():
