@@ -167,7 +167,7 @@ gate:
     headline, evidence, run_id and the rest), the observation kept for the gate's next call.
   returned: when I(gate) was given and nothing is to change
   type: dict
-  sample: {verdict: ready, phase: ready, headline: "ready: answered /health in 1.0 s"}
+  sample: {verdict: ready, phase: serving, headline: "ready: /health answered 200"}
 summary:
   description: One line saying what the deploy will do on the node and why (the sglang_fleet
     stdout callback prints it).

@@ -50,9 +50,11 @@ class _Observation(threading.Thread):
         self.error = None
 
     def run(self):
+        # Any failure goes back to the module's thread, which reports it: an exception left
+        # in this thread would vanish and the module would return no verdict without a word.
         try:
             self.verdict = gate.judge(self.gate_args, False)
-        except (gate.GateArgsInvalid, OSError, IOError) as exc:
+        except Exception as exc:  # noqa: BLE001 - re-raised by check_node
             self.error = exc
 
 
@@ -228,8 +230,10 @@ def check_node(p, check_mode, warn):
 
     if observation is not None:
         observation.join()
-        if observation.error is not None:
+        if isinstance(observation.error, (gate.GateArgsInvalid, OSError, IOError)):
             raise NodeRefused("the gate's observation failed: %s" % observation.error)
+        if observation.error is not None:
+            raise observation.error  # a bug, with its traceback, as sglang_health would crash
         result["gate"] = observation.verdict
     result["summary"] = _summary(result)
     return result

@@ -18,6 +18,14 @@ _STAGE_OF_FILE = {"spec.yml": "spec", "install.yml": "deploy", "preflight.yml": 
 _ROUTER_STAGE_OF_FILE = {"spec.yml": "spec", "view.yml": "health"}
 
 
+def gate_result(action: str, res: dict[str, Any]) -> dict[str, Any] | None:
+    """The gate's result a task event carries: an sglang_health observation's, or the one the
+    node check (sglang_node) took when nothing was to change; None for any other event."""
+    found = res if action == "sglang_health" else (res.get("gate") or {}) \
+        if action == "sglang_node" else {}
+    return found if found.get("verdict") else None
+
+
 def _verdict(res: dict[str, Any]) -> dict[str, Any]:
     return {k: res.get(k) for k in ("verdict", "phase", "reason", "progress_text", "headline",
                                     "evidence")}
@@ -117,16 +125,14 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             o = get(host)
             o.message, o.failed_task = _message(res), data.get("task", "")
-        if action == "sglang_health" and "verdict" in res and kind == "runner_retry":
+        gate = gate_result(action, res)
+        if gate and kind == "runner_retry":
             # A gate poll still waiting: the host's last known verdict if the run ends here.
-            get(host).verdict = _verdict(res)
+            get(host).verdict = _verdict(gate)
         if kind not in _OK:
             continue
-        if action == "sglang_health" and "verdict" in res:
-            get(host).verdict = _verdict(res)
-        elif action == "sglang_node" and "verdict" in (res.get("gate") or {}):
-            # Nothing was to change: the node check took the gate's observation.
-            get(host).verdict = _verdict(res["gate"])
+        if gate:
+            get(host).verdict = _verdict(gate)
         elif action in _SET_FACT:
             facts = res.get("ansible_facts") or {}
             if "sglang_bench_result" in facts:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sglang_fleet.outcomes import stage_of
+from sglang_fleet.outcomes import gate_result, stage_of
 from sglang_fleet.reasons import group_by_reason, hosts_text, without_host
 from sglang_fleet_node.sglang_fleet_classify import progressing_reason
 from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING, duration_text, verdict_phrase
@@ -162,10 +162,7 @@ class Progress:
             line.busy, line.gate, line.gate_at = True, res, self.clock()
             self.update(host, gate_text(res), "GATE",
                         key=("health", res.get("phase"), res.get("verdict")))
-        elif kind == "runner_on_ok" and action in ("sglang_health", "sglang_node") and \
-                (res if action == "sglang_health" else res.get("gate") or {}).get("verdict"):
-            # sglang_node carries the gate's verdict when nothing was to change.
-            verdict = res if action == "sglang_health" else res["gate"]
+        elif kind == "runner_on_ok" and (verdict := gate_result(action, res)):
             self.update(host, gate_text(verdict), "HEALTH",
                         key=("health", verdict.get("phase"), verdict.get("verdict"), "final"))
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
