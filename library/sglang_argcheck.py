@@ -59,15 +59,11 @@ parser:
   sample: sglang.srt.server_args:prepare_server_args
 """
 
-import subprocess
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_nodecheck import args_record, record_args_checked
-
-_RUNNER = (
-    "import importlib, sys\n"
-    "mod, _, fn = sys.argv[1].partition(':')\n"
-    "getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+from ansible.module_utils.sglang_fleet_nodecheck import (
+    args_record,
+    parse_args,
+    record_args_checked,
 )
 
 
@@ -83,24 +79,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    cmd = [p["python"], "-c", _RUNNER, p["parser"]] + p["args"]
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=p["timeout"])
-    except OSError as exc:
-        module.fail_json(msg="cannot run the server Python %s: %s; check the install step"
-                         % (p["python"], exc))
-    except subprocess.TimeoutExpired:
-        module.fail_json(msg="parsing the arguments took over %ss" % p["timeout"])
-    if proc.returncode != 0:
-        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
-        if tail and tail[-1].startswith(("ModuleNotFoundError", "ImportError")):
-            module.fail_json(
-                msg="the server Python %s cannot import SGLang's argument parser %s: %s. Fix: "
-                    "install SGLang into that environment, or use install_mode pip"
-                    % (p["python"], p["parser"], tail[-1]), rc=proc.returncode)
-        module.fail_json(msg="SGLang rejected the rendered arguments: %s" % " | ".join(tail),
-                         rc=proc.returncode)
+    rejected = parse_args(p["python"], p["parser"], p["args"], p["timeout"])
+    if rejected is not None:
+        msg, rc = rejected
+        module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
     if p["record_file"] and not module.check_mode:
         record_args_checked(p["record_file"], args_record(p["python"], p["parser"], p["args"]))
     module.exit_json(changed=False, parser=p["parser"])

@@ -82,6 +82,13 @@ options:
       /health is not yet 200).
     type: float
     default: 1.0
+  release_lock:
+    description:
+      - The deployment's lock (I(path)) and the run that holds it (I(run), as the lock records
+        it). When the verdict is C(ready) the lock is released, if that run still holds it; the
+        deploy's last business on the node done in the observation that ends it.
+      - Not in check mode.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -112,6 +119,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lock_released:
+  description: Whether the lock named by I(release_lock) was released (false when that run no
+    longer held it).
+  returned: when I(release_lock) was given and the verdict is ready
+  type: bool
+  sample: true
 verdict:
   description: One of ready, progressing, stalled, crashed, unhealthy, gpu_fault, absent.
   returned: always
@@ -202,15 +215,26 @@ from ansible.module_utils.sglang_fleet_gate import (
     GateArgsInvalid,
     judge,
 )
+from ansible.module_utils.sglang_fleet_lock import LockError, LockFile
 
 
 def main():
-    module = AnsibleModule(argument_spec=GATE_ARGS, required_if=GATE_REQUIRED_IF,
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(GATE_ARGS, release_lock=dict(type="dict", options=dict(
+            path=dict(type="path", required=True),
+            run=dict(type="dict", required=True),
+        ))),
+        required_if=GATE_REQUIRED_IF, supports_check_mode=True)
     try:
         verdict = judge(module.params, module.check_mode)
     except GateArgsInvalid as exc:
         module.fail_json(msg=str(exc))
+    release = module.params["release_lock"]
+    if release and verdict["verdict"] == "ready" and not module.check_mode:
+        try:
+            verdict["lock_released"] = LockFile(release["path"]).release(release["run"])
+        except (LockError, OSError, IOError) as exc:
+            module.fail_json(msg="lock %s: %s" % (release["path"], exc), **verdict)
     module.exit_json(changed=False, **verdict)
 
 

@@ -117,10 +117,15 @@ taken_over:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_lock import LockError, LockFile, describe, same_run
+from ansible.module_utils.sglang_fleet_lock import (
+    LockError,
+    LockFile,
+    describe,
+    lock_record,
+    same_run,
+)
 
 
 def main():
@@ -153,9 +158,7 @@ def main():
                 module.exit_json(changed=True, outcome="updated")
             record = lock.update(p["run"], p["recovery"] or {})
             module.exit_json(changed=True, outcome="updated", lock=record)
-        record = {"owner": p["owner"] or "%s of %s" % (p["purpose"], p["name"]),
-                  "purpose": p["purpose"], "name": p["name"], "since": time.time(),
-                  "run": p["run"]}
+        record = lock_record(p["name"], p["purpose"], p["run"], p["owner"])
         if module.check_mode:
             held = lock.read()
             if held is not None and not same_run(held.get("run"), p["run"]):

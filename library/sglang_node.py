@@ -20,6 +20,13 @@ description:
     (digest and modes), and whether the installed SGLang already parsed this exact command
     line (the record C(sglang_argcheck) leaves), so that the deploy can skip what has nothing
     to do.
+  - When that command line was not parsed yet (and not in check mode), the installed SGLang
+    parses it here, beside the GPU query, and the record is written on success; a rejection is
+    reported as I(args_parsed=rejected), for C(sglang_argcheck) to explain.
+  - When something is to change and I(lock) is given (not in check mode), takes the
+    deployment's lock last, once nothing can refuse the node, if it is free or this run holds
+    it already; a lock another run holds is reported, not failed, for C(sglang_lock) to take
+    over or refuse.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
@@ -101,6 +108,12 @@ options:
         module run on the node.
       - Never observed in check mode.
     type: dict
+  lock:
+    description:
+      - The deployment's lock, as M(sglang_lock) takes it - I(path), I(name), I(purpose) -
+        plus I(run), the ansible-playbook run that takes it, which this module's action
+        plugin fills in on the controller.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -148,10 +161,23 @@ service_current:
   returned: always
   type: bool
 argcheck_current:
-  description: Whether the installed SGLang already parsed this command line (same arguments,
-    same parser code).
+  description: Whether the installed SGLang parsed this command line (same arguments, same
+    parser code), before or in this run.
   returned: always
   type: bool
+args_parsed:
+  description: C(accepted) or C(rejected), when the installed SGLang parsed the arguments in
+    this run.
+  returned: when the arguments were parsed here
+  type: str
+  sample: accepted
+lock:
+  description: The lock taken (I(outcome) C(acquired) or C(reentered), and the I(lock)
+    record), or I(outcome=held) and I(held_by) when another run holds it.
+  returned: when I(lock) was given and something is to change
+  type: dict
+  sample: {outcome: acquired, lock: {owner: "deploy of gpu-node-01:Kimi-K2.5-30000",
+           purpose: deploy}}
 provisioned:
   description: Simulated node files written (or, in check mode, to be written).
   returned: on simulated nodes
@@ -203,6 +229,12 @@ def main():
             args_parser=dict(type="str", default="sglang.srt.server_args:prepare_server_args"),
             args=dict(type="list", elements="str", default=[], no_log=False),
             gate=dict(type="dict", options=GATE_ARGS, required_if=GATE_REQUIRED_IF),
+            lock=dict(type="dict", options=dict(
+                path=dict(type="path", required=True),
+                name=dict(type="str", required=True),
+                purpose=dict(type="str", default="change"),
+                run=dict(type="dict", required=True),
+            )),
         ),
         required_if=[("gpu_backend", "simulated", ("sim_dir",))],
         supports_check_mode=True,

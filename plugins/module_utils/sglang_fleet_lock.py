@@ -67,6 +67,12 @@ def controller_run():
     return run_identity(parent if "ansible" in cmdline else os.getpid())
 
 
+def lock_record(name, purpose, run, owner=None):
+    """What a run writes into the lock it takes."""
+    return {"owner": owner or "%s of %s" % (purpose, name), "purpose": purpose, "name": name,
+            "since": time.time(), "run": run}
+
+
 def same_run(a, b):
     return bool(a and b) and all(a.get(k) == b.get(k) for k in ("host", "pid", "start_ticks",
                                                                  "boot_id"))

@@ -21,6 +21,7 @@ import threading
 try:
     from ansible.module_utils import sglang_fleet_gate as gate
     from ansible.module_utils import sglang_fleet_gpu as gpu
+    from ansible.module_utils import sglang_fleet_lock as lk
     from ansible.module_utils import sglang_fleet_service as service_mod
     from ansible.module_utils import sglang_fleet_shm as shm
     from ansible.module_utils import sglang_fleet_simnode as simnode
@@ -29,6 +30,7 @@ try:
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_gate as gate
     from sglang_fleet_node import sglang_fleet_gpu as gpu
+    from sglang_fleet_node import sglang_fleet_lock as lk
     from sglang_fleet_node import sglang_fleet_service as service_mod
     from sglang_fleet_node import sglang_fleet_shm as shm
     from sglang_fleet_node import sglang_fleet_simnode as simnode
@@ -40,22 +42,53 @@ class NodeRefused(Exception):
     """The node cannot take this deployment; the message names the fix."""
 
 
-class _Observation(threading.Thread):
-    """The gate's verdict on a deployment that runs unchanged, taken in the background."""
+class _Background(threading.Thread):
+    """One call that waits on something else (the server's /health, the server Python's
+    import of SGLang), run beside the GPU query."""
 
-    def __init__(self, gate_args):
-        super(_Observation, self).__init__(daemon=True)
-        self.gate_args = gate_args
-        self.verdict = None
+    def __init__(self, call, *args):
+        super(_Background, self).__init__(daemon=True)
+        self.call, self.args = call, args
+        self.value = None
         self.error = None
 
     def run(self):
         # Any failure goes back to the module's thread, which reports it: an exception left
-        # in this thread would vanish and the module would return no verdict without a word.
+        # in this thread would vanish and the module would return without a word.
         try:
-            self.verdict = gate.judge(self.gate_args, False)
+            self.value = self.call(*self.args)
         except Exception as exc:  # noqa: BLE001 - re-raised by check_node
             self.error = exc
+
+    def result(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _parse_and_record(python, parser, args, record_file):
+    """The argument check of a deploy that changes the server, done in the node check: None
+    when the installed SGLang accepts the arguments (recorded), else its refusal, which the
+    role's argument check then reports."""
+    rejected = parse_args(python, parser, args)
+    if rejected is None:
+        record_args_checked(record_file, args_record(python, parser, args))
+    return rejected
+
+
+def _take_lock(lock):
+    """The deployment's lock for a deploy that changes it, when it is free or this run holds
+    it already (a recovery redeploying). A lock held by another run is left to the role's lock
+    step, which takes over a gone owner's lock or refuses, naming the owner."""
+    folder = os.path.dirname(lock["path"])
+    if folder and not os.path.isdir(folder):
+        os.makedirs(folder)
+    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"])
+    outcome, held = lk.LockFile(lock["path"]).acquire(record)
+    if outcome == "held":
+        return {"outcome": "held", "held_by": held}
+    return {"outcome": outcome, "lock": held if outcome == "reentered" else record}
 
 
 _FINGERPRINT = (
@@ -99,6 +132,35 @@ def args_record(python, parser, args):
     blob = json.dumps({"parser": parser, "args": list(args), "code": fingerprint},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_PARSE = (
+    "import importlib, sys\n"
+    "mod, _, fn = sys.argv[1].partition(':')\n"
+    "getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+)
+
+
+def parse_args(python, parser, args, timeout=180):
+    """Let the installed SGLang parse the arguments as the server will. Returns None when it
+    accepts them, else (message, rc) with rc None when the parser did not run to an end."""
+    cmd = [python, "-c", _PARSE, parser] + list(args)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout)
+    except OSError as exc:
+        return ("cannot run the server Python %s: %s; check the install step" % (python, exc),
+                None)
+    except subprocess.TimeoutExpired:
+        return "parsing the arguments took over %ss" % timeout, None
+    if proc.returncode == 0:
+        return None
+    tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
+    if tail and tail[-1].startswith(("ModuleNotFoundError", "ImportError")):
+        return ("the server Python %s cannot import SGLang's argument parser %s: %s. Fix: "
+                "install SGLang into that environment, or use install_mode pip"
+                % (python, parser, tail[-1]), proc.returncode)
+    return "SGLang rejected the rendered arguments: %s" % " | ".join(tail), proc.returncode
 
 
 def record_args_checked(record_file, record):
@@ -188,13 +250,19 @@ def check_node(p, check_mode, warn):
         record = args_record(python, p["args_parser"], p["args"])
     stored = read_json(p["argcheck_record"]) if p["argcheck_record"] else None
     result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
+    changing = not (files_current and result["service_current"])
     # Nothing to change: the gate's first observation runs here, beside the GPU query, so that
     # a re-run asks the server in this module run (SGLang's /health takes a second or more).
-    observation = None
-    if p.get("gate") and not check_mode and result["files_current"] and \
-            result["service_current"] and result["argcheck_current"]:
-        observation = _Observation(p["gate"])
+    observation = parsing = None
+    if p.get("gate") and not check_mode and not changing and result["argcheck_current"]:
+        observation = _Background(gate.judge, p["gate"], False)
         observation.start()
+    # Arguments not parsed yet: the installed SGLang parses them here, beside the GPU query,
+    # instead of in a module run of its own.
+    if python and p["argcheck_record"] and not result["argcheck_current"] and not check_mode:
+        parsing = _Background(_parse_and_record, python, p["args_parser"], p["args"],
+                              p["argcheck_record"])
+        parsing.start()
 
     devices = []
     if not (check_mode and sim and result["changed"]):
@@ -228,13 +296,23 @@ def check_node(p, check_mode, warn):
                 for path in remove:
                     os.unlink(path)
 
+    if parsing is not None:
+        rejected = parsing.result()
+        result["argcheck_current"] = rejected is None
+        result["args_parsed"] = "accepted" if rejected is None else "rejected"
     if observation is not None:
-        observation.join()
-        if isinstance(observation.error, (gate.GateArgsInvalid, OSError, IOError)):
-            raise NodeRefused("the gate's observation failed: %s" % observation.error)
-        if observation.error is not None:
-            raise observation.error  # a bug, with its traceback, as sglang_health would crash
-        result["gate"] = observation.verdict
+        try:
+            result["gate"] = observation.result()
+        except (gate.GateArgsInvalid, OSError, IOError) as exc:
+            # Anything else is a bug and keeps its traceback, as sglang_health would crash.
+            raise NodeRefused("the gate's observation failed: %s" % exc) from exc
+    # Last, once nothing here can refuse the node: the lock of a deploy that changes it.
+    if p.get("lock") and changing and not check_mode:
+        try:
+            result["lock"] = _take_lock(p["lock"])
+        except lk.LockError as exc:
+            raise NodeRefused("%s: lock %s: %s" % (p["lock"]["name"], p["lock"]["path"],
+                                                   exc)) from exc
     result["summary"] = _summary(result)
     return result
 
@@ -242,8 +320,14 @@ def check_node(p, check_mode, warn):
 def _summary(r):
     """One line for the operator: what this deploy will do on the node, and why."""
     service = r["service"]
-    args = ("argument check skipped: the installed SGLang parsed this command line before"
-            if r["argcheck_current"] else "arguments to be parsed by the installed SGLang")
+    if r.get("args_parsed") == "accepted":
+        args = "the installed SGLang parsed the arguments in this check and accepts them"
+    elif r.get("args_parsed") == "rejected":
+        args = "the installed SGLang rejects the arguments (the argument check says why)"
+    elif r["argcheck_current"]:
+        args = "argument check skipped: the installed SGLang parsed this command line before"
+    else:
+        args = "arguments to be parsed by the installed SGLang"
     if r["files_current"] and r["service_current"]:
         head = "unchanged: the server runs from the rendered files (config %s)" % (
             service["config_hash"] or "unrecorded")

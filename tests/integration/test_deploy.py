@@ -34,6 +34,16 @@ def test_first_deploy_brings_every_host_to_ready(fleet):
         assert titles.count("sglang::detokenizer") == 1
         assert [t for t in titles if t.startswith("sglang::scheduler_TP")] == [
             f"sglang::scheduler_TP{i}" for i in range(8)]
+    # The node check parsed the arguments and took each deployment's lock in its one run (the
+    # argument check and lock steps skip); the lock was released after the gate.
+    out = " ".join(run.output.split())
+    assert out.count("the installed SGLang parsed the arguments in this check and accepts "
+                     "them") == len(fleet.hosts)
+    for task in ("Parse the rendered arguments with the installed SGLang",
+                 "Take the deployment's lock for this deploy"):
+        section = run.output.split(f"TASK [sglang_server : {task}]", 1)[1].split("TASK [")[0]
+        assert "ok: [" not in section and "changed: [" not in section, section
+    assert not list(fleet.root.glob("*/run/*.recover.lock"))
 
 
 def test_files_have_the_right_modes(fleet):

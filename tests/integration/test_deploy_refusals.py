@@ -108,6 +108,32 @@ def test_the_node_parser_is_the_last_word(tmp_path):
     assert "unrecognized arguments: --no-such-flag" in refused["msg"]
 
 
+def test_a_node_whose_sglang_rejects_the_arguments_starts_nothing(one_node, tmp_path):
+    """The node's installed SGLang is the last word. Here it is an older release than the
+    pinned one the controller checked against (the simulator's parser of 0.5.4.post3, behind
+    the server's interpreter), which lacks a flag the inventory asks for. The node check
+    parses, the argument check names the refusal, nothing is written or started and the
+    deployment's lock, taken by the node check, is released."""
+    import sys
+
+    older = tmp_path / "python-with-sglang-0.5.4"
+    older.write_text(f'#!/bin/sh\nSGLANG_SIM_VERSION=0.5.4.post3 exec {sys.executable} "$@"\n')
+    older.chmod(0o755)
+    run = one_node.deploy(extra={"sglang_server_python": str(older),
+                                 "sglang_server_extra_args": ["--enable-dynamic-chunking"]})
+    assert run.rc != 0
+    out = " ".join(run.output.split())
+    assert "the installed SGLang rejects the arguments (the argument check says why)" in out
+    assert "TASK [sglang_server : Parse the rendered arguments with the installed SGLang]" in out
+    assert "SGLang rejected the rendered arguments" in out
+    assert "unrecognized arguments: --enable-dynamic-chunking" in out
+    root = one_node.host_root("sim-node-1")
+    deployment = f"Kimi-K2.5-{one_node.port('sim-node-1')}"
+    assert not (root / "conf" / f"{deployment}.launch.sh").exists(), "nothing written"
+    assert one_node.processes("sim-node-1") == []
+    assert not (root / "run" / f"{deployment}.recover.lock").exists(), "the lock is released"
+
+
 def test_api_key_stays_out_of_output_script_and_log(one_node):
     secret = "sk-fleet-test-0123456789"
     run = one_node.deploy("-vv", extra={"sglang_server_api_key": secret,
