@@ -12,12 +12,21 @@ try:
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_config
-    from sglang_fleet.spec import build_launch_spec, gate_module_args, group_consistency_errors
+    from sglang_fleet.spec import (
+        build_launch_spec,
+        gate_module_args,
+        group_consistency_errors,
+        warm_caches,
+    )
     from sglang_fleet.store import read_jsonl, state_path
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
+    # ansible-playbook imports this plugin before it forks a worker for each task and host:
+    # built here, the catalogue, the parser and the rules are built once per run, not once
+    # per host by every task that builds a LaunchSpec (0.06-0.09 s of CPU each).
+    warm_caches()
 
 
 def _need_package():

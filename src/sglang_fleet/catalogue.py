@@ -14,7 +14,7 @@ import difflib
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache
@@ -325,7 +325,7 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 class Catalogue:
-    def __init__(self, data: dict[str, Any], removed: dict[str, list[str]] | None = None):
+    def __init__(self, data: dict[str, Any], removed: Iterable[str] = ()):
         self.version: str = data["sglang_version"]
         self.prog: str = data.get("prog", "sglang serve")
         self.allow_abbrev: bool = data.get("allow_abbrev", True)
@@ -344,8 +344,8 @@ class Catalogue:
         self.by_dest: dict[str, Option] = {}
         for option in self.options:
             self.by_dest.setdefault(option.dest, option)
-        # Flags an older shipped release had and this one lacks -> close current flags.
-        self.removed: dict[str, list[str]] = removed or {}
+        # Flags an older shipped release had and this one lacks.
+        self.removed: frozenset[str] = frozenset(removed)
         self._raising_parser: argparse.ArgumentParser | None = None
         unknown = {o.type for o in self.options if o.type is not None} - set(CONVERTERS)
         if unknown:
@@ -364,10 +364,18 @@ class Catalogue:
     def suggest(self, flag: str) -> list[str]:
         return difflib.get_close_matches(flag, list(self.by_flag), n=3, cutoff=0.7)
 
+    @cache  # noqa: B019 - a catalogue lives as long as the process
+    def replacements(self, flag: str) -> list[str]:
+        """The current flags that replace a removed one: those it prefixes (where SGLang
+        renamed it), else those that resemble it. Asked only when a removed flag is used:
+        comparing every removed flag with every current one takes a tenth of a second."""
+        starts = sorted(f for f in self.by_flag if f.startswith(flag + "-"))
+        return starts or difflib.get_close_matches(flag, sorted(self.by_flag), n=2, cutoff=0.9)
+
     def diagnose_flag(self, flag: str) -> ArgProblem:
         """Why a flag that is not an exact name of this release is refused, with the fix."""
         if flag in self.removed:
-            hint = self.removed[flag]
+            hint = self.replacements(flag)
             fix = (f"use {' or '.join(hint)}" if hint else
                    "drop it (it has no replacement)")
             return ArgProblem(flag, f"{flag} was removed in SGLang {self.version}", fix)
@@ -525,18 +533,11 @@ def _raw(version: str) -> dict[str, Any]:
 
 @cache
 def catalogue(version: str) -> Catalogue:
-    """The catalogue of one release, with the flags removed since the previous shipped one."""
+    """The catalogue of one release, with the flags removed since the older shipped ones."""
     data = _raw(version)
     versions = shipped_versions()
-    removed: dict[str, list[str]] = {}
     current = {f for o in data["options"] for f in o["flags"]}
-    for older in versions[:versions.index(version)] if version in versions else ():
-        for entry in _raw(older)["options"]:
-            for flag in entry["flags"]:
-                if flag not in current and flag not in removed:
-                    # Its replacement, where SGLang renamed it: current flags it prefixes or
-                    # that resemble it.
-                    starts = sorted(f for f in current if f.startswith(flag + "-"))
-                    removed[flag] = starts or difflib.get_close_matches(
-                        flag, sorted(current), n=2, cutoff=0.9)
+    removed = {flag for older in (versions[:versions.index(version)]
+                                  if version in versions else ())
+               for entry in _raw(older)["options"] for flag in entry["flags"]} - current
     return Catalogue(data, removed)

@@ -65,13 +65,17 @@ def nccl_did_you_mean(name: str) -> str | None:
     return close[0] if close else None
 
 
+def shipped_sim_profiles() -> list[str]:
+    return sorted(
+        p.name.removesuffix(".yml")
+        for p in resources.files("sglang_fleet").joinpath("data", "sim_profiles").iterdir()
+        if p.name.endswith(".yml"))
+
+
 @cache
 def sim_profile(name: str) -> dict[str, Any]:
     try:
         return yaml.safe_load(data_text(f"sim_profiles/{name}.yml"))
     except FileNotFoundError:
-        known = sorted(
-            p.name.removesuffix(".yml")
-            for p in resources.files("sglang_fleet").joinpath("data", "sim_profiles").iterdir()
-        )
-        raise KeyError(f"unknown simulator profile {name!r}; known: {', '.join(known)}") from None
+        raise KeyError(f"unknown simulator profile {name!r}; known: "
+                       f"{', '.join(shipped_sim_profiles())}") from None

@@ -887,3 +887,14 @@ def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
         "spec": spec,
     }
 
+
+def warm_caches() -> None:
+    """Build the LaunchSpec of the settings' defaults once, and read every simulator profile.
+    A process that forks workers (ansible-playbook, per task and host) then hands each of
+    them the parsed catalogue and parser, the rules and the release table, instead of every
+    worker building them again for its host."""
+    from sglang_fleet.reviewed import shipped_sim_profiles, sim_profile
+
+    build_launch_spec({s.variable: s.default for s in SETTINGS}, "localhost")
+    for name in shipped_sim_profiles():
+        sim_profile(name)

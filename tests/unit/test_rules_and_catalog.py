@@ -43,7 +43,7 @@ def test_releases_know_their_backends_and_removed_flags():
     assert "cutlass_mla" not in catalogue("0.5.23").choices_of("attention_backend")
     assert "cutlass_mla" in catalogue("0.5.4.post3").choices_of("attention_backend")
     # Removed: in the older shipped catalogue, not in this one; its successors are named.
-    assert catalogue("0.5.23").removed["--cuda-graph-max-bs"] == [
+    assert catalogue("0.5.23").replacements("--cuda-graph-max-bs") == [
         "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
 
 
