@@ -9,6 +9,7 @@ __metaclass__ = type
 import os
 import re
 import socket
+import threading
 import time
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
@@ -71,6 +72,32 @@ def http_status(url, timeout):
         return exc.code
     except (URLError, socket.timeout, OSError, ValueError):
         return None
+
+
+class HttpProbe(threading.Thread):
+    """The server's port, /health and, when /health is not 200, /ready, asked beside the GPU
+    query and the kernel log: SGLang's /health generates a token and answers a second or
+    more later."""
+
+    def __init__(self, host, port, health_timeout):
+        super(HttpProbe, self).__init__(daemon=True)
+        self.host, self.port, self.health_timeout = host, port, health_timeout
+        self.answers = {}
+
+    def run(self):
+        answers = {"port_open": port_open(self.host, self.port)}
+        if answers["port_open"]:
+            base = "http://%s:%d" % (self.host, self.port)
+            answers["health"] = http_status(base + "/health", self.health_timeout)
+            if answers["health"] != 200:
+                # 0.5.23's status flag without a generation: tells "up but generation fails".
+                answers["ready_endpoint"] = http_status(base + "/ready", 5)
+        self.answers = answers
+
+    def result(self):
+        """The answers, once the probe has them (every request it makes is bounded)."""
+        self.join()
+        return self.answers
 
 
 def kernel_lines(source, since):
@@ -214,14 +241,12 @@ def observe(p):
         "serves_http": p["serves_http"],
         "exit_status": None if main_alive else exit_status(p["state_file"], p["manager"], unit),
     }
+    # Asked after the log was read, never before: an answer older than the log could pair a
+    # 503 from a server still starting with a log that says it is serving.
+    probe = None
     if p["serves_http"] and main_alive:
-        obs["port_open"] = port_open(p["host"], p["port"])
-        if obs["port_open"]:
-            base = "http://%s:%d" % (p["host"], p["port"])
-            obs["health"] = http_status(base + "/health", p["health_timeout"])
-            if obs["health"] != 200:
-                # 0.5.23's status flag without a generation: tells "up but generation fails".
-                obs["ready_endpoint"] = http_status(base + "/ready", 5)
+        probe = HttpProbe(p["host"], p["port"], p["health_timeout"])
+        probe.start()
     try:
         devices = gpu.gpu_snapshot(p["gpu_backend"], p.get("sim_dir"), p["gpu_timeout"])
         pids = set(m["pid"] for m in members)
@@ -235,5 +260,7 @@ def observe(p):
         xids, ooms = xids_and_ooms(kernel_lines(p["kernel_log"], started_at),
                                    set(m["pid"] for m in members))
         obs["xids"], obs["oom_kills"] = xids, ooms
+    if probe is not None:
+        obs.update(probe.result())
     obs["observed_at"] = time.time()
     return obs
