@@ -115,13 +115,14 @@ changed_paths:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_deployfiles import DeployFilesError, apply, plan
-
-_FILE = dict(path=dict(type="path", required=True), content=dict(type="str", required=True),
-             mode=dict(type="str", required=True), owner=dict(type="str"),
-             group=dict(type="str"))
-# Only the content is a secret: paths and modes stay readable in the output.
-_SECRET_FILE = dict(_FILE, content=dict(type="str", required=True, no_log=True))
+from ansible.module_utils.sglang_fleet_deployfiles import (
+    FILE_OPTIONS,
+    SECRET_FILE_OPTIONS,
+    DeployFilesError,
+    apply,
+    plan,
+    to_write,
+)
 
 
 def main():
@@ -130,18 +131,15 @@ def main():
             folders=dict(type="list", elements="dict", default=[],
                          options=dict(path=dict(type="path", required=True),
                                       mode=dict(type="str", required=True))),
-            files=dict(type="list", elements="dict", default=[], options=_FILE),
+            files=dict(type="list", elements="dict", default=[], options=FILE_OPTIONS),
             secret_files=dict(type="list", elements="dict", default=[],
-                              options=_SECRET_FILE),
+                              options=SECRET_FILE_OPTIONS),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    files = [dict(f, content=f["content"].encode("utf-8")) for f in p["files"]]
-    files += [dict(f, content=f["content"].encode("utf-8"), secret=True)
-              for f in p["secret_files"]]
     try:
-        actions, diffs = plan(p["folders"], files)
+        actions, diffs = plan(p["folders"], to_write(p["files"], p["secret_files"]))
         if not module.check_mode:
             apply(actions)
     except (DeployFilesError, OSError, IOError, ValueError) as exc:

@@ -27,6 +27,11 @@ description:
     deployment's lock last, once nothing can refuse the node, if it is free or this run holds
     it already; a lock another run holds is reported, not failed, for C(sglang_lock) to take
     over or refuse.
+  - With I(write), once it holds that lock and the installed SGLang accepts the arguments, it
+    writes the launch files that differ, as M(sglang_deployment_files) does (atomically, with
+    their modes and owners, a diff per file with C(--diff), a file holding secrets never
+    shown), so that a deploy starts its server one module run sooner. Anything in the way is
+    reported as I(files_error) and left to M(sglang_deployment_files), which fails with it.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
@@ -114,11 +119,31 @@ options:
         plus I(run), the ansible-playbook run that takes it, which this module's action
         plugin fills in on the controller.
     type: dict
+  write:
+    description:
+      - The launch files to write when something is to change, never in check mode (where
+        M(sglang_deployment_files) shows the change). I(files) and I(secret_files) are each a
+        list of I(path), I(content), I(mode), I(owner), I(group) as M(sglang_deployment_files)
+        takes them; a secret file's content is never logged or shown. The folders are
+        I(folders).
+    type: dict
+    suboptions:
+      files:
+        description: Files written as they are.
+        type: list
+        elements: dict
+        default: []
+      secret_files:
+        description: Files whose content holds secrets (the env file).
+        type: list
+        elements: dict
+        default: []
 attributes:
   check_mode:
     support: full
   diff_mode:
-    support: none
+    support: partial
+    details: A diff per file it writes (see I(write)).
 """
 
 EXAMPLES = r"""
@@ -178,6 +203,17 @@ lock:
   type: dict
   sample: {outcome: acquired, lock: {owner: "deploy of gpu-node-01:Kimi-K2.5-30000",
            purpose: deploy}}
+files_written:
+  description: The folders and files written (see I(write)); empty when they were the
+    rendered ones already.
+  returned: when the files were written here
+  type: list
+  elements: str
+files_error:
+  description: Why the files could not be written here (M(sglang_deployment_files) then
+    tries and fails with it).
+  returned: when writing them failed
+  type: str
 provisioned:
   description: Simulated node files written (or, in check mode, to be written).
   returned: on simulated nodes
@@ -204,6 +240,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_deployfiles import FILE_OPTIONS, SECRET_FILE_OPTIONS
 from ansible.module_utils.sglang_fleet_gate import GATE_ARGS, GATE_REQUIRED_IF
 from ansible.module_utils.sglang_fleet_nodecheck import NodeRefused, check_node
 
@@ -235,12 +272,17 @@ def main():
                 purpose=dict(type="str", default="change"),
                 run=dict(type="dict", required=True),
             )),
+            write=dict(type="dict", options=dict(
+                files=dict(type="list", elements="dict", default=[], options=FILE_OPTIONS),
+                secret_files=dict(type="list", elements="dict", default=[],
+                                  options=SECRET_FILE_OPTIONS),
+            )),
         ),
         required_if=[("gpu_backend", "simulated", ("sim_dir",))],
         supports_check_mode=True,
     )
     try:
-        result = check_node(module.params, module.check_mode, module.warn)
+        result = check_node(module.params, module.check_mode, module.warn, module._diff)
     except NodeRefused as exc:
         module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
     except (OSError, IOError) as exc:

@@ -14,9 +14,24 @@ import pwd
 import stat
 import tempfile
 
+# The options of a file to write (sglang_deployment_files, sglang_node's `write`).
+FILE_OPTIONS = dict(path=dict(type="path", required=True),
+                    content=dict(type="str", required=True),
+                    mode=dict(type="str", required=True), owner=dict(type="str"),
+                    group=dict(type="str"))
+# Only the content is a secret: paths and modes stay readable in the output.
+SECRET_FILE_OPTIONS = dict(FILE_OPTIONS, content=dict(type="str", required=True, no_log=True))
+
 
 class DeployFilesError(Exception):
     pass
+
+
+def to_write(files, secret_files):
+    """The module's file options as plan() takes them: content as bytes, secrets marked."""
+    return ([dict(f, content=f["content"].encode("utf-8")) for f in files]
+            + [dict(f, content=f["content"].encode("utf-8"), secret=True)
+               for f in secret_files])
 
 
 def _ids(owner, group):

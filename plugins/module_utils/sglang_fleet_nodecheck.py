@@ -19,6 +19,7 @@ import sys
 import threading
 
 try:
+    from ansible.module_utils import sglang_fleet_deployfiles as deployfiles
     from ansible.module_utils import sglang_fleet_gate as gate
     from ansible.module_utils import sglang_fleet_gpu as gpu
     from ansible.module_utils import sglang_fleet_lock as lk
@@ -28,6 +29,7 @@ try:
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import service_uid
 except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_gate as gate
     from sglang_fleet_node import sglang_fleet_gpu as gpu
     from sglang_fleet_node import sglang_fleet_lock as lk
@@ -187,7 +189,24 @@ def _files_state(files, folders, expected_digest):
     return True, "the launch files are the rendered ones"
 
 
-def check_node(p, check_mode, warn):
+def _write_files(p, want_diff, result):
+    """The launch files of a deploy that holds the lock and whose arguments SGLang accepts,
+    written in the node check's run instead of one of their own. A failure is left to the
+    role's files step, which fails with it while the release of the lock is certain."""
+    try:
+        actions, diffs = deployfiles.plan(p["folders"], deployfiles.to_write(
+            p["write"]["files"], p["write"]["secret_files"]))
+        deployfiles.apply(actions)
+    except (deployfiles.DeployFilesError, OSError, IOError, ValueError) as exc:
+        result["files_error"] = "cannot write the deployment's files: %s" % exc
+        return
+    result["files_written"] = [item["path"] for _, item in actions]
+    result["changed"] = result["changed"] or bool(actions)
+    if want_diff:
+        result["diff"] = diffs
+
+
+def check_node(p, check_mode, warn, want_diff=False):
     """One node check; `p` holds the module's parameters. Returns the module's result."""
     result = dict(changed=False)
     python = p["server_python"]
@@ -313,6 +332,9 @@ def check_node(p, check_mode, warn):
         except lk.LockError as exc:
             raise NodeRefused("%s: lock %s: %s" % (p["lock"]["name"], p["lock"]["path"],
                                                    exc)) from exc
+    if p.get("write") and changing and not files_current and result["argcheck_current"] \
+            and result.get("lock", {}).get("outcome") in ("acquired", "reentered"):
+        _write_files(p, want_diff, result)
     result["summary"] = _summary(result)
     return result
 
@@ -335,6 +357,8 @@ def _summary(r):
         state = ("running from other files" if service["running"] else "not running")
         head = "to change: %s; server %s" % (r["files_reason"], state)
     notes = []
+    if r.get("files_written"):
+        notes.append("launch files written (%d changed)" % len(r["files_written"]))
     if r.get("provisioned"):
         notes.append("simulated node provisioned (%d files)" % len(r["provisioned"]))
     if r.get("shm_removed"):
