@@ -34,13 +34,16 @@ def test_first_deploy_brings_every_host_to_ready(fleet):
         assert titles.count("sglang::detokenizer") == 1
         assert [t for t in titles if t.startswith("sglang::scheduler_TP")] == [
             f"sglang::scheduler_TP{i}" for i in range(8)]
-    # The node check parsed the arguments and took each deployment's lock in its one run (the
-    # argument check and lock steps skip); the lock was released after the gate.
+    # The node check parsed the arguments, took each deployment's lock and wrote the launch
+    # files in its one run (the argument check, lock and files steps skip); the lock was
+    # released after the gate.
     out = " ".join(run.output.split())
     assert out.count("the installed SGLang parsed the arguments in this check and accepts "
                      "them") == len(fleet.hosts)
+    assert out.count("launch files written (") == len(fleet.hosts)
     for task in ("Parse the rendered arguments with the installed SGLang",
-                 "Take the deployment's lock for this deploy"):
+                 "Take the deployment's lock for this deploy",
+                 "Write the deployment's folders, launch script, env file (0600) and unit"):
         section = run.output.split(f"TASK [sglang_server : {task}]", 1)[1].split("TASK [")[0]
         assert "ok: [" not in section and "changed: [" not in section, section
     assert not list(fleet.root.glob("*/run/*.recover.lock"))
@@ -86,9 +89,12 @@ def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):
 def test_one_variable_change_restarts_only_that_server(fleet):
     pids = {h: fleet.main_pid(h) for h in fleet.hosts}
     fleet.set_host_vars("sim-node-2", {"sglang_server_num_continuous_decode_steps": 4})
-    run = fleet.deploy()
+    run = fleet.deploy("--diff")
     assert run.rc == 0, run.output[-3000:]
     assert run.changed_hosts() == {"sim-node-2"}
+    # The node check wrote the changed launch script and unit, and showed their diffs.
+    assert "+    --num-continuous-decode-steps 4 \\" in run.output
+    assert "launch files written (" in run.output
     after = {h: fleet.main_pid(h) for h in fleet.hosts}
     assert after["sim-node-2"] != pids["sim-node-2"]
     assert {h: p for h, p in after.items() if h != "sim-node-2"} == {
