@@ -19,7 +19,7 @@ try:
     from ansible.module_utils.sglang_fleet_classify import classify
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_logphase import progress_text
-    from ansible.module_utils.sglang_fleet_observe import observe
+    from ansible.module_utils.sglang_fleet_observe import http_status, observe
     from ansible.module_utils.sglang_fleet_service import launch_errors
     from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
 except ImportError:  # imported by the controller package or its tests, outside Ansible
@@ -27,7 +27,7 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node.sglang_fleet_classify import classify
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_logphase import progress_text
-    from sglang_fleet_node.sglang_fleet_observe import observe
+    from sglang_fleet_node.sglang_fleet_observe import http_status, observe
     from sglang_fleet_node.sglang_fleet_service import launch_errors
     from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING
 
@@ -54,21 +54,59 @@ class GateArgsInvalid(ValueError):
     """The stall windows or ceilings are not numbers of seconds."""
 
 
+# Once the server's port is open, /health is asked this often between observations: SGLang
+# answers 503 at once while it starts, and a second after it is Up at the earliest, so the
+# first 200 comes about a second after the server is ready, whoever asks. Each request is
+# one uvicorn access line in the server's log while it starts.
+HEALTH_GAP_S = 0.1
+# A request between observations waits this long at most (a ready server answers in about a
+# second); a slower answer is left to the next observation, which waits the full
+# health_timeout. A phase change with the port open is reported after this long at most, unless
+# /health answers 200 first: otherwise the ready verdict would come a module run later.
+HEALTH_GRACE_S = 2.0
+
+
+def await_health(p, until):
+    """Ask /health every HEALTH_GAP_S until it answers 200 (True) or `until` passes (False)."""
+    url = "http://%s:%d/health" % (p["host"], p["port"])
+    while True:
+        asked = time.time()
+        if http_status(url, min(p["health_timeout"], HEALTH_GRACE_S)) == 200:
+            return True
+        if time.time() + HEALTH_GAP_S > until:
+            return False
+        time.sleep(max(0.0, asked + HEALTH_GAP_S - time.time()))
+
+
 def watch(p, previous, windows, ceilings):
     """Observe, and keep observing on the node for up to `wait` seconds while the server is
     progressing in the same phase: return at once on a verdict or a phase change (so the gate
     answers the moment a server is ready, and no SSH session is held for long). While the port
-    is open and /health is not yet 200 it looks every 0.25 s, otherwise every `poll` s."""
+    is open it asks /health every HEALTH_GAP_S between observations 0.25 s apart, and a phase
+    change is reported once /health has had HEALTH_GRACE_S to answer 200; while it is closed
+    it observes every `poll` s."""
     obs = observe(p)
     verdict, state = classify(previous, obs, time.time(), windows, ceilings)
     deadline = time.time() + max(0.0, p["wait"])
-    phase = verdict["phase"]
-    while verdict["verdict"] == PROGRESSING and verdict["phase"] == phase:
-        pause = 0.25 if obs.get("port_open") else max(0.25, p["poll"])
-        if time.time() + pause > deadline:
-            break
-        time.sleep(pause)
-        obs = observe(p)
+    phase, changed_by = verdict["phase"], None
+    while verdict["verdict"] == PROGRESSING:
+        if verdict["phase"] != phase:
+            if not obs.get("port_open") or p["wait"] <= 0:
+                break
+            if changed_by is None:
+                changed_by = time.time() + HEALTH_GRACE_S
+        until = deadline if changed_by is None else changed_by
+        if obs.get("port_open") and p["serves_http"]:
+            if time.time() + HEALTH_GAP_S > until:
+                break
+            answered = await_health(p, min(until, time.time() + 0.25))
+            obs = observe(p, health_answered=answered)
+        else:
+            pause = max(0.25, p["poll"])
+            if time.time() + pause > until:
+                break
+            time.sleep(pause)
+            obs = observe(p)
         verdict, state = classify(state, obs, time.time(), windows, ceilings)
     return obs, verdict, state
 

@@ -210,8 +210,10 @@ def _wait_for_exit(p, state, session, unit):
         time.sleep(0.2)
 
 
-def observe(p):
-    """One observation; `p` holds the module's parameters."""
+def observe(p, health_answered=False):
+    """One observation; `p` holds the module's parameters. `health_answered`: /health answered
+    200 just before it (the gate's wait between observations), so it is not asked again: a
+    200 older than the processes and the log read here cannot hide a crash they show."""
     state = read_json(p["state_file"]) or {}
     # A recorded session counts only while its leader is the process recorded at start.
     session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
@@ -244,7 +246,9 @@ def observe(p):
     # Asked after the log was read, never before: an answer older than the log could pair a
     # 503 from a server still starting with a log that says it is serving.
     probe = None
-    if p["serves_http"] and main_alive:
+    if p["serves_http"] and main_alive and health_answered:
+        obs.update(port_open=True, health=200)
+    elif p["serves_http"] and main_alive:
         probe = HttpProbe(p["host"], p["port"], p["health_timeout"])
         probe.start()
     try:
