@@ -32,6 +32,13 @@ description:
     their modes and owners, a diff per file with C(--diff), a file holding secrets never
     shown), so that a deploy starts its server one module run sooner. Anything in the way is
     reported as I(files_error) and left to M(sglang_deployment_files), which fails with it.
+  - With I(start), once the launch files are the rendered ones, a server that is not running
+    and has no process left to stop is started here as M(sglang_service) starts it, with the
+    same checks before the start (free space, the port, the model), its GPU baseline (from
+    this check's GPU query) and the warning about another user's processes that carry the
+    marker. Blockers are reported as I(start_blockers), a failed start as I(start_error); both
+    are left to M(sglang_service), which fails with them. A running server is never stopped
+    here.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
@@ -138,6 +145,51 @@ options:
         type: list
         elements: dict
         default: []
+  start:
+    description:
+      - What a start needs besides I(service), as M(sglang_service) takes the options of the
+        same names; never used in check mode, where M(sglang_service) shows the start.
+    type: dict
+    suboptions:
+      config_files:
+        description: The launch files whose digest the start records.
+        type: list
+        elements: path
+        required: true
+      config_hash:
+        description: The LaunchSpec's configuration hash.
+        type: str
+        required: true
+      launch_spec:
+        description: The LaunchSpec started, copied to I(running_spec_file).
+        type: dict
+        required: true
+      running_spec_file:
+        description: The node's record of the configuration running (mode 0600).
+        type: path
+      baseline_file:
+        description: Where the GPUs' memory before the start is recorded.
+        type: path
+      min_free_mb:
+        description: Free space the log, run and shm folders must have.
+        type: int
+        default: 64
+      host:
+        description: Address the server binds.
+        type: str
+        default: 127.0.0.1
+      port:
+        description: The server's HTTP port, which must be free.
+        type: int
+      group_markers:
+        description: Markers of the other nodes of its multi-node server, which may hold the
+          port on a shared machine.
+        type: list
+        elements: str
+        default: []
+      model_path:
+        description: Model folder, which must hold C(config.json).
+        type: str
 attributes:
   check_mode:
     support: full
@@ -214,6 +266,21 @@ files_error:
     tries and fails with it).
   returned: when writing them failed
   type: str
+started:
+  description: The start of a server that was not running (see I(start)), as
+    M(sglang_service) returns it.
+  returned: when the server was started here
+  type: dict
+  sample: {action: started, pid: 48213, config_hash: 3f9a1c0d2b7e, changed: true}
+start_blockers:
+  description: What would make the start fail (M(sglang_service) then fails naming each).
+  returned: when the start was not tried for them
+  type: list
+  elements: str
+start_error:
+  description: Why the start failed (M(sglang_service) then tries and fails with it).
+  returned: when starting failed
+  type: str
 provisioned:
   description: Simulated node files written (or, in check mode, to be written).
   returned: on simulated nodes
@@ -271,6 +338,18 @@ def main():
                 name=dict(type="str", required=True),
                 purpose=dict(type="str", default="change"),
                 run=dict(type="dict", required=True),
+            )),
+            start=dict(type="dict", options=dict(
+                config_files=dict(type="list", elements="path", required=True),
+                config_hash=dict(type="str", required=True),
+                launch_spec=dict(type="dict", required=True),
+                running_spec_file=dict(type="path"),
+                baseline_file=dict(type="path"),
+                min_free_mb=dict(type="int", default=64),
+                host=dict(type="str", default="127.0.0.1"),
+                port=dict(type="int"),
+                group_markers=dict(type="list", elements="str", default=[]),
+                model_path=dict(type="str"),
             )),
             write=dict(type="dict", options=dict(
                 files=dict(type="list", elements="dict", default=[], options=FILE_OPTIONS),

@@ -230,12 +230,16 @@ stop_report:
   type: dict
 """
 
-import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_fleet_files import write_json_atomic
-from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
+from ansible.module_utils.sglang_fleet_gpu import (
+    GpuQueryTimeout,
+    GpuUnavailable,
+    baseline,
+    gpu_snapshot,
+)
 from ansible.module_utils.sglang_fleet_procs import describe_foreign
 from ansible.module_utils.sglang_fleet_service import (
     ServiceError,
@@ -243,7 +247,7 @@ from ansible.module_utils.sglang_fleet_service import (
     Systemd,
     files_digest,
 )
-from ansible.module_utils.sglang_fleet_startcheck import MIB, start_blockers
+from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
 
 
 def main():
@@ -321,7 +325,7 @@ def main():
         module.exit_json(**result)
     result.update(changed=True, action="restarted" if status["running"] else "started",
                   config_hash=config_hash)
-    blockers = _start_blockers(p, status)
+    blockers = server_start_blockers(p, [m["pid"] for m in status["members"]])
     result["start_blockers"] = blockers
     if module.check_mode:
         for line in blockers:
@@ -346,27 +350,13 @@ def main():
     module.exit_json(**result)
 
 
-def _start_blockers(p, status):
-    log_dir = os.path.dirname(p["log_file"]) if p["log_file"] else None
-    folders = [
-        ("log folder", log_dir, "free space there (or move sglang_server_root)"),
-        ("run folder", os.path.dirname(p["state_file"]),
-         "free space there (or move sglang_server_root)"),
-        ("shm folder", p["shm_dir"], "free shared memory there (or set sglang_server_shm_dir)"),
-    ]
-    members = [m["pid"] for m in status["members"]]
-    return start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"], members,
-                          p["group_markers"], p["model_path"])
-
-
 def _record_baseline(module, p):
     try:
         devices = gpu_snapshot(p["gpu_backend"], p["sim_dir"])
     except (GpuQueryTimeout, GpuUnavailable) as exc:
         module.warn("no GPU baseline recorded: %s" % exc)
         return
-    write_json_atomic(p["baseline_file"],
-                      dict((str(d["index"]), d["memory_used"]) for d in devices))
+    write_json_atomic(p["baseline_file"], baseline(devices))
 
 
 def _stop(module, service, timeout):

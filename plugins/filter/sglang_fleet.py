@@ -16,6 +16,7 @@ try:
         build_launch_spec,
         gate_module_args,
         group_consistency_errors,
+        start_module_args,
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
@@ -68,6 +69,11 @@ def group_errors(specs):
 def gate_args_filter(spec):
     _need_package()
     return gate_module_args(spec)
+
+
+def start_args_filter(spec, group_hosts=None):
+    _need_package()
+    return start_module_args(dict(spec), list(group_hosts or []))
 
 
 def sim_devices_filter(spec):
@@ -127,6 +133,7 @@ class FilterModule(object):
             "sglang_fleet_render": render,
             "sglang_fleet_group_errors": group_errors,
             "sglang_fleet_gate_args": gate_args_filter,
+            "sglang_fleet_start_args": start_args_filter,
             "sglang_fleet_sim_devices": sim_devices_filter,
             "sglang_fleet_sim_model_config": sim_model_config_filter,
             "sglang_fleet_next_spec": next_spec,

@@ -56,9 +56,9 @@ class GateArgsInvalid(ValueError):
 
 # Once the server's port is open, /health is asked this often between observations: SGLang
 # answers 503 at once while it starts, and a second after it is Up at the earliest, so the
-# first 200 comes about a second after the server is ready, whoever asks. Each request is
-# one uvicorn access line in the server's log while it starts.
-HEALTH_GAP_S = 0.1
+# first 200 comes about a second after the server is ready, whoever asks. Each request is one
+# uvicorn access line in the server's log while it starts (five a second here).
+HEALTH_GAP_S = 0.2
 # A request between observations waits this long at most (a ready server answers in about a
 # second); a slower answer is left to the next observation, which waits the full
 # health_timeout. A phase change with the port open is reported after this long at most, unless
@@ -81,13 +81,14 @@ def await_health(p, until):
 def watch(p, previous, windows, ceilings):
     """Observe, and keep observing on the node for up to `wait` seconds while the server is
     progressing in the same phase: return at once on a verdict or a phase change (so the gate
-    answers the moment a server is ready, and no SSH session is held for long). While the port
-    is open it asks /health every HEALTH_GAP_S between observations 0.25 s apart, and a phase
-    change is reported once /health has had HEALTH_GRACE_S to answer 200; while it is closed
-    it observes every `poll` s."""
+    answers the moment a server is ready, and no SSH session is held for long). Observations
+    are `poll` s apart (0.25 s at least). While the port is open, /health is asked every
+    HEALTH_GAP_S between them, and a phase change is reported once /health has had
+    HEALTH_GRACE_S to answer 200."""
     obs = observe(p)
     verdict, state = classify(previous, obs, time.time(), windows, ceilings)
     deadline = time.time() + max(0.0, p["wait"])
+    pause = max(0.25, p["poll"])
     phase, changed_by = verdict["phase"], None
     while verdict["verdict"] == PROGRESSING:
         if verdict["phase"] != phase:
@@ -99,10 +100,9 @@ def watch(p, previous, windows, ceilings):
         if obs.get("port_open") and p["serves_http"]:
             if time.time() + HEALTH_GAP_S > until:
                 break
-            answered = await_health(p, min(until, time.time() + 0.25))
+            answered = await_health(p, min(until, time.time() + pause))
             obs = observe(p, health_answered=answered)
         else:
-            pause = max(0.25, p["poll"])
             if time.time() + pause > until:
                 break
             time.sleep(pause)

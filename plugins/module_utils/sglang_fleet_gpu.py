@@ -128,3 +128,9 @@ def gpu_snapshot(backend, sim_dir=None, timeout=10.0, python=None):
             return _nvml_snapshot_in(python, timeout)
         return _with_timeout(_nvml_snapshot, timeout)
     raise GpuUnavailable("unknown GPU backend %r (use nvml or simulated)" % backend)
+
+
+def baseline(devices):
+    """The memory each GPU holds before a server starts, by index: what recovery's stop
+    verifies the GPUs are back to (sglang_fleet_stop.verify_released)."""
+    return dict((str(d["index"]), d["memory_used"]) for d in devices)

@@ -27,7 +27,8 @@ try:
     from ansible.module_utils import sglang_fleet_shm as shm
     from ansible.module_utils import sglang_fleet_simnode as simnode
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-    from ansible.module_utils.sglang_fleet_procs import service_uid
+    from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
+    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_gate as gate
@@ -37,7 +38,8 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node import sglang_fleet_shm as shm
     from sglang_fleet_node import sglang_fleet_simnode as simnode
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
-    from sglang_fleet_node.sglang_fleet_procs import service_uid
+    from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
+    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
 
 
 class NodeRefused(Exception):
@@ -206,6 +208,35 @@ def _write_files(p, want_diff, result):
         result["diff"] = diffs
 
 
+def _start_server(p, service, status, devices, result, warn):
+    """Start a server that is not running, as sglang_service does, in the node check's run
+    once it holds the lock and the launch files are the rendered ones: the checks before a
+    start, the GPU baseline (from the snapshot just taken), the start. Anything in the way is
+    left to the role's service step, which fails with it while the release of the lock is
+    certain."""
+    svc, start = p["service"], p["start"]
+    options = dict(start, log_file=svc["log_file"], state_file=svc["state_file"],
+                   shm_dir=p["shm_dir"])
+    blockers = server_start_blockers(options, [])
+    if blockers:
+        result["start_blockers"] = blockers
+        return
+    for line in describe_foreign(status["foreign"], svc["user"]):
+        warn(line)
+    try:
+        if start["baseline_file"]:
+            write_json_atomic(start["baseline_file"], gpu.baseline(devices))
+        digest = service_mod.files_digest(start["config_files"])
+        pid = service.start(digest, start["config_hash"], start["launch_spec"],
+                            start["running_spec_file"])
+    except (service_mod.ServiceError, OSError, IOError) as exc:
+        result["start_error"] = "could not start %s: %s" % (svc["marker"], exc)
+        return
+    result["started"] = dict(action="started", pid=pid, config_hash=start["config_hash"],
+                             digest=digest, changed=True)
+    result["changed"] = True
+
+
 def check_node(p, check_mode, warn, want_diff=False):
     """One node check; `p` holds the module's parameters. Returns the module's result."""
     result = dict(changed=False)
@@ -332,9 +363,15 @@ def check_node(p, check_mode, warn, want_diff=False):
         except lk.LockError as exc:
             raise NodeRefused("%s: lock %s: %s" % (p["lock"]["name"], p["lock"]["path"],
                                                    exc)) from exc
+    locked = result.get("lock", {}).get("outcome") in ("acquired", "reentered")
     if p.get("write") and changing and not files_current and result["argcheck_current"] \
-            and result.get("lock", {}).get("outcome") in ("acquired", "reentered"):
+            and locked:
         _write_files(p, want_diff, result)
+    # A server that is not running, and has no process left to stop, starts here too.
+    if p.get("start") and changing and locked and result["argcheck_current"] \
+            and (files_current or "files_written" in result) \
+            and not status["running"] and not status["members"] and not check_mode:
+        _start_server(p, service, status, devices, result, warn)
     result["summary"] = _summary(result)
     return result
 
@@ -359,6 +396,8 @@ def _summary(r):
     notes = []
     if r.get("files_written"):
         notes.append("launch files written (%d changed)" % len(r["files_written"]))
+    if r.get("started"):
+        notes.append("server started (pid %s)" % r["started"]["pid"])
     if r.get("provisioned"):
         notes.append("simulated node provisioned (%d files)" % len(r["provisioned"]))
     if r.get("shm_removed"):

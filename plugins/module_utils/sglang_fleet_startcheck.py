@@ -166,3 +166,18 @@ def start_blockers(folders, min_free_bytes, host, port, member_pids, allowed_mar
     return (space_problems(folders, min_free_bytes)
             + port_problems(host, port, set(member_pids), tuple(allowed_markers))
             + model_problems(model_path))
+
+
+def server_start_blockers(p, member_pids):
+    """start_blockers for one deployment, from sglang_service's options (log_file, state_file,
+    shm_dir, min_free_mb, host, port, group_markers, model_path): the folders its server writes
+    to, its port and its model."""
+    log_dir = os.path.dirname(p["log_file"]) if p["log_file"] else None
+    folders = [
+        ("log folder", log_dir, "free space there (or move sglang_server_root)"),
+        ("run folder", os.path.dirname(p["state_file"]),
+         "free space there (or move sglang_server_root)"),
+        ("shm folder", p["shm_dir"], "free shared memory there (or set sglang_server_shm_dir)"),
+    ]
+    return start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"], member_pids,
+                          p["group_markers"], p["model_path"])

@@ -703,6 +703,28 @@ def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
+                      ) -> dict[str, Any]:
+    """What a start of a LaunchSpec's server needs besides its service (sglang_service's
+    options of that name), as the service step and sglang_node's `start` take them.
+    `group_hosts`: the inventory hosts of its multi-node group, whose nodes may hold its port
+    on a shared machine."""
+    paths, argv = spec["paths"], spec["argv"]
+    return {
+        "config_files": [paths["script"], paths["env_file"]]
+        + ([paths["unit_file"]] if paths["unit_file"] else []),
+        "config_hash": spec["config_hash"],
+        "launch_spec": spec,
+        "running_spec_file": paths["running_spec"],
+        "baseline_file": paths["baseline_file"],
+        "host": argv[argv.index("--host") + 1] if "--host" in argv else "",
+        "port": spec["http"]["port"],
+        "group_markers": [f"{host}:{spec['deployment']}" for host in group_hosts or ()]
+        if spec["group"]["name"] else [],
+        "model_path": spec["model"]["path"],
+    }
+
+
 # ---- assembly ----------------------------------------------------------------------------
 
 def config_hash(spec_core: dict[str, Any]) -> str:

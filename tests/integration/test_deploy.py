@@ -34,13 +34,19 @@ def test_first_deploy_brings_every_host_to_ready(fleet):
         assert titles.count("sglang::detokenizer") == 1
         assert [t for t in titles if t.startswith("sglang::scheduler_TP")] == [
             f"sglang::scheduler_TP{i}" for i in range(8)]
-    # The node check parsed the arguments, took each deployment's lock and wrote the launch
-    # files in its one run: the argument check, lock and files steps are not even included;
-    # the lock was released after the gate.
+    # The node check parsed the arguments, took each deployment's lock, wrote the launch files
+    # and started the server in its one run: the argument check, lock, files and service steps
+    # are not even included; the lock was released after the gate.
     out = " ".join(run.output.split())
     assert out.count("the installed SGLang parsed the arguments in this check and accepts "
                      "them") == len(fleet.hosts)
     assert out.count("launch files written (") == len(fleet.hosts)
+    for host in fleet.hosts:
+        assert f"server started (pid {fleet.main_pid(host)})" in out
+        assert f"{host}: ready at {fleet.url(host)} (Kimi-K2.5-{fleet.port(host)}, config " in out
+        assert f"started, pid {fleet.main_pid(host)})" in out
+    assert "TASK [sglang_server : Start the server, restarting it only if its launch files " \
+        "changed]" not in run.output
     section = run.output.split("TASK [sglang_server : Parse, lock and write what the node check "
                                "left to do]", 1)[1].split("TASK [")[0]
     assert "included:" not in section and section.count("skipping: [") == len(fleet.hosts)

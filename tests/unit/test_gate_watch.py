@@ -88,13 +88,13 @@ def test_a_server_that_turns_up_is_ready_a_second_later_in_the_same_call(server)
     fake = server([(0, "warming_up", True)], up_at=3.0)
     obs, verdict, _ = gate.watch(params(), None, WINDOWS, CEILINGS)
     assert verdict["verdict"] == "ready"
-    # /health is asked every 0.1 s, observations included: the first request after Up starts
-    # within 0.1 s of it, and its 200 (a second later) is the verdict.
+    # /health is asked every 0.2 s, observations included: the first request after Up starts
+    # within 0.2 s of it, and its 200 (a second later) is the verdict.
     ready_after_up = fake.now - T0 - 3.0
-    assert 1.0 <= ready_after_up <= 1.16
+    assert 1.0 <= ready_after_up <= 1.26
     asked = fake.health_asked
     gaps = [b - a for a, b in zip(asked, asked[1:], strict=False) if b < 3.0]
-    assert gaps and max(gaps) <= 0.16
+    assert gaps and max(gaps) <= 0.26
 
 
 def test_a_phase_change_before_the_port_opens_returns_at_once(server):
@@ -110,14 +110,15 @@ def test_a_change_into_warm_up_waits_for_health_before_returning(server):
     fake = server([(0, "starting_http", True), (2.0, "warming_up", True)], up_at=2.5)
     _, verdict, _ = gate.watch(params(), None, WINDOWS, CEILINGS)
     assert verdict["verdict"] == "ready"
-    assert fake.now - T0 < 2.5 + 1.0 + 0.2
+    assert fake.now - T0 < 2.5 + 1.0 + 0.3
 
 
 def test_a_change_with_the_port_open_is_reported_within_the_grace_when_not_up(server):
     fake = server([(0, "starting_http", True), (2.0, "warming_up", True)])
     _, verdict, _ = gate.watch(params(), None, WINDOWS, CEILINGS)
     assert verdict["verdict"] == "progressing" and verdict["phase"] == "warming_up"
-    assert 2.0 + gate.HEALTH_GRACE_S - 0.3 <= fake.now - T0 <= 2.0 + gate.HEALTH_GRACE_S + 0.4
+    # Seen by the next observation (1 s apart at most), reported 2 s later.
+    assert 2.0 + 2.0 - 0.3 <= fake.now - T0 <= 2.0 + 1.0 + 2.0 + 0.3
 
 
 def test_the_wait_bounds_the_call_and_no_wait_is_one_observation(server):
