@@ -7,10 +7,12 @@ For each fleet size: the first deploy (with a probe that polls every server's /h
 deploy.yml alternated with bench/floor.yml (two module runs and eight set_fact per host: the
 least a deploy that checks a node and asks its server can cost), medians of each. Printed:
 the re-run against the floor; the first deploy's overhead above the servers' own start (the
-probe's first 200 after each server's recorded start); how long after a server first answered
-/health its ready line appeared; the controller's CPU per host (this process's children:
-ansible-playbook, its forks and, with the local connection, the module runs); and the cost of
-each added host (the slope between sizes) against the floor's. Servers are sglang-sim (TP=8
+probe's first 200 after each server's recorded start), also as a multiple of the floor's time
+(which scales with the machine's speed as the overhead does); how long after a server first
+answered /health its ready line appeared; the controller's CPU per host (this process's
+children: ansible-playbook, its forks and, with the local connection, the module runs; not the
+simulated servers, which outlive the run); and the cost of each added host (the slope between
+sizes) against the floor's. Servers are sglang-sim (TP=8
 at 4 hosts as the default fleet, TP=1 for larger fleets so that 64 fit in memory), so the
 figures measure the toolkit and Ansible, not SGLang.
 """
@@ -163,15 +165,17 @@ def main() -> None:
     print(f"simulated fleet, local connection (sglang-sim, time factor {args.time_factor}); "
           f"medians of {args.reruns} alternated runs")
     print(f"{'hosts':>5} {'floor s':>8} {'re-run s':>9} {'ratio':>6} {'first s':>8} "
-          f"{'own start s':>11} {'overhead s':>10} {'verdict lag s (max)':>19} "
-          f"{'CPU s/host re-run':>17} {'floor':>6}")
+          f"{'own start s':>11} {'overhead s':>10} {'x floor':>7} {'verdict lag s (max)':>19} "
+          f"{'CPU s/host re-run':>17} {'floor':>6} {'first':>6}")
     for r in rows:
         lag = max(r["verdict_lag_s"]) if r["verdict_lag_s"] else float("nan")
+        overhead = r["first_deploy_s"] - r["servers_own_start_s"]
         print(f"{r['hosts']:>5} {r['floor_s']:>8.2f} {r['rerun_s']:>9.2f} "
               f"{r['rerun_s'] / r['floor_s']:>6.2f} {r['first_deploy_s']:>8.2f} "
-              f"{r['servers_own_start_s']:>11.2f} "
-              f"{r['first_deploy_s'] - r['servers_own_start_s']:>10.2f} {lag:>19.2f} "
-              f"{r['rerun_cpu_s'] / r['hosts']:>17.2f} {r['floor_cpu_s'] / r['hosts']:>6.2f}")
+              f"{r['servers_own_start_s']:>11.2f} {overhead:>10.2f} "
+              f"{overhead / r['floor_s']:>7.2f} {lag:>19.2f} "
+              f"{r['rerun_cpu_s'] / r['hosts']:>17.2f} {r['floor_cpu_s'] / r['hosts']:>6.2f} "
+              f"{r['first_cpu_s'] / r['hosts']:>6.2f}")
     for a, b in zip(rows, rows[1:], strict=False):
         added = b["hosts"] - a["hosts"]
         deploy = (b["rerun_s"] - a["rerun_s"]) / added
