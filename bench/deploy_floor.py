@@ -96,11 +96,10 @@ def started_at(fleet, host: str) -> float | None:
     return time.monotonic() - (time.time() - wall)
 
 
-def measure(hosts: int, reruns: int, time_factor: float) -> dict:
+def measure(hosts: int, reruns: int, time_factor: float, gate_interval: int | None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"deploy-floor-{hosts}-") as tmp:
-        # The gate observing every second: its busiest setting (the default is 10 s).
         fleet = make_fleet(Path(tmp), hosts=hosts, time_factor=time_factor,
-                           tp=None if hosts <= 4 else 1, gate_poll_interval=1)
+                           tp=None if hosts <= 4 else 1, gate_poll_interval=gate_interval)
         extra = fleet.extra
         try:
             probe = HealthProbe({h: fleet.url(h) for h in fleet.hosts})
@@ -152,17 +151,23 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--time-factor", type=float, default=0.02)
+    # The role's default (10 s) unless given: each gate call waits on the node up to this
+    # long, and returns at once on a verdict or a phase change. 1 is its busiest setting: a
+    # new module run every second per host.
+    parser.add_argument("--gate-interval", type=int, default=None,
+                        help="sglang_server_gate_poll_interval (default: the role's, 10 s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     for hosts in args.hosts:
         rows.append(measure(hosts, args.reruns if hosts <= 16 else max(2, args.reruns // 2),
-                            args.time_factor))
+                            args.time_factor, args.gate_interval))
         if args.json:
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
         return
-    print(f"simulated fleet, local connection (sglang-sim, time factor {args.time_factor}); "
+    print(f"simulated fleet, local connection (sglang-sim, time factor {args.time_factor}, "
+          f"gate interval {args.gate_interval or 'the default 10'} s); "
           f"medians of {args.reruns} alternated runs")
     print(f"{'hosts':>5} {'floor s':>8} {'re-run s':>9} {'ratio':>6} {'first s':>8} "
           f"{'own start s':>11} {'overhead s':>10} {'x floor':>7} {'verdict lag s (max)':>19} "
