@@ -155,15 +155,13 @@ options:
         description: The launch files whose digest the start records.
         type: list
         elements: path
-        required: true
+        default: []
       config_hash:
         description: The LaunchSpec's configuration hash.
         type: str
-        required: true
       launch_spec:
         description: The LaunchSpec started, copied to I(running_spec_file).
         type: dict
-        required: true
       running_spec_file:
         description: The node's record of the configuration running (mode 0600).
         type: path
@@ -310,6 +308,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_fleet_deployfiles import FILE_OPTIONS, SECRET_FILE_OPTIONS
 from ansible.module_utils.sglang_fleet_gate import GATE_ARGS, GATE_REQUIRED_IF
 from ansible.module_utils.sglang_fleet_nodecheck import NodeRefused, check_node
+from ansible.module_utils.sglang_fleet_service import START_OPTIONS
 
 
 def main():
@@ -339,18 +338,7 @@ def main():
                 purpose=dict(type="str", default="change"),
                 run=dict(type="dict", required=True),
             )),
-            start=dict(type="dict", options=dict(
-                config_files=dict(type="list", elements="path", required=True),
-                config_hash=dict(type="str", required=True),
-                launch_spec=dict(type="dict", required=True),
-                running_spec_file=dict(type="path"),
-                baseline_file=dict(type="path"),
-                min_free_mb=dict(type="int", default=64),
-                host=dict(type="str", default="127.0.0.1"),
-                port=dict(type="int"),
-                group_markers=dict(type="list", elements="str", default=[]),
-                model_path=dict(type="str"),
-            )),
+            start=dict(type="dict", options=START_OPTIONS),
             write=dict(type="dict", options=dict(
                 files=dict(type="list", elements="dict", default=[], options=FILE_OPTIONS),
                 secret_files=dict(type="list", elements="dict", default=[],

@@ -242,6 +242,7 @@ from ansible.module_utils.sglang_fleet_gpu import (
 )
 from ansible.module_utils.sglang_fleet_procs import describe_foreign
 from ansible.module_utils.sglang_fleet_service import (
+    START_OPTIONS,
     ServiceError,
     Supervisor,
     Systemd,
@@ -264,20 +265,11 @@ def main():
             unit_name=dict(type="str"),
             service_user=dict(type="str", default="root"),
             node_rank=dict(type="int", default=0),
-            config_files=dict(type="list", elements="path", default=[]),
-            config_hash=dict(type="str"),
-            launch_spec=dict(type="dict"),
-            running_spec_file=dict(type="path"),
             stop_timeout=dict(type="int", default=60),
-            baseline_file=dict(type="path"),
             gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
             sim_dir=dict(type="path"),
             shm_dir=dict(type="path"),
-            min_free_mb=dict(type="int", default=64),
-            host=dict(type="str", default="127.0.0.1"),
-            port=dict(type="int"),
-            group_markers=dict(type="list", elements="str", default=[]),
-            model_path=dict(type="str"),
+            **START_OPTIONS
         ),
         required_if=[
             ("manager", "systemd", ("unit_name",)),

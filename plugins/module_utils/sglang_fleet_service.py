@@ -66,6 +66,22 @@ def files_digest(paths):
     return content_digest(items)
 
 
+# What a start needs besides the service: sglang_service's options, and sglang_node's `start`,
+# which starts a server that is not running the same way.
+START_OPTIONS = dict(
+    config_files=dict(type="list", elements="path", default=[]),
+    config_hash=dict(type="str"),
+    launch_spec=dict(type="dict"),
+    running_spec_file=dict(type="path"),
+    baseline_file=dict(type="path"),
+    min_free_mb=dict(type="int", default=64),
+    host=dict(type="str", default="127.0.0.1"),
+    port=dict(type="int"),
+    group_markers=dict(type="list", elements="str", default=[]),
+    model_path=dict(type="str"),
+)
+
+
 class ServiceError(Exception):
     pass
 
