@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import pytest
 
 from sglang_fleet.cli import watch_loop
-from sglang_fleet.outcomes import host_outcomes
+from sglang_fleet.outcomes import host_outcomes, stage_of
 from sglang_fleet.progress import Progress
 from sglang_fleet.reasons import group_by_reason, shorten, wrap
 from sglang_fleet.report import config_row, draw_chart
@@ -343,3 +344,18 @@ def test_each_step_of_the_deploy_stage_gets_a_line():
     assert out.getvalue().splitlines() == [
         "[a] deploy: a task of install", "[a] deploy: a task of preflight",
         "[a] deploy: a task of configure", "[a] deploy: a task of service", "[a] health: Gate"]
+
+
+def test_a_lock_refusal_counts_against_the_deploy_stage():
+    refused = ev("runner_on_failed", "a", ROLE + "lock.yml", action="sglang_lock",
+                 task="Take the deployment's lock for this deploy",
+                 msg="the deployment's lock is held by another run")
+    outcome = host_outcomes([ev("runner_on_ok", "a", ROLE + "preflight.yml"), refused], None)["a"]
+    assert outcome.stages == {"deploy": "the deployment's lock is held by another run"}
+
+
+def test_every_task_file_of_the_server_role_belongs_to_a_stage():
+    tasks = Path(__file__).resolve().parents[2] / "roles" / "sglang_server" / "tasks"
+    unstaged = [f.name for f in sorted(tasks.glob("*.yml"))
+                if stage_of({"task_path": f"{tasks}/{f.name}:3", "task_action": "x"}) is None]
+    assert unstaged == []
