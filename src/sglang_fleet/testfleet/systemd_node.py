@@ -13,6 +13,9 @@ namespaces, the node:
   and /dev/shm; /dev/console is /dev/null), so nothing it creates there (/dev/log, ...)
   reaches the machine's devtmpfs;
 - makes /proc/sys read-only, so no sysctl can change the machine;
+- where the toolkit (this checkout and the Python environment whose interpreter the node's
+  modules and servers run) lies under /tmp, shows it read-only at the same path inside the
+  private /tmp, so a checkout in /tmp works and nothing in the node can change it;
 - mounts its cgroup hierarchies inside its own cgroup namespace, rooted at a cgroup made for it;
 - bind-mounts its own folder over /etc/systemd/system, so unit files and enable links stay in
   the node's folder;
@@ -36,6 +39,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -52,6 +56,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 TARGET = "sglang-fleet-test.target"
 SSHD_UNIT = "sglang-fleet-test-sshd.service"
 REFUSED = 97  # the exit status of a boot refused for want of isolation
+# What the node's modules and servers run: the interpreter Ansible is given is this environment's.
+TOOLKIT = (Path(__file__).resolve().parents[3], Path(sys.prefix).resolve())
 
 # Units that could act on the machine, or that a test node has no use for. Template names mask
 # every instance.
@@ -242,10 +248,26 @@ def _listening(address: str, port: int) -> bool:
         return s.connect_ex((address, port)) == 0
 
 
+def _toolkit_under_tmp(paths: tuple[Path, ...] = TOOLKIT) -> list[Path]:
+    """The toolkit's folders under /tmp, none inside another: what the private /tmp must show."""
+    under = sorted({p for p in paths if p.is_relative_to("/tmp") and p != Path("/tmp")})
+    return [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
+
+
 def _setup_script(node: SystemdNode, sshd_config: Path, canary: Path,
                   hierarchies: list[tuple[Path, str, str]]) -> str:
     """What runs as PID 1 of the new namespaces before it becomes systemd."""
     masks = " ".join(MASKED_UNITS)
+    # Bound to a stage in the node's own folder before the private /tmp hides them, moved into
+    # it after, read-only there.
+    toolkit = [(path, node.folder / f"toolkit-{i}") for i, path in enumerate(_toolkit_under_tmp())]
+    keep_toolkit = "".join(
+        f'mkdir -p "{stage}" && mount --bind "{path}" "{stage}" '
+        f'|| refuse "cannot keep the toolkit at {path}"\n' for path, stage in toolkit)
+    show_toolkit = "".join(
+        f'mkdir -p "{path}" && mount --move "{stage}" "{path}" '
+        f'&& mount -o remount,bind,ro "{path}" || refuse "cannot show the toolkit at {path}"\n'
+        for path, stage in toolkit)
     cgroup_mounts = []
     for point, fstype, options in hierarchies:
         rel = point.relative_to(CGROUP_ROOT)
@@ -268,7 +290,7 @@ def _setup_script(node: SystemdNode, sshd_config: Path, canary: Path,
         "Wants=systemd-journald.service", "AllowIsolate=yes", ""])
     return f"""set -eu
 refuse() {{ echo "systemd test node {node.name}: refusing to boot: $*" >&2; exit {REFUSED}; }}
-# Private scratch and state folders first: nothing below may touch the machine's.
+{keep_toolkit}# Private scratch and state folders first: nothing below may touch the machine's.
 for d in /tmp /var/tmp /run; do mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" \\
   || refuse "cannot mount a private tmpfs on $d"; done
 chmod 755 /run
@@ -276,7 +298,7 @@ mount -t tmpfs -o mode=755 tmpfs /var/lib/systemd || refuse "no private /var/lib
 if [ -d /var/log/journal ]; then mount -t tmpfs tmpfs /var/log/journal \\
   || refuse "no private /var/log/journal"; fi
 [ ! -e {canary} ] || refuse "/tmp is still the machine's (its canary is visible)"
-# A minimal private /dev.
+{show_toolkit}# A minimal private /dev.
 mkdir /tmp/dev && mount -t tmpfs -o mode=755,nosuid tmpfs /tmp/dev || refuse "no tmpfs /dev"
 for dev in null zero full random urandom tty; do
   touch /tmp/dev/$dev && mount --bind /dev/$dev /tmp/dev/$dev || refuse "cannot bind /dev/$dev"
