@@ -121,7 +121,11 @@ def test_canary_gate_passes_a_faster_spec_and_stops_a_slower_one(fleet):
     slower = fleet.deploy(extra=fleet.with_stores(**gate))
     assert slower.rc != 0
     assert "sim-node-1: canary gate: decode speed" in slower.output
-    assert "(-29." in slower.output and "beyond the allowed 5% drop" in slower.output
+    # The model's drop is 29.3% (63.6 against 90 simulated tok/s); measured on a shared machine,
+    # the figure moves by a few points, always far beyond the allowed 5%.
+    drop = re.search(r"\((-\d+(?:\.\d+)?)%", slower.output)
+    assert drop and -40 < float(drop.group(1)) < -20, slower.output[-3000:]
+    assert "beyond the allowed 5% drop" in slower.output
     assert "Rollout stopped; the other hosts keep their running LaunchSpec" in slower.output
     assert "sim-node-2" not in slower.recap, "the rollout never reached sim-node-2"
     assert fleet.main_pid("sim-node-2") == pid_before, "the rest of the fleet is untouched"
