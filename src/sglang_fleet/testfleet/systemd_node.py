@@ -47,6 +47,7 @@ from pathlib import Path
 
 import yaml
 
+from sglang_fleet.testfleet.local import REPO
 from sglang_fleet.testfleet.ssh import SshFleet, ssh_fleet_layout
 
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -57,7 +58,7 @@ TARGET = "sglang-fleet-test.target"
 SSHD_UNIT = "sglang-fleet-test-sshd.service"
 REFUSED = 97  # the exit status of a boot refused for want of isolation
 # What the node's modules and servers run: the interpreter Ansible is given is this environment's.
-TOOLKIT = (Path(__file__).resolve().parents[3], Path(sys.prefix).resolve())
+TOOLKIT = (REPO, Path(sys.prefix).resolve())
 
 # Units that could act on the machine, or that a test node has no use for. Template names mask
 # every instance.
