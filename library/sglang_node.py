@@ -73,9 +73,58 @@ options:
     type: float
     default: 10
   sim:
-    description: The simulated node to provision (devices, model_dir, model_config, shm_dir,
-      and root, the folder the model path must be inside); unset on real nodes.
+    description: The simulated node to provision (devices, model_dir, model_files (its JSON
+      files by name), shm_dir, and root, the folder the model path must be inside); unset on
+      real nodes.
     type: dict
+  secrets:
+    description:
+      - The secrets this start will have, by env file variable name (never their values).
+        One the deployment last started with (its running LaunchSpec says) that is missing
+        now is refused, unless listed in I(drops): a key that resolved to nothing would
+        restart the server without it.
+    type: dict
+    suboptions:
+      running_spec_file:
+        description: The LaunchSpec the server last started from.
+        type: path
+        required: true
+      names:
+        description: The env file variables of the secrets this start has.
+        type: list
+        elements: str
+        default: []
+      variables:
+        description: Each secret's env file variable and inventory variable, as pairs.
+        type: list
+        elements: list
+        default: []
+      drops:
+        description: Env file variables this start may leave out on purpose.
+        type: list
+        elements: str
+        default: []
+  model:
+    description:
+      - The model and the layout it must support, checked against the node's own copy before
+        anything changes; a model path that is not a folder here (a hub id) is not read.
+      - Its C(config.json) decides whether the attention heads divide by the attention TP,
+        the key/value heads fit TP, the experts divide by EP and the layers cover PP; the
+        checkpoint's size (its safetensors index, or its weight files) against the GPUs'
+        memory, as NVML reports it, decides whether the weights fit.
+    type: dict
+    suboptions:
+      path:
+        description: The model path of the server.
+        type: str
+        required: true
+      layout:
+        description: C(tp), C(pp), C(ep) and C(attn_dp), as the LaunchSpec resolved them.
+        type: dict
+        required: true
+      mem_fraction_static:
+        description: The server's C(--mem-fraction-static), or null for SGLang's default.
+        type: float
   shm_dir:
     description: Shared-memory folder of the server.
     type: path
@@ -323,6 +372,17 @@ def main():
             compute_capability=dict(type="str", required=True),
             gpu_timeout=dict(type="float", default=10),
             sim=dict(type="dict"),
+            secrets=dict(type="dict", options=dict(
+                running_spec_file=dict(type="path", required=True),
+                names=dict(type="list", elements="str", default=[], no_log=False),
+                variables=dict(type="list", elements="list", default=[], no_log=False),
+                drops=dict(type="list", elements="str", default=[], no_log=False),
+            )),
+            model=dict(type="dict", options=dict(
+                path=dict(type="str", required=True),
+                layout=dict(type="dict", required=True),
+                mem_fraction_static=dict(type="float"),
+            )),
             shm_dir=dict(type="path", default="/dev/shm"),
             service=dict(type="dict", required=True),
             files=dict(type="list", elements="dict", default=[]),

@@ -11,7 +11,7 @@ try:
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
-    from sglang_fleet.sim.hardware import sim_devices, sim_model_config
+    from sglang_fleet.sim.hardware import sim_devices, sim_model_files
     from sglang_fleet.spec import (
         build_launch_spec,
         gate_module_args,
@@ -81,9 +81,9 @@ def sim_devices_filter(spec):
     return sim_devices(spec)
 
 
-def sim_model_config_filter(spec):
+def sim_model_files_filter(spec):
     _need_package()
-    return sim_model_config(spec)
+    return sim_model_files(spec)
 
 
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
@@ -135,7 +135,7 @@ class FilterModule(object):
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,
             "sglang_fleet_sim_devices": sim_devices_filter,
-            "sglang_fleet_sim_model_config": sim_model_config_filter,
+            "sglang_fleet_sim_model_files": sim_model_files_filter,
             "sglang_fleet_next_spec": next_spec,
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,

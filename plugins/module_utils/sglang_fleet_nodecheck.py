@@ -23,6 +23,7 @@ try:
     from ansible.module_utils import sglang_fleet_gate as gate
     from ansible.module_utils import sglang_fleet_gpu as gpu
     from ansible.module_utils import sglang_fleet_lock as lk
+    from ansible.module_utils import sglang_fleet_modelfit as modelfit
     from ansible.module_utils import sglang_fleet_service as service_mod
     from ansible.module_utils import sglang_fleet_shm as shm
     from ansible.module_utils import sglang_fleet_simnode as simnode
@@ -34,6 +35,7 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node import sglang_fleet_gate as gate
     from sglang_fleet_node import sglang_fleet_gpu as gpu
     from sglang_fleet_node import sglang_fleet_lock as lk
+    from sglang_fleet_node import sglang_fleet_modelfit as modelfit
     from sglang_fleet_node import sglang_fleet_service as service_mod
     from sglang_fleet_node import sglang_fleet_shm as shm
     from sglang_fleet_node import sglang_fleet_simnode as simnode
@@ -138,10 +140,25 @@ def args_record(python, parser, args):
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# The installed SGLang's whole verdict before any worker starts, CPU only: its parser, its
+# argument resolution and check_server_args, then the parallel topology its tokenizer process
+# validates when it publishes the configuration (sglang/launch_server.py run_server,
+# sglang/srt/entrypoints/engine.py _launch_subprocesses). A release or a simulator without a
+# step skips it.
 _PARSE = (
     "import importlib, sys\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
-    "getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+    "args = getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+    "for step in ('resolve_once', 'check_server_args'):\n"
+    "    if callable(getattr(args, step, None)):\n"
+    "        getattr(args, step)()\n"
+    "if callable(getattr(args, 'resolve_once', None)) and mod.startswith('sglang.'):\n"
+    "    try:\n"
+    "        from sglang.srt.runtime_context import publish\n"
+    "    except ImportError:\n"
+    "        publish = None\n"
+    "    if publish is not None:\n"
+    "        publish(args, role='tokenizer')\n"
 )
 
 
@@ -159,12 +176,30 @@ def parse_args(python, parser, args, timeout=180):
         return "parsing the arguments took over %ss" % timeout, None
     if proc.returncode == 0:
         return None
-    tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
-    if tail and tail[-1].startswith(("ModuleNotFoundError", "ImportError")):
+    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    final = _final_line(lines)
+    if final.startswith(("ModuleNotFoundError", "ImportError")):
         return ("the server Python %s cannot import SGLang's argument parser %s: %s. Fix: "
                 "install SGLang into that environment, or use install_mode pip"
-                % (python, parser, tail[-1]), proc.returncode)
-    return "SGLang rejected the rendered arguments: %s" % " | ".join(tail), proc.returncode
+                % (python, parser, final), proc.returncode)
+    return "SGLang rejected the rendered arguments: %s" % final, proc.returncode
+
+
+def _final_line(lines):
+    """A failed parse's last word: the exception's final line (its message may span lines)
+    and where SGLang raised it, or argparse's error line."""
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return lines[-1] if lines else "no message"
+    last = frames[-1]
+    where = lines[last].strip()
+    # `  File "/x/sglang/srt/a.py", line 273, in check_server_args` -> sglang/srt/a.py:273
+    path, _, rest = where[len('File "'):].partition('", line ')
+    if "/sglang/" in path:
+        path = "sglang/" + path.rsplit("/sglang/", 1)[1]
+    message = [line for line in lines[last + 1:] if not line.startswith("    ")
+               and line.strip() and not set(line.strip()) <= set("^~")]
+    return "%s (%s:%s)" % (" ".join(message) or lines[-1], path, rest.split(",")[0])
 
 
 def record_args_checked(record_file, record):
@@ -237,9 +272,50 @@ def _start_server(p, service, status, devices, result, warn):
     result["changed"] = True
 
 
-def check_node(p, check_mode, warn, want_diff=False):
-    """One node check; `p` holds the module's parameters. Returns the module's result."""
-    result = dict(changed=False)
+def _check_model(model, devices):
+    """The node's own copy of the model against the layout and these GPUs, before anything
+    changes: what SGLang would refuse only once the weights load."""
+    read = modelfit.read_model(model["path"])
+    if read is None:
+        return  # not a model folder here: the checks before a start say so
+    shape, weights = read
+    name = "the model at %s" % model["path"]
+    layout = model["layout"]
+    problems = modelfit.layout_problems(name, shape, layout)
+    fit = modelfit.fit_problem(name, weights, layout,
+                               min(d["memory_total"] for d in devices),
+                               model.get("mem_fraction_static"))
+    problems += [fit] if fit else []
+    if problems:
+        raise NodeRefused("; ".join(
+            "sglang_server_%s=%s: %s (read from its config.json and checkpoint on this node). "
+            "Fix: %s" % (x["variable"], x["value"], x["problem"], x["fix"]) for x in problems))
+
+
+def _check_secrets_kept(secrets):
+    """A secret the deployment last started with, missing now, is a key that resolved to
+    nothing (an unset environment variable, a vault not opened), unless dropped on purpose:
+    starting without it would serve openly. Refused before anything changes."""
+    before = read_json(secrets["running_spec_file"]) or {}
+    gone = set(before.get("secret_env_names") or []) - set(secrets["names"]) - \
+        set(secrets.get("drops") or [])
+    variables = dict((env, variable) for env, variable in secrets["variables"])
+    for env in sorted(gone):
+        variable = variables.get(env, env)
+        raise NodeRefused(
+            "%s resolves to nothing, but this deployment last started with it (config %s, "
+            "%s): a secret that vanished (an environment variable not set on the controller, "
+            "a vault not opened) would restart the server without it. Fix: make %s resolve "
+            "again where the inventory reads it (the controller's environment, "
+            "ansible-vault), or leave it out on purpose with sglang_server_drop_secrets: [%s]"
+            % (variable, before.get("config_hash", "?"),
+               (before.get("secret_fingerprints") or {}).get(env, "fingerprint unrecorded"),
+               variable, variable))
+
+
+def _refuse_early(p):
+    """What refuses the node before it is even looked at: a missing interpreter, a reboot
+    mark, a secret that vanished."""
     python = p["server_python"]
     if python and not os.path.exists(python):
         raise NodeRefused(
@@ -252,6 +328,15 @@ def check_node(p, check_mode, warn, want_diff=False):
             "server was killed. Fix: reboot the node (or reset its GPUs), then clear the mark "
             "with ansible-playbook playbooks/recover.yml --limit %s "
             "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
+    if p.get("secrets"):
+        _check_secrets_kept(p["secrets"])
+
+
+def check_node(p, check_mode, warn, want_diff=False):
+    """One node check; `p` holds the module's parameters. Returns the module's result."""
+    result = dict(changed=False)
+    python = p["server_python"]
+    _refuse_early(p)
 
     sim = p.get("sim") or None
     if sim:
@@ -264,7 +349,7 @@ def check_node(p, check_mode, warn, want_diff=False):
                 "outside that folder. Fix: set sglang_server_model_path under %s"
                 % (sim["model_dir"], root, root))
         written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
-                                    sim["model_config"], sim["shm_dir"], check_mode)
+                                    sim["model_files"], sim["shm_dir"], check_mode)
         result["provisioned"] = written
         result["changed"] = bool(written)
 
@@ -334,6 +419,9 @@ def check_node(p, check_mode, warn, want_diff=False):
                     "Fix: correct those variables for this host (or its group)"
                     % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
                        p["compute_capability"]))
+
+    if p.get("model") and devices:
+        _check_model(p["model"], devices)
 
     if not status["running"] and not status["members"]:
         owner = service_uid(svc["user"])

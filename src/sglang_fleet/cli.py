@@ -20,9 +20,9 @@ from sglang_fleet import diagnose, experiments
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
 from sglang_fleet.metrics import prometheus_text, write_textfile
-from sglang_fleet.outcomes import HostOutcome, host_outcomes
+from sglang_fleet.outcomes import REFUSED_RUN_TASK, HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
-from sglang_fleet.reasons import counted
+from sglang_fleet.reasons import counted, group_by_reason, host_order, hosts_text
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.router_view import router_lines
@@ -218,6 +218,50 @@ def cmd_render(args: argparse.Namespace) -> int:
     if files.get("unit"):
         say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")
+    return EXIT_OK
+
+
+# ---- check ---------------------------------------------------------------------------------
+
+VALIDATE_PLAYBOOK = "playbooks/validate.yml"
+SPEC_CHECKS = ("Refuse an invalid LaunchSpec, naming each variable, its value and the fix",
+               "Refuse invalid router settings, naming each variable, its value and the fix")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The whole validation a deploy starts with, alone: every host's LaunchSpec and every
+    router's RouterSpec, on the controller, no node contacted. Exit 0, or 2 with every
+    problem of every host."""
+    check_inventory(args)
+    extra = parse_extra_vars(args.extra_vars)
+    with playbook_run(VALIDATE_PLAYBOOK, inventory=args.inventory, limit=args.limit,
+                      extravars=extra) as run:
+        problems = [(host, msg) for host, task, msg in failures(run) if task != REFUSED_RUN_TASK]
+        checked = {host for task in SPEC_CHECKS for host in task_results(run, task)}
+        warnings = [(host, res["msg"]) for task in SPEC_CHECKS
+                    for host, res in task_results(run, task).items()
+                    if not res["_failed"] and res.get("msg") not in (None, "", "All assertions "
+                                                                      "passed")]
+        stats = run.stats
+    if not stats and not checked:
+        for line in _parse_problems(run) or ["no host matched: check --limit and the "
+                                             "inventory"]:
+            print(line, file=sys.stderr)
+        return EXIT_USAGE
+    for hosts, reason in group_by_reason(warnings):
+        say(f"warning [{hosts_text(hosts)}]:")
+        for line in reason.splitlines():
+            say(f"    {line}")
+    for hosts, reason in group_by_reason(problems):
+        say(f"refused [{hosts_text(hosts)}]:")
+        for line in reason.splitlines():
+            say(f"    {line}")
+    refused = sorted({host for host, _ in problems}, key=host_order)
+    if refused:
+        say(f"result: refused (exit {EXIT_USAGE}): {len(refused)} of {len(checked)} hosts have "
+            f"problems; no node was contacted")
+        return EXIT_USAGE
+    say(f"result: ok (exit {EXIT_OK}): {len(checked)} hosts checked; no node was contacted")
     return EXIT_OK
 
 
@@ -707,6 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--keep-artifacts", type=int, default=20,
                        help="runner artifact folders to keep (20)")
     watch.set_defaults(func=cmd_watch)
+
+    check = sub.add_parser("check", help="validate the whole inventory as a deploy would "
+                                         "first, without contacting any node")
+    _common(check)
+    check.set_defaults(func=cmd_check)
 
     render = sub.add_parser("render", help="print the launch files deploy would write for HOST")
     render.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")

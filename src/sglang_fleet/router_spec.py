@@ -24,7 +24,7 @@ from typing import Any
 from sglang_fleet.catalogue import Catalogue
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
-from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value
+from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value, is_loopback
 
 API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
 CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
@@ -293,12 +293,29 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     if v["worker_url"] and not re.match(r"^https?://", v["worker_url"]):
         p.error(PREFIX + "worker_url", v["worker_url"], "must be an http:// or https:// URL",
                 "e.g. http://10.0.0.11:30000")
+    _check_exposure(v, cp_keys, p)
     if p.errors:
         return _result(p, None)
-    if v["host"] not in ("127.0.0.1", "::1", "localhost") and not cp_keys:
-        p.warn("sglang_router_control_plane_api_keys is empty: anyone who reaches "
-               f"{v['host']}:{v['port']} can add and remove workers. Fix: set an admin key")
     return _result(p, _assemble(v, cat, cp_keys, host, address or host))
+
+
+def _check_exposure(v: dict[str, Any], cp_keys: list[dict[str, str]], p: Problems) -> None:
+    """A router reachable beyond its host serves anyone, and lets anyone change its workers,
+    unless it has keys: refused unless the inventory says it is meant."""
+    if v["allow_unauthenticated"] or v["host"] is None or is_loopback(v["host"]):
+        return
+    where = f"the router listens on {v['host']} (sglang_router_host)"
+    fix = ("from ansible-vault, or the controller's environment: check that the variable it "
+           "reads is set; or serve openly on purpose with "
+           "sglang_router_allow_unauthenticated: true")
+    if not v["api_key"]:
+        p.error(PREFIX + "api_key", None, f"is empty while {where}: any client that reaches it "
+                "is served", f"set sglang_router_api_key ({fix})", described="<empty>")
+    if not cp_keys:
+        p.error(PREFIX + "control_plane_api_keys", None, f"is empty while {where}: anyone who "
+                "reaches it can add and remove workers",
+                f"set an admin key in sglang_router_control_plane_api_keys ({fix})",
+                described="<empty>")
 
 
 def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], host: str,

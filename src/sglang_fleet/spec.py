@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+import ipaddress
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
+from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.reviewed import Release, nccl_did_you_mean, nccl_variable_names, releases
 from sglang_fleet.rules import Rule, matching_rules
 from sglang_fleet.settings import (
@@ -27,11 +29,15 @@ from sglang_fleet.settings import (
     FACT_OF_SETTING,
     OUTPUT_FACTS,
     PREFIX,
+    SECRET_ENV,
     SECRET_SETTINGS,
     SETTINGS,
     Setting,
     owners_by_dest,
 )
+from sglang_fleet.sglang_checks import refusals, resolved
+from sglang_fleet_node import sglang_fleet_modelfit as modelfit
+from sglang_fleet_node.sglang_fleet_secrets import mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
@@ -41,8 +47,8 @@ __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARK
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
-API_KEY_VAR = "SGLANG_FLEET_API_KEY"
-HF_TOKEN_VAR = "HF_TOKEN"
+API_KEY_VAR = SECRET_ENV[PREFIX + "api_key"]
+HF_TOKEN_VAR = SECRET_ENV[PREFIX + "hf_token"]
 API_KEY_MIN_LENGTH = 16
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
@@ -55,7 +61,6 @@ _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # An HTTP bearer token (RFC 6750 token68): what SGLang compares the Authorization header with.
 _TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
-_SECRET_FLAGS = ("--api-key", "--admin-api-key")
 _PREVIEW_NODES = 64  # a value is summarised by walking at most this many of its parts
 
 
@@ -287,6 +292,7 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
         if setting.catalogue_choices and values[setting.name] is not None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
+    _check_exposure(values, p)
     return Validated(values, effective, releases()[version], cat)
 
 
@@ -342,10 +348,37 @@ def _check_secrets(values: dict[str, Any], cat: Catalogue, p: Problems) -> None:
             p.error("api_key", None, problem,
                     f"use a random key of at least {API_KEY_MIN_LENGTH} characters, e.g. "
                     "`openssl rand -hex 24`, kept in ansible-vault", described="<secret>")
+    for name in values.get("drop_secrets") or []:
+        if name not in SECRET_SETTINGS:
+            p.error("drop_secrets", name, "is not a secret setting",
+                    f"name one of: {', '.join(SECRET_SETTINGS)}")
     token = values.get("hf_token")
     if token and not re.fullmatch(r"\S+", token):
         p.error("hf_token", None, "contains whitespace", "paste the token alone",
                 described="<secret>")
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host or host == "localhost":
+        return bool(host)
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_exposure(values: dict[str, Any], p: Problems) -> None:
+    """A server reachable beyond this machine answers anyone without a key: refused unless
+    the inventory says it is meant."""
+    host = values.get("host")
+    if values.get("api_key") or values.get("allow_unauthenticated") or host is None \
+            or is_loopback(host):
+        return
+    p.error("api_key", None, f"is empty while the server listens on {host} "
+            "(sglang_server_host): anyone who reaches the port can use it",
+            "set sglang_server_api_key (from ansible-vault, or the controller's environment: "
+            "check that the variable it reads is set), or serve openly on purpose with "
+            "sglang_server_allow_unauthenticated: true", described="<empty>")
 
 
 def _in_sglang_vocabulary(key: str, cat: Catalogue) -> bool:
@@ -409,7 +442,10 @@ def topology(v: Validated, host: str, members: list[str] | None, dist_host: str 
                         f"{nnodes})", f"lower tp/pp/dp, or add nodes to sglang_server_group "
                         f"(tp x pp x dp <= {gpus * nnodes})")
             elif per_node < gpus:
-                p.warn(f"tp x pp x dp uses {per_node} of {gpus} GPUs per node")
+                idle = f"GPU {per_node}" if gpus - per_node == 1 else \
+                    f"GPUs {per_node}-{gpus - 1}"
+                p.warn(f"tp x pp x dp uses {per_node} of {gpus} GPUs per node; idle: {idle} "
+                       "(SGLang takes GPUs from --base-gpu-id, 0 unless set)")
     return Topology(group or None, nnodes, node_rank, addr, per_node)
 
 
@@ -422,6 +458,8 @@ class ServerCommand:
     secret_env_names: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     allowed_rules: list[str] = field(default_factory=list)
+    # What the model must support: tp, pp, ep and the attention-DP size SGLang resolves.
+    layout: dict[str, int] = field(default_factory=dict)
 
 
 def _scalar(value: Any) -> bool:
@@ -444,6 +482,10 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
             args += [s.flag, str(value)]
         elif s.render == "switch" and value:
             args.append(s.flag)
+        elif s.render == "secret" and value:
+            # A reference, expanded by the launch script from the 0600 env file: the value
+            # never appears in the script, the spec, Ansible output or the runner artifacts.
+            args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
         elif s.name in ("served_model_name", "tp"):
@@ -456,25 +498,7 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
                 args += [flag, str(wanted)] if cat.by_flag[flag].takes_values else [flag]
         elif s.name == "cuda_graph_max_bs" and value is not None:
             args += [release.cuda_graph_max_bs_flag, str(value)]
-        elif s.name == "api_key" and value:
-            # A reference, expanded by the launch script from the 0600 env file: the key never
-            # appears in the script, the spec, Ansible output or the runner artifacts.
-            args += [s.flag, {"env": API_KEY_VAR}]
     return args
-
-
-def _masked_tokens(tokens: list[str]) -> list[str]:
-    out, hide = [], False
-    for token in tokens:
-        flag = token.partition("=")[0]
-        if hide:
-            out.append("<secret>")
-        elif flag in _SECRET_FLAGS and "=" in token:
-            out.append(flag + "=<secret>")
-        else:
-            out.append(token)
-        hide = not hide and token in _SECRET_FLAGS
-    return out
 
 
 def _check_extra_args(v: Validated, p: Problems) -> list[str]:
@@ -482,7 +506,7 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
     whatever alias spells them."""
     extra = v["extra_args"] or []
     cat = v.catalogue
-    shown = _masked_tokens(extra)
+    shown = mask_argv(extra)
     for token, display in zip(extra, shown, strict=True):
         if "\n" in token or "\x00" in token:
             p.error("extra_args", None, "an argument contains a newline or NUL byte",
@@ -490,7 +514,7 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
     check = cat.check_args(extra)
     owners = owners_by_dest(cat)
     for problem in check.problems:
-        token = _masked_tokens(problem.token.split(" ", 1))
+        token = mask_argv(problem.token.split(" ", 1))
         p.error("extra_args", None, problem.problem, problem.fix,
                 described=describe_value(" ".join(token)))
     for dest, flag in check.dests.items():
@@ -522,17 +546,18 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
             env[name] = _env_value(value)
     for name, value in (v["extra_env"] or {}).items():
         text = str(name)
-        if not _ENV_NAME.match(text) or text in (MARKER_VAR, CONFIG_VAR, API_KEY_VAR):
+        if not _ENV_NAME.match(text) or text.startswith("SGLANG_FLEET_"):
             p.error("extra_env", name, f"{describe_value(name)} is not a usable environment "
                     "variable name", "use UPPER_CASE names; the SGLANG_FLEET_* names are "
                     "reserved")
         elif text.startswith("NCCL_"):
             p.error("extra_env", name, f"{name} belongs in the NCCL profile",
                     "move it to sglang_server_nccl_profile")
-        elif text == HF_TOKEN_VAR or _SECRET_ENV_NAME.search(text):
+        elif text in SECRET_ENV.values() or _SECRET_ENV_NAME.search(text):
             p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
                     "and extra_env is written into facts, ledgers and reports",
-                    "set sglang_server_hf_token or sglang_server_api_key (ansible-vault)")
+                    f"use the secret settings ({', '.join(SECRET_SETTINGS)}), kept in "
+                    "ansible-vault")
         elif not _scalar(value):
             p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
                     "quote it as one string")
@@ -544,24 +569,38 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
     return env
 
 
+def _options_of_release(v: Validated, p: Problems) -> None:
+    """A setting that is set, whose option the pinned release does not have."""
+    for s in SETTINGS:
+        if s.flag and v[s.name] and s.flag not in v.catalogue.by_flag:
+            p.error(s.variable, None if s.secret else v[s.name], f"SGLang {v.release.version} "
+                    f"has no {s.flag}", "pin a release that has it, or unset the setting",
+                    described="<secret>" if s.secret else None)
+
+
 def server_command(v: Validated, topo: Topology, host: str, served: str, p: Problems
                    ) -> ServerCommand:
     cmd = ServerCommand()
+    _options_of_release(v, p)
     clean = not p.errors
     cmd.args = _render_settings(v, topo, served) + _check_extra_args(v, p)
     if clean and not p.errors:
         # The whole command line through SGLang's own parser, rebuilt from the catalogue.
         try:
-            v.catalogue.parse([a if isinstance(a, str) else "<secret>" for a in cmd.args])
+            parsed = v.catalogue.parse([a if isinstance(a, str) else "<secret>"
+                                        for a in cmd.args])
         except ParseError as exc:
             p.error("extra_args", None, f"SGLang {v.catalogue.version} refuses the command "
                     f"line: {exc}", "correct the flags named",
                     described="<the rendered command line>")
+        else:
+            values = resolved(vars(parsed))
+            cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
+                          "attn_dp": values.get("attn_dp_size", 1)}
+            if not _sglang_refusals(v, vars(parsed), p):
+                _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
-    if v["api_key"]:
-        cmd.secret_env_names.append(API_KEY_VAR)
-    if v["hf_token"]:
-        cmd.secret_env_names.append(HF_TOKEN_VAR)
+    cmd.secret_env_names = [s.env for s in SETTINGS if s.secret and s.env and v[s.name]]
 
     family, cc = v["model_family"], _compute_capability(v["gpu_compute_capability"])
     backend = v["attention_backend"] or (
@@ -585,6 +624,72 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             _refuse_rule(rule, v, p)
     cmd.allowed_rules = [r.id for r in matched]
     return cmd
+
+
+def _sglang_refusals(v: Validated, values: dict[str, Any], p: Problems) -> bool:
+    """What SGLang refuses after its parser accepted the command line (sglang_checks), each
+    named by the setting or extra_args token that set it. A refusal that only follows from
+    one already named (it reads the same values) is left out: SGLang stops at the first."""
+    owners = owners_by_dest(v.catalogue)
+    named: set[str] = set()
+    for refusal in refusals(v.release.version, values):
+        if named & set(refusal.dests):
+            continue
+        named |= set(refusal.dests)
+        variable, value = _refused_by(v, refusal.dests, owners)
+        p.error(variable, value, f"SGLang {v.release.version} refuses it before any worker "
+                f"starts: {refusal.describe().replace(chr(10), '; ')}", refusal.fix)
+    return bool(named)
+
+
+def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
+    """What a model the controller knows refuses of this layout (sglang_fleet_modelfit, the
+    node check's own checks), before any node is touched. Other models are the node
+    check's, which reads the node's config.json."""
+    model = known_model(v["model_path"])
+    if model is None:
+        return
+    if model.attention != v["model_family"]:
+        p.warn(f"sglang_server_model_family is {v['model_family']}, but {model.name} is an "
+               f"{model.attention} model: Rules match on this setting; set "
+               f"sglang_server_model_family: {model.attention}")
+    found = modelfit.layout_problems(model.name, model.shape, layout)
+    fit = modelfit.fit_problem(model.name, model.checkpoint_bytes, layout,
+                               gpu_memory_bytes(v["gpu_model"], v["gpu_memory_gb"]),
+                               v["mem_fraction_static"])
+    for problem in found + ([fit] if fit else []):
+        p.error(problem["variable"], problem["value"], problem["problem"] + (
+            f" (known model {model.name}, matched by sglang_server_model_path)"),
+                problem["fix"])
+
+
+def _refused_by(v: Validated, dests: tuple[str, ...], owners: dict[str, Setting]
+                ) -> tuple[str, Any]:
+    """The inventory variable (and its value) behind the first of `dests` the operator set."""
+    for dest in dests:
+        owner = owners.get(dest)
+        if owner is not None:
+            if owner.name == "served_model_name" and v["served_model_name"] is None:
+                return "model_path", v["model_path"]
+            return owner.variable, v[owner.name]
+        tokens = _extra_tokens(v, dest)
+        if tokens:
+            return "extra_args", tokens
+    return "extra_args", v["extra_args"]
+
+
+def _extra_tokens(v: Validated, dest: str) -> list[str]:
+    """The extra_args tokens (flag and value) that set SGLang's `dest`."""
+    extra = v["extra_args"] or []
+    out = []
+    for i, token in enumerate(extra):
+        option = v.catalogue.by_flag.get(token.partition("=")[0])
+        if option is None or option.dest != dest:
+            continue
+        out.append(token)
+        if "=" not in token and option.takes_values and i + 1 < len(extra):
+            out.append(extra[i + 1])
+    return out
 
 
 def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
@@ -727,6 +832,11 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 
 # ---- assembly ----------------------------------------------------------------------------
 
+def _fingerprint(secret: str) -> str:
+    """A secret's fingerprint: enough to tell two keys apart, never the key."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
 def config_hash(spec_core: dict[str, Any]) -> str:
     """A stable name for a configuration: same inputs, same hash, secrets excluded."""
     blob = json.dumps(spec_core, sort_keys=True, separators=(",", ":"))
@@ -813,6 +923,13 @@ def build_launch_spec(
         "server_args": [a if isinstance(a, str) else "********" for a in cmd.args],
         "env": env,
         "secret_env_names": cmd.secret_env_names,
+        # Every secret setting and its env file variable: the files step reads their values.
+        "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
+        # Which secrets were given, as fingerprints only: the node check refuses a start that
+        # would drop one the deployment ran with (a key that resolved to nothing).
+        "secret_fingerprints": {s.env: _fingerprint(v[s.name]) for s in SETTINGS
+                                if s.secret and s.env and v[s.name]},
+        "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
         "service": service,
         "paths": layout,
         "install": {
@@ -828,7 +945,10 @@ def build_launch_spec(
                 "model": v["gpu_model"], "used_per_node": topo.gpus_per_node,
                 "sim_dir": f"{root}/sim/gpus" if simulated else None},
         "model": {"path": v["model_path"], "served_name": served, "family": v["model_family"],
-                  "size_b": v["model_size_b"]},
+                  "size_b": v["model_size_b"],
+                  # What the node check holds the node's own config.json and GPUs to.
+                  "check": {"layout": cmd.layout,
+                            "mem_fraction_static": v["mem_fraction_static"]}},
         "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from sglang_fleet.testfleet.local import make_fleet
@@ -179,3 +181,39 @@ def test_other_failures_keep_ansibles_own_output(tmp_path):
     assert "fatal: [localhost]: FAILED! =>\n    the server's 'words'\n    second line\n" in own
     assert "fatal: [localhost]: FAILED! => as above: the server's 'words'" in own
     assert "[ERROR]" not in own and "Origin:" not in own
+
+
+def test_the_node_check_refuses_weights_its_own_gpus_cannot_hold(one_node):
+    """The controller is told of 1000 GB GPUs; the node's own GPUs (NVML, simulated here) and
+    its copy of the model (config.json, safetensors index) say the weights cannot fit at TP 4.
+    Refused before anything on the node changes: no lock, no files, no process."""
+    run = one_node.deploy(extra={"sglang_server_tp": 4, "sglang_server_gpu_memory_gb": 1000})
+    assert run.rc != 0
+    text = " ".join(run.output.split())
+    assert ("sglang_server_tp=4: the model at " in text and "'s weights are 553 GiB: over tp x "
+            "pp = 4 GPUs that is 138.3 GiB per GPU, more than the 90.8 GiB a 95.6 GiB GPU "
+            "gives them" in text), run.output[-2000:]
+    assert "(read from its config.json and checkpoint on this node)" in text
+    assert one_node.processes("sim-node-1") == []
+    assert not list((one_node.host_root("sim-node-1") / "conf").glob("*.launch.sh"))
+
+
+def test_a_key_that_resolves_to_nothing_never_restarts_the_server_open(one_node):
+    key = "k" + secrets.token_hex(12)
+    first = one_node.deploy(extra={"sglang_server_api_key": key})
+    assert first.rc == 0, first.output[-2000:]
+    pid = one_node.main_pid("sim-node-1")
+    # The variable the inventory reads the key from is unset: the key resolves to "".
+    again = one_node.deploy(extra={"sglang_server_api_key": ""})
+    assert again.rc != 0
+    text = " ".join(again.output.split())
+    assert ("sglang_server_api_key resolves to nothing, but this deployment last started "
+            "with it (config ") in text
+    assert "sha256:" in text and key not in again.output
+    assert "sglang_server_drop_secrets: [sglang_server_api_key]" in text
+    assert one_node.main_pid("sim-node-1") == pid
+    # Removed on purpose: the deploy goes ahead.
+    dropped = one_node.deploy(extra={"sglang_server_api_key": "",
+                                     "sglang_server_drop_secrets": ["sglang_server_api_key"]})
+    assert dropped.rc == 0, dropped.output[-2000:]
+    assert one_node.main_pid("sim-node-1") != pid

@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sglang_fleet.sim.controller import spawn_scheduler
+from sglang_fleet.sim.failures import SGLangError
 from sglang_fleet.sim.http_api import Handler
 from sglang_fleet.sim.runtime import (
     SimRuntime,
@@ -409,6 +410,15 @@ def main(argv: list[str] | None = None) -> None:
     note = rt.capture_plan().prefill_note
     if note:
         log(note)
+    try:
+        args.resolve_once()
+        args.check_server_args()
+    except SGLangError as exc:
+        # launch_server.py's `finally: kill_process_tree(os.getpid(), include_parent=False)`
+        # runs before the interpreter prints the traceback and exits 1.
+        kill_process_tree(include_parent=False)
+        sys.stderr.write(exc.traceback_text())
+        sys.exit(1)
     log(f"server_args={resolved_args(args, rt)}")
     sys.exit(serve(rt, argv))
 

@@ -80,6 +80,7 @@ class SimRuntime:
     model_family: str
     topology: Topology
     faults: list[Fault] = field(default_factory=list)
+    model_config: dict[str, Any] = field(default_factory=dict)  # the model's config.json
 
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
@@ -186,6 +187,7 @@ def load_runtime(args: Any) -> SimRuntime:
         model_family=family,
         topology=Topology.from_args(args),
         faults=parse_faults(os.environ.get("SGLANG_SIM_FAULT", "")),
+        model_config=config,
     )
     if rt.has("tokenizer_watchdog") and getattr(args, "soft_watchdog_timeout", None) is None:
         raise ValueError("SGLANG_SIM_FAULT=tokenizer_watchdog needs --soft-watchdog-timeout: "
