@@ -77,18 +77,22 @@ options:
       files by name), shm_dir, and root, the folder the model path must be inside); unset on
       real nodes.
     type: dict
+  running_spec_file:
+    description: The LaunchSpec the deployment last started from (the service keeps it).
+    type: path
+  settings:
+    description: The new LaunchSpec's public settings; when the launch files change, the
+      summary names each setting that differs from the running LaunchSpec's, old and new.
+    type: dict
+    default: {}
   secrets:
     description:
       - The secrets this start will have, by env file variable name (never their values).
-        One the deployment last started with (its running LaunchSpec says) that is missing
-        now is refused, unless listed in I(drops): a key that resolved to nothing would
-        restart the server without it.
+        One the deployment last started with (I(running_spec_file)) that is missing now is
+        refused, unless listed in I(drops): a key that resolved to nothing would restart
+        the server without it.
     type: dict
     suboptions:
-      running_spec_file:
-        description: The LaunchSpec the server last started from.
-        type: path
-        required: true
       names:
         description: The env file variables of the secrets this start has.
         type: list
@@ -372,8 +376,9 @@ def main():
             compute_capability=dict(type="str", required=True),
             gpu_timeout=dict(type="float", default=10),
             sim=dict(type="dict"),
+            running_spec_file=dict(type="path"),
+            settings=dict(type="dict", default={}),
             secrets=dict(type="dict", options=dict(
-                running_spec_file=dict(type="path", required=True),
                 names=dict(type="list", elements="str", default=[], no_log=False),
                 variables=dict(type="list", elements="list", default=[], no_log=False),
                 drops=dict(type="list", elements="str", default=[], no_log=False),

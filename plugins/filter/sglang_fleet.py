@@ -13,6 +13,9 @@ try:
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.sim.hardware import sim_devices, sim_model_files
     from sglang_fleet.spec import (
+        IDENTITY_SETTINGS,
+        PREFIX,
+        build_identity,
         build_launch_spec,
         gate_module_args,
         group_consistency_errors,
@@ -49,6 +52,19 @@ def launch_spec(settings, host, group_members=None, dist_init_host=None):
     return build_launch_spec(dict(settings), str(host),
                              list(group_members) if group_members else None,
                              str(dist_init_host) if dist_init_host else None)
+
+
+def identity(settings, host, group_members=None):
+    _need_package()
+    return build_identity(dict(settings), str(host),
+                          list(group_members) if group_members else None)
+
+
+def identity_variables(names):
+    """Of the given variable names, those build_identity reads."""
+    _need_package()
+    wanted = set(PREFIX + n for n in IDENTITY_SETTINGS) | set([PREFIX + "overrides"])
+    return [n for n in names if n in wanted]
 
 
 def render(spec, secrets=None, masked=False):
@@ -130,6 +146,8 @@ class FilterModule(object):
     def filters(self):
         return {
             "sglang_fleet_launch_spec": launch_spec,
+            "sglang_fleet_identity": identity,
+            "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
             "sglang_fleet_group_errors": group_errors,
             "sglang_fleet_gate_args": gate_args_filter,

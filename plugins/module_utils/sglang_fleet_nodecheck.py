@@ -292,11 +292,11 @@ def _check_model(model, devices):
             "Fix: %s" % (x["variable"], x["value"], x["problem"], x["fix"]) for x in problems))
 
 
-def _check_secrets_kept(secrets):
-    """A secret the deployment last started with, missing now, is a key that resolved to
-    nothing (an unset environment variable, a vault not opened), unless dropped on purpose:
-    starting without it would serve openly. Refused before anything changes."""
-    before = read_json(secrets["running_spec_file"]) or {}
+def _check_secrets_kept(secrets, before):
+    """A secret the deployment last started with (`before`, its running LaunchSpec), missing
+    now, is a key that resolved to nothing (an unset environment variable, a vault not
+    opened), unless dropped on purpose: starting without it would serve openly. Refused
+    before anything changes."""
     gone = set(before.get("secret_env_names") or []) - set(secrets["names"]) - \
         set(secrets.get("drops") or [])
     variables = dict((env, variable) for env, variable in secrets["variables"])
@@ -329,7 +329,35 @@ def _refuse_early(p):
             "with ansible-playbook playbooks/recover.yml --limit %s "
             "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
     if p.get("secrets"):
-        _check_secrets_kept(p["secrets"])
+        _check_secrets_kept(p["secrets"], _running_spec(p))
+
+
+def _running_spec(p):
+    return (read_json(p["running_spec_file"]) if p.get("running_spec_file") else None) or {}
+
+
+def setting_changes(before, after, most=6):
+    """What differs between two LaunchSpecs' public settings, one `name: old -> new` each,
+    nested mappings by key (`sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple`)."""
+    out = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += ["%s.%s: %s -> %s" % (name, key, _shown(old.get(key)), _shown(new.get(key)))
+                    for key in sorted(set(old) | set(new), key=str)
+                    if old.get(key) != new.get(key)]
+        else:
+            out.append("%s: %s -> %s" % (name, _shown(old), _shown(new)))
+    return out[:most] + (["%d more" % (len(out) - most)] if len(out) > most else [])
+
+
+def _shown(value):
+    if value is None:
+        return "unset"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_node(p, check_mode, warn, want_diff=False):
@@ -377,6 +405,10 @@ def check_node(p, check_mode, warn, want_diff=False):
 
     files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
     result["files_current"] = files_current
+    if not files_current and p.get("settings"):
+        changes = setting_changes(_running_spec(p).get("settings") or {}, p["settings"])
+        if changes:
+            why = "%s: %s" % (why, "; ".join(changes))
     result["files_reason"] = why
     result["service_current"] = bool(status["running"]) and \
         status["digest"] == p["expected_digest"]

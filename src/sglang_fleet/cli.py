@@ -194,19 +194,27 @@ def cmd_recover(args: argparse.Namespace) -> int:
 # ---- render ------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
+    """The files a deploy with the same inventory, --limit and -e would write, secrets
+    masked: for HOST, or every host the limit selects."""
     check_inventory(args)
-    with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=args.host) as run:
+    limit = args.host or args.limit
+    with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=limit,
+                      extravars=parse_extra_vars(args.extra_vars)) as run:
         results = task_results(run, RENDER_TASK)
         problems = failures(run)
-    if args.host not in results:
-        if problems:
-            for host, task, msg in problems:
-                print(f"{host}: {task}:\n{msg}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"host {args.host!r} is not in the sglang_servers group of inventory "
-              f"{args.inventory or '(default)'}", file=sys.stderr)
+    if problems or not results or (args.host and args.host not in results):
+        for host, task, msg in problems:
+            print(f"{host}: {task}:\n{msg}", file=sys.stderr)
+        if not problems:
+            print(f"no host {limit or ''} in the sglang_servers group of inventory "
+                  f"{args.inventory or '(default)'}", file=sys.stderr)
         return EXIT_USAGE
-    msg = results[args.host]["msg"]
+    for host in sorted(results, key=host_order):
+        _show_rendered(results[host]["msg"])
+    return EXIT_OK
+
+
+def _show_rendered(msg: dict[str, Any]) -> None:
     spec, files = msg["spec"], msg["files"]
     say(f"# {spec['host']}: deployment {spec['deployment']}, config {spec['config_hash']}, "
         f"SGLang {spec['sglang_version']}, install {spec['install']['mode']}, "
@@ -218,7 +226,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     if files.get("unit"):
         say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")
-    return EXIT_OK
 
 
 # ---- check ---------------------------------------------------------------------------------
@@ -757,9 +764,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(check)
     check.set_defaults(func=cmd_check)
 
-    render = sub.add_parser("render", help="print the launch files deploy would write for HOST")
-    render.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
-    render.add_argument("host")
+    render = sub.add_parser("render", help="print the launch files a deploy would write, for "
+                                           "HOST or the hosts --limit selects (with -e too)")
+    _common(render)
+    render.add_argument("host", nargs="?", help="one host (or give --limit)")
     render.set_defaults(func=cmd_render)
 
     bench = sub.add_parser("bench", help="measure ready servers as bench_one_batch_server does")

@@ -281,7 +281,7 @@ SECRET_FLAGS: tuple[str, ...] = tuple(s.flag for s in SETTINGS if s.secret and s
 # The inventory variable behind each LaunchSpec fact that Rules match on.
 FACT_OF_SETTING: dict[str, str] = {s.variable: s.fact for s in SETTINGS if s.fact}
 # Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
-OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
+OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict", PREFIX + "identity")
 
 
 def owners_by_dest(cat: Any) -> dict[str, Setting]:

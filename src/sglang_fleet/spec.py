@@ -25,6 +25,7 @@ from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.reviewed import Release, nccl_did_you_mean, nccl_variable_names, releases
 from sglang_fleet.rules import Rule, matching_rules
 from sglang_fleet.settings import (
+    BY_NAME,
     BY_VARIABLE,
     FACT_OF_SETTING,
     OUTPUT_FACTS,
@@ -41,9 +42,10 @@ from sglang_fleet_node.sglang_fleet_secrets import mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
-           "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS", "SpecError",
-           "build_launch_spec", "config_hash", "describe_value", "group_consistency_errors",
-           "public_settings"]
+           "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS",
+           "SpecError",
+           "build_identity", "build_launch_spec", "config_hash", "describe_value",
+           "group_consistency_errors", "public_settings"]
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
@@ -755,6 +757,57 @@ def _deployment_name(v: Validated, served: str | None, p: Problems) -> str | Non
     return name
 
 
+def _connect_host(listen: str | None) -> str:
+    """The address the node itself reaches the server at."""
+    listen = listen or "127.0.0.1"
+    return "127.0.0.1" if listen in ("0.0.0.0", "::") else listen
+
+
+def _service(v: Any, deployment: str) -> dict[str, Any]:
+    return {"manager": v["service_manager"], "unit_name": f"sglang-{deployment}.service",
+            "stop_timeout": v["stop_timeout"], "user": v["user"] or "root"}
+
+
+# ---- a deployment's identity alone ----------------------------------------------------------
+
+# The settings that name a deployment and say where its files and processes are: all that a
+# stop, or a removal from the routers, needs. build_identity reads (and refuses) nothing else,
+# so a broken secret or flag never keeps an operator from stopping a fleet.
+IDENTITY_SETTINGS = ("model_path", "served_model_name", "deployment_name", "port", "host",
+                     "root", "shm_dir", "service_manager", "user", "stop_timeout", "group",
+                     "node_rank")
+
+
+def build_identity(settings: dict[str, Any], host: str,
+                   group_members: list[str] | None = None) -> dict[str, Any]:
+    """The deployment's identity from its identity settings (recovery's overrides applied):
+    {"ok", "errors", ..., "spec": the LaunchSpec's host, deployment, marker, paths, service,
+    group, http and listen address, or None}."""
+    p = Problems(host)
+    overrides = settings.get(PREFIX + "overrides")
+    given = {**settings, **(overrides if isinstance(overrides, dict) else {})}
+    v = {name: _coerce(BY_NAME[name], given.get(PREFIX + name, BY_NAME[name].default), p)
+         for name in IDENTITY_SETTINGS}
+    served = v["served_model_name"] or (
+        v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
+    deployment = _deployment_name(v, served, p)
+    if p.errors or not deployment:
+        return _result(p, None)
+    members = list(group_members or [])
+    rank = (v["node_rank"] if v["node_rank"] is not None else
+            members.index(host) if v["group"] and host in members else 0)
+    return _result(p, {
+        "host": host,
+        "deployment": deployment,
+        "marker": f"{host}:{deployment}",
+        "paths": paths(v["root"], deployment, v["service_manager"], v["shm_dir"]),
+        "service": _service(v, deployment),
+        "group": {"name": v["group"], "node_rank": rank, "serves_http": rank == 0},
+        "http": {"url": f"http://{_connect_host(v['host'])}:{v['port']}", "port": v["port"]},
+        "settings": {PREFIX + "host": v["host"]},
+    })
+
+
 # ---- stage 5: the gate -------------------------------------------------------------------
 
 def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated: bool,
@@ -867,8 +920,7 @@ def build_launch_spec(
     deployment = _deployment_name(v, served, p)
     root = v["root"]
     simulated = v["install_mode"] == "simulator"
-    listen_host = v["host"] or "127.0.0.1"
-    connect_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    connect_host = _connect_host(v["host"])
     gate_spec = gate(v, root or "", deployment or "", connect_host, simulated, p)
     if p.errors:
         return _result(p, None)
@@ -905,8 +957,7 @@ def build_launch_spec(
             # The simulator parses with the pinned release's catalogue, as that release would.
             "SGLANG_SIM_VERSION": v.release.version,
         })
-    service = {"manager": v["service_manager"], "unit_name": f"sglang-{deployment}.service",
-               "stop_timeout": v["stop_timeout"], "user": v["user"] or "root"}
+    service = _service(v, deployment)
     core = {"argv": launch + cmd.args, "env": env, "secret_env_names": cmd.secret_env_names,
             "service": service}
     chash = config_hash(core)

@@ -6,7 +6,7 @@ import secrets
 
 import pytest
 
-from sglang_fleet.testfleet.local import make_fleet
+from sglang_fleet.testfleet.local import make_fleet, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -217,3 +217,17 @@ def test_a_key_that_resolves_to_nothing_never_restarts_the_server_open(one_node)
                                      "sglang_server_drop_secrets": ["sglang_server_api_key"]})
     assert dropped.rc == 0, dropped.output[-2000:]
     assert one_node.main_pid("sim-node-1") != pid
+
+
+def test_a_stop_needs_only_the_deployments_identity(one_node):
+    """An operator whose vault or environment is broken can still stop the fleet: stop.yml
+    reads only the settings that name the deployment, never a secret or a flag."""
+    assert one_node.deploy().rc == 0
+    assert one_node.processes("sim-node-1")
+    run = run_playbook("playbooks/stop.yml", one_node.inventory, {
+        **one_node.extra, "sglang_server_api_key": "x",
+        "sglang_server_extra_args": ["--no-such-flag"],
+        "sglang_server_ssl_keyfile_password": "{{ undefined_variable_of_a_broken_vault }}"})
+    assert run.rc == 0, run.output[-2000:]
+    assert "sim-node-1: stopped (Kimi-K2.5-" in " ".join(run.output.split())
+    assert one_node.processes("sim-node-1") == []

@@ -34,14 +34,19 @@ def test_diffs_show_changes_but_never_a_secret(tmp_path):
     folders, files = _files(tmp_path)
     apply(plan(folders, files)[0])
     folders, files = _files(tmp_path, script=b"#!/bin/sh\necho v2\n",
-                            env=b"SGLANG_FLEET_API_KEY=other-secret-456\n")
+                            env=b"NCCL_PROTO=Simple\nSGLANG_FLEET_API_KEY=other-secret-456\n")
     actions, diffs = plan(folders, files)
     assert len(actions) == 2
     script, env = diffs
     assert "echo v1" in script["before"] and "echo v2" in script["after"]
     blob = repr(env)
     assert "sekrit" not in blob and "other-secret" not in blob
-    assert "content holds secrets: not shown; sha256" in env["after"]
+    # Every other line shows as it is; a secret's value only as its fingerprint, which
+    # changes with the key.
+    assert env["after"].startswith("NCCL_PROTO=Simple\nSGLANG_FLEET_API_KEY=******** (sha256:")
+    before_key = env["before"].split("SGLANG_FLEET_API_KEY=")[1]
+    after_key = env["after"].split("SGLANG_FLEET_API_KEY=")[1]
+    assert before_key != after_key
 
 
 def test_a_mode_change_alone_is_a_change(tmp_path):
