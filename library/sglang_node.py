@@ -81,15 +81,16 @@ options:
     description: The LaunchSpec the deployment last started from (the service keeps it).
     type: path
   settings:
-    description: The new LaunchSpec's public settings; when the launch files change, the
-      summary names each setting that differs from the running LaunchSpec's, old and new.
+    description: >-
+      The new LaunchSpec's public settings. When the launch files change, the summary names
+      each setting that differs from the running LaunchSpec's, old and new.
     type: dict
     default: {}
   secrets:
     description:
       - The secrets this start will have, by env file variable name (never their values).
         One the deployment last started with (I(running_spec_file)) that is missing now is
-        refused, unless listed in I(drops): a key that resolved to nothing would restart
+        refused, unless listed in I(drops), since a key that resolved to nothing would restart
         the server without it.
     type: dict
     suboptions:

@@ -19,6 +19,7 @@ import difflib
 import ipaddress
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sglang_fleet.catalogue import Catalogue
@@ -74,67 +75,78 @@ def _secret_names() -> set[str]:
 
 
 def _coerce(s: RouterSetting, raw: Any, p: Problems) -> Any:
-    var = s.variable
+    """The value in its type, or None after reporting the problem (a secret's value is never
+    shown in it)."""
     if raw is None or (raw == "" and (s.nullable or s.secret)):
         if s.kind == "list":
             return []
         if s.nullable or s.secret:
             return None if not s.secret else ""
-        p.error(var, raw, "is required", f"set {var}, e.g. {s.default!r}")
+        p.error(s.variable, raw, "is required", f"set {s.variable}, e.g. {s.default!r}")
         return None
-    if s.kind == "bool":
-        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[raw.lower()]
-        if not isinstance(raw, bool):
-            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
-            return None
-        return raw
-    if s.kind in ("int", "float"):
-        value = raw
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = int(value) if s.kind == "int" else float(value)
-        wanted = "an integer" if s.kind == "int" else "a number"
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
-                s.kind == "int" and not isinstance(value, int)):
-            p.error(var, raw, f"must be {wanted}",
-                    f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
-            return None
-        if s.low is not None and s.high is not None and not s.low <= value <= s.high:
-            p.error(var, raw, f"is out of range {s.low:g}..{s.high:g}",
-                    f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
-            return None
-        return value if s.kind == "int" else float(value)
-    if s.kind == "str":
-        if not isinstance(raw, str):
-            p.error(var, None if s.secret else raw,
-                    f"must be a string, got {type(raw).__name__}", "quote the value",
-                    described="<secret>" if s.secret else None)
-            return None
-        if any(c in raw for c in "\n\r\x00"):
-            p.error(var, None if s.secret else raw, "contains a newline or NUL byte",
-                    "remove control characters", described="<secret>" if s.secret else None)
-            return None
-        if s.choices and raw not in s.choices:
-            close = difflib.get_close_matches(raw, list(s.choices), n=1)
-            p.error(var, raw, "is not a valid choice",
-                    (f"did you mean {close[0]!r}? " if close else "")
-                    + f"use one of: {', '.join(s.choices)}")
-            return None
-        return raw
-    if s.kind == "list":
-        if not isinstance(raw, list):
-            p.error(var, None if s.secret else raw, "must be a list",
-                    'e.g. ["--max-concurrent-requests", "256"]' if not s.secret else
-                    "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]",
-                    described="<secret>" if s.secret else None)
-            return None
-        if s.elements == "str" and not all(isinstance(a, str) for a in raw):
-            p.error(var, raw, "must be a list of strings",
-                    'quote every item, e.g. ["--max-concurrent-requests", "256"]')
-            return None
-        return list(raw)
-    raise ValueError(f"router settings table: unknown kind {s.kind!r} for {var}")
+    value = _COERCERS[s.kind](s, raw)
+    if isinstance(value, _Refused):
+        p.error(s.variable, None if s.secret else raw, value.problem, value.fix,
+                described="<secret>" if s.secret else None)
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class _Refused:
+    problem: str
+    fix: str
+
+
+def _as_bool(s: RouterSetting, raw: Any) -> Any:
+    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[raw.lower()]
+    if not isinstance(raw, bool):
+        return _Refused("must be a boolean", "set true or false (unquoted)")
+    return raw
+
+
+def _as_number(s: RouterSetting, raw: Any) -> Any:
+    value = raw
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value) if s.kind == "int" else float(value)
+    wanted = "an integer" if s.kind == "int" else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            s.kind == "int" and not isinstance(value, int)):
+        return _Refused(f"must be {wanted}",
+                        f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
+    if s.low is not None and s.high is not None and not s.low <= value <= s.high:
+        return _Refused(f"is out of range {s.low:g}..{s.high:g}",
+                        f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
+    return value if s.kind == "int" else float(value)
+
+
+def _as_str(s: RouterSetting, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
+    if any(c in raw for c in "\n\r\x00"):
+        return _Refused("contains a newline or NUL byte", "remove control characters")
+    if s.choices and raw not in s.choices:
+        close = difflib.get_close_matches(raw, list(s.choices), n=1)
+        return _Refused("is not a valid choice", (f"did you mean {close[0]!r}? " if close
+                                                  else "") + f"use one of: {', '.join(s.choices)}")
+    return raw
+
+
+def _as_list(s: RouterSetting, raw: Any) -> Any:
+    if not isinstance(raw, list):
+        return _Refused("must be a list", 'e.g. ["--max-concurrent-requests", "256"]'
+                        if not s.secret else
+                        "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]")
+    if s.elements == "str" and not all(isinstance(a, str) for a in raw):
+        return _Refused("must be a list of strings",
+                        'quote every item, e.g. ["--max-concurrent-requests", "256"]')
+    return list(raw)
+
+
+_COERCERS = {"bool": _as_bool, "int": _as_number, "float": _as_number, "str": _as_str,
+             "list": _as_list}
 
 
 def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: Problems) -> None:

@@ -163,86 +163,99 @@ class Validated:
 
 
 def _coerce(setting: Setting, raw: Any, p: Problems) -> Any:
-    """The value in its type, or None after reporting the problem."""
-    var = setting.variable
+    """The value in its type, or None after reporting the problem (a secret's value is never
+    shown in it)."""
     if raw is None or (raw == "" and setting.nullable):
         if setting.kind in ("list", "dict"):
             return [] if setting.kind == "list" else {}
         if setting.nullable or setting.secret or setting.kind == "str" and setting.default == "":
             return None
-        p.error(var, raw, "is required", f"set {var} in the inventory")
+        p.error(setting.variable, raw, "is required", f"set {setting.variable} in the inventory")
         return None
-    kind = setting.kind
-    if kind == "bool":
-        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[raw.lower()]
-        if not isinstance(raw, bool):
-            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
-            return None
-        return raw
-    if kind == "int":
-        value = raw
-        # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
-        if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            p.error(var, raw, "must be an integer",
-                    f"set an integer between {setting.low:g} and {setting.high:g}")
-            return None
-        if not setting.low <= value <= setting.high:
-            p.error(var, raw, f"out of range {setting.low:g}..{setting.high:g}",
-                    f"set a value in {setting.low:g}..{setting.high:g}")
-            return None
-        return value
-    if kind == "float":
-        value = raw
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not setting.low < float(value) < setting.high:
-            p.error(var, raw, f"must be a number between {setting.low:g} and {setting.high:g} "
-                    "(exclusive)", f"e.g. {setting.default if setting.default else 0.85}, or "
-                    "null for SGLang's default" if setting.nullable else
-                    f"e.g. {setting.default}")
-            return None
-        return float(value)
-    if kind in ("str", "path"):
-        if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
-                isinstance(raw, int | float) and not isinstance(raw, bool):
-            raw = str(raw)
-        if raw == "" and setting.default not in ("", None) and not setting.secret:
-            p.error(var, raw, "is required", f"set {var} in the inventory")
-            return None
-        if not isinstance(raw, str):
-            p.error(var, raw, f"must be a string, got {type(raw).__name__}", "quote the value")
-            return None
-        if len(raw) > setting.max_length:
-            p.error(var, raw, f"is {len(raw)} characters long, the limit is "
-                    f"{setting.max_length}", "shorten it")
-            return None
-        if "\n" in raw or "\x00" in raw or "\r" in raw:
-            p.error(var, raw, "contains a newline or NUL byte", "remove control characters")
-            return None
-        if kind == "path" and not raw.startswith("/"):
-            p.error(var, raw, "must be an absolute path", f"e.g. {setting.default}")
-            return None
-        if setting.choices and raw not in setting.choices:
-            p.error(var, raw, "is not a valid choice",
-                    f"use one of: {', '.join(setting.choices)}")
-            return None
-        return raw
-    if kind == "list":
-        if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
-            p.error(var, raw, "must be a list of strings", 'e.g. ["--log-level", "info"]')
-            return None
-        return list(raw)
-    if kind == "dict":
-        if not isinstance(raw, dict):
-            p.error(var, raw, "must be a mapping", "e.g. {NAME: value}")
-            return None
-        return dict(raw)
-    raise ValueError(f"settings table: unknown kind {kind!r} for {var}")
+    problem = _COERCERS[setting.kind](setting, raw)
+    if isinstance(problem, _Refused):
+        p.error(setting.variable, None if setting.secret else raw, problem.problem,
+                problem.fix, described="<secret>" if setting.secret else None)
+        return None
+    return problem
+
+
+@dataclass(frozen=True)
+class _Refused:
+    problem: str
+    fix: str
+
+
+def _as_bool(setting: Setting, raw: Any) -> Any:
+    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[raw.lower()]
+    if not isinstance(raw, bool):
+        return _Refused("must be a boolean", "set true or false (unquoted)")
+    return raw
+
+
+def _as_int(setting: Setting, raw: Any) -> Any:
+    value = raw
+    # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return _Refused("must be an integer",
+                        f"set an integer between {setting.low:g} and {setting.high:g}")
+    if not setting.low <= value <= setting.high:
+        return _Refused(f"out of range {setting.low:g}..{setting.high:g}",
+                        f"set a value in {setting.low:g}..{setting.high:g}")
+    return value
+
+
+def _as_float(setting: Setting, raw: Any) -> Any:
+    value = raw
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not setting.low < float(value) < setting.high:
+        return _Refused(
+            f"must be a number between {setting.low:g} and {setting.high:g} (exclusive)",
+            f"e.g. {setting.default if setting.default else 0.85}, or null for SGLang's "
+            "default" if setting.nullable else f"e.g. {setting.default}")
+    return float(value)
+
+
+def _as_str(setting: Setting, raw: Any) -> Any:
+    if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
+            isinstance(raw, int | float) and not isinstance(raw, bool):
+        raw = str(raw)
+    if raw == "" and setting.default not in ("", None) and not setting.secret:
+        return _Refused("is required", f"set {setting.variable} in the inventory")
+    if not isinstance(raw, str):
+        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
+    if len(raw) > setting.max_length:
+        return _Refused(f"is {len(raw)} characters long, the limit is {setting.max_length}",
+                        "shorten it")
+    if "\n" in raw or "\x00" in raw or "\r" in raw:
+        return _Refused("contains a newline or NUL byte", "remove control characters")
+    if setting.kind == "path" and not raw.startswith("/"):
+        return _Refused("must be an absolute path", f"e.g. {setting.default}")
+    if setting.choices and raw not in setting.choices:
+        return _Refused("is not a valid choice", f"use one of: {', '.join(setting.choices)}")
+    return raw
+
+
+def _as_list(setting: Setting, raw: Any) -> Any:
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        return _Refused("must be a list of strings", 'e.g. ["--log-level", "info"]')
+    return list(raw)
+
+
+def _as_dict(setting: Setting, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        return _Refused("must be a mapping", "e.g. {NAME: value}")
+    return dict(raw)
+
+
+_COERCERS = {"bool": _as_bool, "int": _as_int, "float": _as_float, "str": _as_str,
+             "path": _as_str, "list": _as_list, "dict": _as_dict}
 
 
 def _unknown_variables(settings: dict[str, Any], p: Problems, where: str = "") -> None:
