@@ -88,7 +88,8 @@ def _take_lock(lock):
     folder = os.path.dirname(lock["path"])
     if folder and not os.path.isdir(folder):
         os.makedirs(folder)
-    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"])
+    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"],
+                            lease=lock.get("lease"))
     outcome, held = lk.LockFile(lock["path"]).acquire(record)
     if outcome == "held":
         return {"outcome": "held", "held_by": held}
