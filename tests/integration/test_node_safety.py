@@ -1,0 +1,113 @@
+"""Node-side safety trials through real ansible-playbook runs: a lock held from another PID
+namespace, an empty lock, shared-memory cleanup in a folder shared with others, symlinked
+folders, a port change that would orphan a running server, a killed recovery finished by a
+stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, run_playbook, wait_for
+
+pytestmark = pytest.mark.integration
+
+HOST = "sim-node-1"
+
+
+def ledger(fleet):
+    path = Path(fleet.extra["sglang_fleet_ledger"])
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def lock_path(fleet):
+    return fleet.host_root(HOST) / "run" / f"Kimi-K2.5-{fleet.port(HOST)}.recover.lock"
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+HOLDER = """\
+- name: Hold a deployment's lock, renewing it each second, as a live run does
+  hosts: sglang_servers
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}
+    - name: Take and renew the lock
+      sglang_lock:
+        path: "{{ sglang_server_launch_spec.paths.recover_lock }}"
+        name: "{{ sglang_server_launch_spec.marker }}"
+        purpose: deploy
+        owner: a deploy from a container
+        lease: 8
+      loop: "{{ range(600) | list }}"
+      loop_control: {pause: 1, label: "{{ item }}"}
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="a PID namespace needs root and unshare(1)")
+def test_a_lock_held_from_another_pid_namespace_is_refused_until_its_lease_runs_out(
+        one_node, tmp_path):
+    """Trial: a controller in another PID namespace on the same host (a container with host
+    networking) looked dead by its PID, its lock was taken and both deploys reported ok. Its
+    PID proves nothing here: while it renews its lease the lock is refused; once it stops
+    renewing, the lock is taken over after the lease, and the take-over is in the ledger."""
+    playbook = tmp_path / "holder.yml"
+    playbook.write_text(HOLDER)
+    holder = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", str(BIN / "ansible-playbook"), "-i",
+         str(one_node.inventory), str(playbook), "-e", json.dumps(one_node.extra)],
+        cwd=REPO, env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    lock = lock_path(one_node)
+    try:
+        wait_for(lambda: lock.exists() and "container" in lock.read_text(), timeout=120,
+                 interval=0.2)
+        held = json.loads(lock.read_text())
+        assert held["run"]["pid_ns"] != os.readlink("/proc/self/ns/pid")
+        refused = one_node.deploy()
+        assert refused.rc != 0
+        out = flat(refused.output)
+        assert "is locked by a deploy from a container" in out
+        assert "cannot be checked from here" in out and "its lease runs out in" in out
+        assert one_node.server_processes(HOST) == [], "nothing started"
+        assert json.loads(lock.read_text())["run"]["run_id"] == held["run"]["run_id"]
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # its whole PID namespace goes with it
+        holder.wait()
+    silent_since = time.time()
+    wait_for(lambda: time.time() - silent_since > 9, timeout=30, interval=0.5)
+    run = one_node.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    out = flat(run.output)
+    assert "took over the lock of a deploy from a container" in out
+    assert "longer than its lease (8 s)" in out
+    (taken,) = [e for e in ledger(one_node) if e["kind"] == "lock_taken_over"]
+    assert taken["by"] == "deploy" and "longer than its lease" in taken["because"]
+    assert taken["from_run"]["run_id"] == held["run"]["run_id"]
+    assert not lock.exists(), "released after the gate"
+
+
+def test_an_empty_lock_file_is_taken_over_with_a_ledger_entry(one_node):
+    """Trial: an empty lock file blocked the deployment forever ("it keeps appearing and
+    disappearing", no fix)."""
+    lock = lock_path(one_node)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_bytes(b"")
+    past = time.time() - 60
+    os.utime(lock, (past, past))
+    run = one_node.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    assert "took over the lock of an empty lock file" in flat(run.output)
+    (taken,) = [e for e in ledger(one_node) if e["kind"] == "lock_taken_over"]
+    assert "the lock file is empty" in taken["because"]
+    assert not lock.exists()
