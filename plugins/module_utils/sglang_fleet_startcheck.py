@@ -5,7 +5,9 @@
 #   with nothing in its log to say why);
 # - the HTTP port free, or held by the server being replaced (found by membership), or by
 #   another node of the same multi-node server sharing this machine (the simulated fleet);
-# - the model path present, with its config.json.
+# - the model path present, with its config.json;
+# - no symbolic link where the server writes (its log and run folders, its log file): the start
+#   would write through it, outside the deployment's root.
 # Read-only; pure Python on statvfs and /proc.
 from __future__ import absolute_import, division, print_function
 
@@ -160,10 +162,21 @@ def model_problems(model_path):
     return []
 
 
+def link_problems(paths):
+    """A message per folder or file the server writes that is a symbolic link: the start would
+    write through it, outside the deployment's root."""
+    return ["%s is a symbolic link (to %s): the server would write through it, outside the "
+            "deployment's root. Fix: replace the link by a real %s, or set sglang_server_root to "
+            "a path without links" % (path, os.readlink(path), what)
+            for what, path in paths if path and os.path.islink(path)]
+
+
 def start_blockers(folders, min_free_bytes, host, port, member_pids, allowed_markers,
                    model_path):
     """Everything that would make the next start fail, as messages (empty: go ahead)."""
-    return (space_problems(folders, min_free_bytes)
+    # The shm folder is the node's (often /dev/shm, a link on some systems), not the deploy's.
+    return (link_problems([("folder", path) for what, path, _ in folders if what != "shm folder"])
+            + space_problems(folders, min_free_bytes)
             + port_problems(host, port, set(member_pids), tuple(allowed_markers))
             + model_problems(model_path))
 
@@ -179,5 +192,6 @@ def server_start_blockers(p, member_pids):
          "free space there (or move sglang_server_root)"),
         ("shm folder", p["shm_dir"], "free shared memory there (or set sglang_server_shm_dir)"),
     ]
-    return start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"], member_pids,
-                          p["group_markers"], p["model_path"])
+    return (link_problems([("file", p["log_file"])])
+            + start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"],
+                             member_pids, p["group_markers"], p["model_path"]))

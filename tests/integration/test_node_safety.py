@@ -111,3 +111,50 @@ def test_an_empty_lock_file_is_taken_over_with_a_ledger_entry(one_node):
     (taken,) = [e for e in ledger(one_node) if e["kind"] == "lock_taken_over"]
     assert "the lock file is empty" in taken["because"]
     assert not lock.exists()
+
+
+def test_a_symlinked_logs_folder_is_refused_and_its_target_untouched(one_node, tmp_path):
+    """Trial: a `logs` folder that was a symlink to a 0700 folder elsewhere: the deploy changed
+    the target to 0755 and wrote the server log into it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    os.chmod(private, 0o700)
+    logs = one_node.host_root(HOST) / "logs"
+    logs.parent.mkdir(parents=True, exist_ok=True)
+    logs.symlink_to(private)
+    run = one_node.deploy()
+    assert run.rc != 0
+    out = flat(run.output)
+    assert f"{logs} is a symbolic link (to {private})" in out
+    assert "Fix: replace the link by a folder" in out
+    assert os.stat(private).st_mode & 0o777 == 0o700
+    assert list(private.iterdir()) == []
+    assert one_node.server_processes(HOST) == []
+    assert not lock_path(one_node).exists(), "the lock is released"
+
+
+def test_a_stop_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_node):
+    """Trial: a recovery killed after its stop and finished by stop.yml left no ledger entry
+    (the deploy path records it as interrupted)."""
+    gone = subprocess.Popen(["/bin/true"])
+    gone.wait()
+    from sglang_fleet_node import sglang_fleet_lock as lk
+    lock = lock_path(one_node)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps({
+        "owner": "recovery of sim-node-1", "purpose": "recover", "since": time.time(),
+        "run": lk.run_identity(os.getpid()) | {"pid": gone.pid, "run_id": "killed-run"},
+        "recovery": {"stage": "stopped", "failed_config_hash": "0123456789ab",
+                     "verdict": {"verdict": "stalled", "phase": "capturing_cuda_graph",
+                                 "reason": "x"},
+                     "evidence": "/evidence/sim-node-1/x", "stop": {"killed": [{"pid": 7}]}}}))
+    run = one_node.stop()
+    assert run.rc == 0, run.output[-3000:]
+    entries = ledger(one_node)
+    assert [e["kind"] for e in entries] == ["lock_taken_over", "recovery"]
+    taken, recovery = entries
+    assert taken["by"] == "stop" and f"pid {gone.pid}" in taken["because"]
+    assert recovery["interrupted"] is True and recovery["finished_by"] == "stop"
+    assert recovery["config_hash"] == "0123456789ab" and recovery["verdict"] == "stalled"
+    assert recovery["killed"] == [7]
+    assert not lock.exists()

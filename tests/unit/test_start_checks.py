@@ -89,3 +89,26 @@ def test_model_path_must_exist_with_its_config(tmp_path):
     assert check.model_problems(str(missing)) == []
     # A hub id is SGLang's to download.
     assert check.model_problems("moonshotai/Kimi-K2.5") == []
+
+
+def test_a_link_where_the_server_writes_blocks_its_start(tmp_path):
+    """The log file or the log and run folders as symbolic links: the server would write
+    through them, outside the deployment's root."""
+    private = tmp_path / "private"
+    private.mkdir()
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "logs").symlink_to(private)
+    options = {"log_file": str(root / "logs" / "d.log"), "state_file": str(root / "run" / "d.pid"),
+               "shm_dir": str(tmp_path), "min_free_mb": 0, "host": "127.0.0.1", "port": None,
+               "group_markers": [], "model_path": None}
+    (problem,) = check.server_start_blockers(options, [])
+    assert problem.startswith(f"{root}/logs is a symbolic link (to {private})")
+    assert "Fix: replace the link by a real folder" in problem
+    (root / "logs").unlink()
+    (root / "logs").mkdir()
+    (root / "logs" / "d.log").symlink_to(private / "secret.log")
+    (problem,) = check.server_start_blockers(options, [])
+    assert "d.log is a symbolic link" in problem
+    (root / "logs" / "d.log").unlink()
+    assert check.server_start_blockers(options, []) == []
