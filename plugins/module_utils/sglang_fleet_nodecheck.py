@@ -28,7 +28,11 @@ try:
     from ansible.module_utils import sglang_fleet_simnode as simnode
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
-    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
+    from ansible.module_utils.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_gate as gate
@@ -39,7 +43,11 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node import sglang_fleet_simnode as simnode
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
-    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
+    from sglang_fleet_node.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 
 
 class NodeRefused(Exception):
@@ -253,6 +261,11 @@ def check_node(p, check_mode, warn, want_diff=False):
             "server was killed. Fix: reboot the node (or reset its GPUs), then clear the mark "
             "with ansible-playbook playbooks/recover.yml --limit %s "
             "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
+
+    # Another deployment of this host still running (left by a change of port or name).
+    orphans = other_deployments_running(p["service"]["state_file"], p["service"]["marker"])
+    if orphans:
+        raise NodeRefused(orphan_refusal(p["service"]["marker"], orphans))
 
     sim = p.get("sim") or None
     if sim:

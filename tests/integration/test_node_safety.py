@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, run_playbook, wait_for
+from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +159,37 @@ def test_a_stop_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_nod
     assert recovery["config_hash"] == "0123456789ab" and recovery["verdict"] == "stalled"
     assert recovery["killed"] == [7]
     assert not lock.exists()
+
+
+def test_a_port_change_refuses_while_the_old_server_runs_and_names_its_stop(one_node):
+    """Trial: deploying the deployment again on another port (its name is <served>-<port>, so
+    its files got a new name) left the old server running, unmanaged, on the same GPUs, with
+    no warning, out of stop.yml's reach. The node check refuses before anything changes, with
+    the command that stops the old one; after that command the deploy goes through."""
+    from sglang_fleet.testfleet.local import free_port_block
+
+    assert one_node.deploy().rc == 0
+    old_port = one_node.port(HOST)
+    before = sorted(p["pid"] for p in one_node.server_processes(HOST))
+    new_port = free_port_block(1)
+    refused = one_node.deploy(extra={"sglang_server_port": new_port})
+    assert refused.rc != 0
+    out = flat(refused.output)
+    assert (f"another deployment of {HOST} still runs under the same root: "
+            f"{HOST}:Kimi-K2.5-{old_port} (port {old_port}") in out
+    fix = (f"ansible-playbook playbooks/stop.yml --limit {HOST} -e "
+           f"sglang_server_deployment_name=Kimi-K2.5-{old_port} -e sglang_server_port={old_port}")
+    assert f"Fix: stop it first: {fix}" in out
+    assert sorted(p["pid"] for p in one_node.server_processes(HOST)) == before, "untouched"
+    run_dir = one_node.host_root(HOST) / "run"
+    assert not list(run_dir.glob(f"Kimi-K2.5-{new_port}.*")), "nothing written for the new one"
+    stop = run_playbook("playbooks/stop.yml", one_node.inventory, one_node.extra,
+                        *fix.split()[2:])
+    assert stop.rc == 0, stop.output[-3000:]
+    assert one_node.server_processes(HOST) == []
+    try:
+        moved = one_node.deploy(extra={"sglang_server_port": new_port})
+        assert moved.rc == 0, moved.output[-3000:]
+        assert f"{HOST}: ready at" in moved.output
+    finally:  # the fixture ends the inventory port's deployment, not this one
+        procs.stop_deployment(f"{HOST}:Kimi-K2.5-{new_port}", term_timeout=5)

@@ -248,7 +248,7 @@ def test_take_over_is_compare_and_swap_one_winner(tmp_path):
     lk.LockFile(path).acquire(dict(record(gone, "recover"), recovery={"stage": "stopped"}))
     held = lk.LockFile(path).read()
     contenders = [dict(lk.run_identity(os.getpid()), pid=os.getpid() + 10_000 + i,
-                       run_id="contender-%d" % i) for i in range(8)]
+                       run_id=f"contender-{i}") for i in range(8)]
     outcomes = {}
 
     def take(run):

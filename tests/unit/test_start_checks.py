@@ -112,3 +112,48 @@ def test_a_link_where_the_server_writes_blocks_its_start(tmp_path):
     assert "d.log is a symbolic link" in problem
     (root / "logs" / "d.log").unlink()
     assert check.server_start_blockers(options, []) == []
+
+
+def test_another_deployment_of_the_same_host_still_running_is_named_with_its_stop(tmp_path):
+    """Trial: deploying again on another port (the deployment's name is <served>-<port>, so its
+    files get a new name) left the old server running, unmanaged, on the same GPUs."""
+    import json
+    import uuid
+
+    from sglang_fleet_node.sglang_fleet_procs import MARKER_VAR
+
+    host = f"node-{uuid.uuid4().hex[:8]}"
+    run = tmp_path / "run"
+    run.mkdir()
+    alive = []
+
+    def deployment(marker, live, port=None):
+        name = marker.partition(":")[2]
+        (run / f"{name}.pid").write_text(json.dumps({"marker": marker, "pid": None}))
+        if port:
+            (run / f"{name}.running-spec.json").write_text(json.dumps({"http": {"port": port}}))
+        if live:
+            alive.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                          env={**os.environ, MARKER_VAR: marker}))
+
+    try:
+        deployment(f"{host}:Kimi-K2.5-30001", live=False)          # this deployment
+        deployment(f"{host}:Kimi-K2.5-30000", live=True, port=30000)  # the old port's server
+        deployment(f"{host}:Kimi-K2.5-29000", live=False)           # stopped: nothing to say
+        deployment(f"other-{host}:Kimi-K2.5-31000", live=True)      # another inventory host
+        mine = str(run / "Kimi-K2.5-30001.pid")
+        wait_for(lambda: check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001"), 10)
+        (found,) = check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001")
+        assert found["marker"] == f"{host}:Kimi-K2.5-30000" and found["port"] == 30000
+        assert found["pids"] == [alive[0].pid]
+        message = check.orphan_refusal(f"{host}:Kimi-K2.5-30001", [found])
+        assert message.startswith(f"another deployment of {host} still runs under the same "
+                                  f"root: {host}:Kimi-K2.5-30000 (port 30000, 1 process(es)")
+        assert (f"Fix: stop it first: ansible-playbook playbooks/stop.yml --limit {host} "
+                "-e sglang_server_deployment_name=Kimi-K2.5-30000 -e sglang_server_port=30000"
+                in message)
+    finally:
+        for proc in alive:
+            proc.kill()
+            proc.wait()
+    assert check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001") == []
