@@ -193,3 +193,34 @@ def test_a_port_change_refuses_while_the_old_server_runs_and_names_its_stop(one_
         assert f"{HOST}: ready at" in moved.output
     finally:  # the fixture ends the inventory port's deployment, not this one
         procs.stop_deployment(f"{HOST}:Kimi-K2.5-{new_port}", term_timeout=5)
+
+
+def test_a_long_gate_renews_the_lease_of_the_run_that_holds_the_lock(one_node):
+    """The lease counts from the owner's last sign of life: each gate observation renews it,
+    so a slow start is a live owner's, never a stale lock."""
+    slow = {**one_node.extra, "sglang_server_sim_time_factor": 0.05,
+            "sglang_server_gate_poll_interval": 2}
+    first = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", str(one_node.inventory), "deploy.yml", "-e",
+         json.dumps(slow)], cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    lock = lock_path(one_node)
+    seen = {}
+    try:
+        while first.poll() is None:
+            try:
+                record = json.loads(lock.read_text())
+            except (OSError, ValueError):
+                record = None
+            if record:
+                seen[record["renewed"]] = record["run"]["run_id"]
+            time.sleep(0.2)
+        out = first.stdout.read()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait()
+    assert first.returncode == 0, out[-3000:]
+    assert len(set(seen.values())) == 1, "one run held it throughout"
+    assert len(seen) >= 3, f"renewed during the gate: {sorted(seen)}"
+    assert not lock.exists()
