@@ -246,6 +246,14 @@ def _start_server(p, service, status, devices, result, warn):
     result["changed"] = True
 
 
+def _refuse_orphans(svc):
+    """Another deployment of this host still running under this root (left by a change of
+    port or name) is refused before anything changes."""
+    orphans = other_deployments_running(svc["state_file"], svc["marker"])
+    if orphans:
+        raise NodeRefused(orphan_refusal(svc["marker"], orphans))
+
+
 def check_node(p, check_mode, warn, want_diff=False):
     """One node check; `p` holds the module's parameters. Returns the module's result."""
     result = dict(changed=False)
@@ -262,10 +270,7 @@ def check_node(p, check_mode, warn, want_diff=False):
             "with ansible-playbook playbooks/recover.yml --limit %s "
             "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
 
-    # Another deployment of this host still running (left by a change of port or name).
-    orphans = other_deployments_running(p["service"]["state_file"], p["service"]["marker"])
-    if orphans:
-        raise NodeRefused(orphan_refusal(p["service"]["marker"], orphans))
+    _refuse_orphans(p["service"])
 
     sim = p.get("sim") or None
     if sim:
