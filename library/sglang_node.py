@@ -176,8 +176,8 @@ options:
     type: dict
   lock:
     description:
-      - The deployment's lock, as M(sglang_lock) takes it - I(path), I(name), I(purpose) -
-        plus I(run), the ansible-playbook run that takes it, which this module's action
+      - The deployment's lock, as M(sglang_lock) takes it - I(path), I(name), I(purpose),
+        I(lease) - plus I(run), the ansible-playbook run that takes it, which this module's action
         plugin fills in on the controller.
     type: dict
   write:
@@ -403,6 +403,7 @@ def main():
                 name=dict(type="str", required=True),
                 purpose=dict(type="str", default="change"),
                 run=dict(type="dict", required=True),
+                lease=dict(type="float"),
             )),
             start=dict(type="dict", options=START_OPTIONS),
             write=dict(type="dict", options=dict(

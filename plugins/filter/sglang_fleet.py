@@ -23,6 +23,7 @@ try:
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
+    from sglang_fleet_node.sglang_fleet_lock import lease_for
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -142,6 +143,14 @@ def canary_gate(current, previous, max_drop_pct):
                         float(max_drop_pct))
 
 
+def lock_lease(spec, hosts=1, forks=1):
+    """The lease a run declares on a deployment's lock: spec | sglang_fleet_lock_lease(
+    ansible_play_batch | length, ansible_forks) (see sglang_fleet_lock.lease_for)."""
+    _need_package()
+    gate = spec["gate"]
+    return lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]), hosts, forks)
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -162,4 +171,5 @@ class FilterModule(object):
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_deployment_files": deployment_files_filter,
+            "sglang_fleet_lock_lease": lock_lease,
         }

@@ -64,6 +64,19 @@ def masked_env(content):
     return "".join(lines)
 
 
+def refuse_link(path, what):
+    """A deployment's folder or file that is a symbolic link is refused, never followed: the
+    deploy would change the mode of what it points to (outside the deployment's root) and
+    write the server's files there."""
+    if os.path.islink(path):
+        raise DeployFilesError(
+            "%s is a symbolic link (to %s): the deployment's %s must be a real one, the deploy "
+            "does not follow links (it would change the mode of the link's target and write "
+            "into it). Fix: replace the link by a %s, or set sglang_server_root to a path "
+            "without links (e.g. %s)" % (path, os.readlink(path), what, what,
+                                         os.path.realpath(path)))
+
+
 def plan(folders, files):
     """What to do: folders to create or re-mode, files to write or re-mode, with diffs.
 
@@ -71,6 +84,7 @@ def plan(folders, files):
     actions, diffs = [], []
     for folder in folders:
         path, mode = folder["path"], int(folder["mode"], 8)
+        refuse_link(path, "folder")
         try:
             st = os.stat(path)
         except OSError:

@@ -29,7 +29,11 @@ try:
     from ansible.module_utils import sglang_fleet_simnode as simnode
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
-    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
+    from ansible.module_utils.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_gate as gate
@@ -41,7 +45,11 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node import sglang_fleet_simnode as simnode
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
-    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
+    from sglang_fleet_node.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 
 
 class NodeRefused(Exception):
@@ -90,7 +98,8 @@ def _take_lock(lock):
     folder = os.path.dirname(lock["path"])
     if folder and not os.path.isdir(folder):
         os.makedirs(folder)
-    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"])
+    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"],
+                            lease=lock.get("lease"))
     outcome, held = lk.LockFile(lock["path"]).acquire(record)
     if outcome == "held":
         return {"outcome": "held", "held_by": held}
@@ -272,6 +281,14 @@ def _start_server(p, service, status, devices, result, warn):
     result["changed"] = True
 
 
+def _refuse_orphans(svc):
+    """Another deployment of this host still running under this root (left by a change of
+    port or name) is refused before anything changes."""
+    orphans = other_deployments_running(svc["state_file"], svc["marker"])
+    if orphans:
+        raise NodeRefused(orphan_refusal(svc["marker"], orphans))
+
+
 def _check_model(model, devices):
     """The node's own copy of the model against the layout and these GPUs, before anything
     changes: what SGLang would refuse only once the weights load."""
@@ -365,6 +382,7 @@ def check_node(p, check_mode, warn, want_diff=False):
     result = dict(changed=False)
     python = p["server_python"]
     _refuse_early(p)
+    _refuse_orphans(p["service"])
 
     sim = p.get("sim") or None
     if sim:

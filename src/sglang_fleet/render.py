@@ -130,30 +130,48 @@ def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False
     return "\n".join(lines) + "\n"
 
 
+def unit_value(text: Any) -> str:
+    """A value as a systemd unit file takes it literally: `%` starts a specifier there
+    (systemd.unit(5), "Specifiers"), so it is doubled."""
+    return str(text).replace("%", "%%")
+
+
+def unit_command_path(path: str) -> str:
+    """An executable's path as the first word of ExecStart=: specifiers and `$` variables
+    escaped (`%%`, `$$`), and quoted when it holds what would split or end the word (white
+    space, quotes, backslashes, `;`), with C-style escapes inside the quotes
+    (systemd.service(5), "Command lines"). A plain path stays as it is."""
+    text = unit_value(path).replace("$", "$$")
+    if not any(c.isspace() or c in "\"'\\;" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def service_unit(spec: dict[str, Any], description: str, limits: tuple[str, ...] = ()) -> str:
     """The systemd unit of one deployment (a server, or a router): its cgroup is the
-    deployment, its log appended to the deployment's log file, no restart loop."""
+    deployment, its log appended to the deployment's log file, no restart loop. Paths and
+    names are escaped as systemd reads them (a root such as "/opt/sglang fleet/50%d")."""
     paths, service = spec["paths"], spec["service"]
     return "\n".join([
         HEADER,
         "[Unit]",
-        f"Description={description}",
+        f"Description={unit_value(description)}",
         "After=network-online.target",
         "Wants=network-online.target",
         "",
         "[Service]",
         "Type=exec",
-        f"User={service['user']}",
-        f"WorkingDirectory={paths['root']}",
-        f"ExecStart={paths['script']}",
+        f"User={unit_value(service['user'])}",
+        f"WorkingDirectory={unit_value(paths['root'])}",
+        f"ExecStart={unit_command_path(paths['script'])}",
         # The whole cgroup is this deployment: stop kills every worker and nothing else.
         "KillMode=control-group",
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={service['stop_timeout']}",
         # No restart loop: a hang or crash must stay visible to the gate and to recovery.
         "Restart=no",
-        f"StandardOutput=append:{paths['log_file']}",
-        f"StandardError=append:{paths['log_file']}",
+        f"StandardOutput=append:{unit_value(paths['log_file'])}",
+        f"StandardError=append:{unit_value(paths['log_file'])}",
         "LimitNOFILE=1048576",
         *limits,
         "",

@@ -65,3 +65,24 @@ def test_the_controller_and_the_node_name_the_files_alike(tmp_path):
     apply(plan(folders, files)[0])
     assert content_digest([(f["path"], f["content"]) for f in files]) == \
         files_digest([f["path"] for f in files])
+
+
+def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
+    """Trial: a `logs` folder that was a symlink to a 0700 folder elsewhere had its target
+    chmod'ed 0755 (and the server log written into it)."""
+    import pytest
+
+    from sglang_fleet_node.sglang_fleet_deployfiles import DeployFilesError
+
+    private = tmp_path / "elsewhere"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "logs").symlink_to(private)
+    folders = [{"path": str(root), "mode": "0755"}, {"path": str(root / "logs"), "mode": "0755"}]
+    with pytest.raises(DeployFilesError, match=r"logs is a symbolic link \(to .*elsewhere\).*"
+                                               r"Fix: replace the link by a folder"):
+        plan(folders, [])
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+    assert list(private.iterdir()) == []

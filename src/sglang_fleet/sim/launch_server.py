@@ -386,8 +386,10 @@ def resolved_args(args: Any, rt: SimRuntime) -> dict[str, Any]:
 
 
 def serve(rt: SimRuntime, argv: list[str]) -> int:
-    # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL.
-    segment = os.path.join(rt.shm_dir, f"psm_sglang_sim_{os.getpid()}")
+    # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL. Named
+    # as 0.5.23 names its message queue's (srt/utils/stale_shm_cleanup.py make_shm_name("mq"):
+    # sgl_shm_<kind>_<creator pid>_<8 hex>).
+    segment = os.path.join(rt.shm_dir, f"sgl_shm_mq_{os.getpid()}_{os.urandom(4).hex()}")
     with open(segment, "wb") as held:
         held.truncate(1 << 16)
         try:
