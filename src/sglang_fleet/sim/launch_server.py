@@ -3,7 +3,7 @@
 Takes SGLang 0.5.23's flags, starts the scheduler workers (through a data-parallel controller
 when dp_size > 1) and the detokenizer, waits for them to load, then serves SGLang's HTTP
 endpoints. Decode speed comes from the simulator profile and is SIMULATED. Faults come from
-SGLANG_SIM_FAULT or from a matching Rule.
+SGLANG_SIM_FAULT or from one of SGLang's known bugs (data/sim_bugs.yml).
 
 Process life modelled on sglang/srt/entrypoints/engine.py (_launch_subprocesses,
 _launch_scheduler_processes, _wait_for_scheduler_ready, _scheduler_died_error, the

@@ -3,7 +3,8 @@
 Started by the simulated main process (or, with data parallelism, by the simulated
 data-parallel controller), one per rank on this node. It holds its simulated GPU device open,
 records its memory in the GPU ledger, prints SGLang 0.5.23's start-up lines with its rank
-prefix (TP rank 0 also draws the tqdm bars), and fails where a fault or a matching Rule says.
+prefix (TP rank 0 also draws the tqdm bars), and fails where a fault or one of SGLang's known
+bugs says.
 
 Modelled on sglang/srt/managers/scheduler.py (run_scheduler_process: "Scheduler hit an
 exception", SIGQUIT to the parent; Scheduler.__init__'s max_total_num_tokens line),
