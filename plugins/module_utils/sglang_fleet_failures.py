@@ -273,6 +273,8 @@ def where(failure):
 def said(failure):
     """One failure in one line: 'TP0-7: KeyError: 'x' (log line 212)'."""
     text = failure.get("exception") or failure["message"]
+    if failure.get("chain_began_with"):
+        text += " (the chain began with: %s)" % failure["chain_began_with"]
     if failure.get("exception") is None and failure.get("traceback"):
         text += " (its traceback has no final line yet)"
     ranks = ranks_text(failure.get("ranks") or ([failure["rank"]] if failure.get("rank")
@@ -284,8 +286,9 @@ def said(failure):
 # torch's OutOfMemoryError message: what the GPU holds, what was asked.
 _OOM_NUMBERS = re.compile(
     r"Tried to allocate (?P<asked>[\d.]+ [GMK]iB)\. GPU (?P<gpu>\d+) has a total capacity of "
-    r"(?P<total>[\d.]+ [GMK]iB) of which (?P<free>[\d.]+ [GMK]iB) is free\..*?"
-    r"(?:Of the allocated memory (?P<torch>[\d.]+ [GMK]iB) is allocated by PyTorch)?")
+    r"(?P<total>[\d.]+ [GMK]iB) of which (?P<free>[\d.]+ [GMK]iB) is free\.")
+_OOM_LOADED = re.compile(r"Of the allocated memory (?P<torch>[\d.]+ [GMK]iB) is allocated by "
+                         r"PyTorch")
 
 
 def hint(failure, phase):
@@ -300,10 +303,12 @@ def hint(failure, phase):
 
 
 def _weights_do_not_fit(failure):
-    m = _OOM_NUMBERS.search(failure.get("exception") or failure["message"])
+    text = failure.get("exception") or failure["message"]
+    m = _OOM_NUMBERS.search(text)
     numbers = ""
     if m:
-        loaded = (" with %s already loaded" % m.group("torch")) if m.group("torch") else ""
+        held = _OOM_LOADED.search(text)
+        loaded = (", with %s already loaded" % held.group("torch")) if held else ""
         numbers = (": GPU %s has %s in all, %s free%s, and loading asked for %s more"
                    % (m.group("gpu"), m.group("total"), m.group("free"), loaded,
                       m.group("asked")))

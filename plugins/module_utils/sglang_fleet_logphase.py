@@ -488,10 +488,11 @@ class _Parser:
         found = self.on_failure(message, line)
         if _TRACEBACK_HEADER.search(message):
             self.open_traceback(line, found)
-        else:
-            self.chained = None
-            if found is not None and not self.after_request_error:
-                self.add_failure(found[0], found[1], line, message)
+            return
+        if line.at is not None or found is not None:
+            self.chained = None  # (else the rest of a multi-line exception message)
+        if found is not None and not self.after_request_error:
+            self.add_failure(found[0], found[1], line, message)
 
     def on_serving_load(self, message, line):
         """Decode lines with more load than warm-up makes: the server is serving clients."""
@@ -570,16 +571,16 @@ class _Parser:
             self.failures_total -= 1
         tb.failure = self.add_failure(kind, fatal, final[0] if final else tb.header,
                                       tb.header.message, dated=tb.header)
-        tb.failure.update(traceback=True, exception=inert(final[1], keep_newlines=False)[
-            :LINE_LIMIT] if final else None)
+        tb.failure.update(traceback=True, exception=_said(final[1]) if final else None)
+        if final is not None and tb.exceptions[0][1] != final[1]:
+            tb.failure["chain_began_with"] = _said(tb.exceptions[0][1])
         self.chained = tb if final is not None else None
 
     def add_failure(self, kind, fatal, line, message, dated=None):
         """Record one failure line (or one traceback, by its final line; dated by its
         header)."""
         dated = dated or line
-        failure = {"kind": kind, "fatal": fatal, "line": line.raw,
-                   "message": inert(message, keep_newlines=False)[:LINE_LIMIT],
+        failure = {"kind": kind, "fatal": fatal, "line": line.raw, "message": _said(message),
                    "at": dated.at if dated.at is not None else self.last_at,
                    "line_no": line.number, "lines_from": self.lines_from, "rank": dated.rank,
                    "exception": None, "traceback": False}
@@ -693,6 +694,10 @@ class _Parser:
             "error_lines": list(self.error_lines),
             "last_lines": list(self.last_lines),
         }
+
+
+def _said(text):
+    return inert(text, keep_newlines=False)[:LINE_LIMIT]
 
 
 def _capture_step(message):
