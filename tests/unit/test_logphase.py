@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_fleet_node import sglang_fleet_failures as failures_grammar
 from sglang_fleet_node.sglang_fleet_logphase import (
     FAILURE_HINTS,
     FAILURE_WHY,
@@ -24,7 +25,6 @@ from sglang_fleet_node.sglang_fleet_logphase import (
     phase_timeline,
     progress_text,
 )
-from sglang_fleet_node import sglang_fleet_failures as failures_grammar
 from sglang_fleet_node.sglang_fleet_vocab import PHASES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
