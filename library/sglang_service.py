@@ -313,14 +313,7 @@ def main():
         module.warn(line)
 
     if p["state"] == "stopped":
-        if status["running"] or status["members"]:
-            result.update(changed=True, action="stopped", pid=None)
-            if not module.check_mode:
-                result["stop_report"] = _stop(module, service, p["stop_timeout"],
-                                              p["stopped_by"])
-        elif p["stopped_by"] and not module.check_mode:
-            record_stop(p["state_file"], p["stopped_by"])
-        module.exit_json(**result)
+        _stopped(module, service, status, result)
 
     needs_restart = p["state"] == "restarted" or (
         status["running"] and status["digest"] != digest)
@@ -360,6 +353,18 @@ def _record_baseline(module, p):
         module.warn("no GPU baseline recorded: %s" % exc)
         return
     write_json_atomic(p["baseline_file"], baseline(devices))
+
+
+def _stopped(module, service, status, result):
+    """state=stopped: stop what runs; a server found not running gets the stop recorded."""
+    p = module.params
+    if status["running"] or status["members"]:
+        result.update(changed=True, action="stopped", pid=None)
+        if not module.check_mode:
+            result["stop_report"] = _stop(module, service, p["stop_timeout"], p["stopped_by"])
+    elif p["stopped_by"] and not module.check_mode:
+        record_stop(p["state_file"], p["stopped_by"])
+    module.exit_json(**result)
 
 
 def _stop(module, service, timeout, by=None):
