@@ -523,8 +523,9 @@ class _Parser:
         if line.at is not None:  # the server moved on: a new record closes it
             self.close_traceback()
             return False
-        if tb.frames == 0 and not tb.exceptions:
-            return False  # no frame yet: not a traceback's body
+        if tb.frames == 0 and not tb.exceptions and \
+                failures_grammar.exception_message(message) is None:
+            return False  # no frame yet and no exception: not a traceback's body
         if _CHAINED.match(message):
             return True
         m = failures_grammar.EXCEPTION_LINE.match(message)
