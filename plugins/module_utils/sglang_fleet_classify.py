@@ -318,7 +318,7 @@ def _exited(verdict, obs, member_pids):
         what = "the log has no fatal line from SGLang"
     verdict.update(verdict=vocab.GPU_FAULT if cause == vocab.HARDWARE else vocab.CRASHED,
                    exit_status=status, cause=cause, failure=_failure_view(failure),
-                   reason="%s; %s in %s" % (what, exit_text, phase),
+                   reason="%s; %s" % (what, exit_text),
                    advice=_advice(failure, cause, phase))
     verdict["evidence"].update(failures=log["failures"], error_lines=log["error_lines"],
                                last_lines=log["last_lines"],
@@ -368,8 +368,8 @@ def _fatal_while_alive(verdict, obs, member_pids):
         return True
     verdict.update(verdict=vocab.GPU_FAULT if cause == vocab.HARDWARE else vocab.CRASHED,
                    exit_status=None, cause=cause, failure=_failure_view(failure),
-                   reason="%s; %d of its processes are still running in %s"
-                          % (where, len(obs["processes"]), verdict["phase"]),
+                   reason="%s; %d of its processes are still running"
+                          % (where, len(obs["processes"])),
                    advice=_advice(failure, cause, verdict["phase"]))
     verdict["evidence"].update(fatal_line=failure["line"], failures=fatal[:10],
                                error_lines=log["error_lines"], last_lines=log["last_lines"],

@@ -78,4 +78,6 @@ def failure_block(verdict: dict[str, Any], host: str, facts: dict[str, Any] | No
         lines.append(f"Fix: {_fix(verdict, host)}")
     if evidence:
         lines.append(f"Evidence: {evidence}")
+    if len(lines) == 2 and lines[1].startswith("Fix: "):
+        lines = [f"{lines[0]}. {lines[1]}"]  # nothing else to say: one line
     return inert("\n".join(lines))
