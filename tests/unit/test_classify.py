@@ -280,3 +280,42 @@ def test_a_new_capture_sub_step_restarting_its_bar_is_progress():
     verdicts = replay(seq)
     assert [v["verdict"] for v in verdicts] == ["progressing"] * 3
     assert "progress_ticks" in verdicts[1]["moved"]
+
+
+# ---- time: the node's monotonic clock, never the log's ---------------------------------------
+
+def _variant(text: str, variant: str) -> str:
+    """The log as a server with another clock would write it."""
+    import re as _re
+    if variant == "no_stamps":
+        return _re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( [A-Z0-9 ]+)?\] ", "", text, flags=_re.M)
+    hours = {"tz_3h_behind": -3, "tz_3h_ahead": 3}.get(variant, 0)
+
+    def shift(m):
+        at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + hours * 3600
+        return "[" + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return _re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", shift, text, flags=_re.M)
+
+
+@pytest.mark.parametrize("variant", ["tz_3h_behind", "tz_3h_ahead", "no_stamps", "clock_step"])
+def test_the_logs_clock_and_a_clock_step_never_change_a_verdict(variant):
+    """A server whose TZ is 3 h off the node's, a log without stamps, or the node's wall clock
+    stepping by 3 h: the same verdicts at the same moments as the log written in step."""
+    lines = (LOGS / "sglang-0.5.23-startup.log").read_text().splitlines(keepends=True)[:12]
+
+    def verdicts(kind):
+        state, out = None, []
+        for t in range(0, 30):
+            grown = min(t + 1, len(lines))  # a line a second, then a hang
+            o = obs("loading_weights", alive=True)
+            o["log"] = parse_log(_variant("".join(lines[:grown]), kind))
+            o["log_age_s"] = max(0, t - (grown - 1))  # the file's mtime on the node's clock
+            o["wall_now"] = T0 + t + (10800 if kind == "clock_step" and t >= 15 else 0)
+            v, state = classify(state, o, T0 + t, WINDOWS, CEILINGS)
+            out.append((v["verdict"], v["phase"], round(v["quiet_s"])))
+        return out
+
+    expected = verdicts("as_written")
+    assert verdicts(variant) == expected
+    first_stall = next(t for t, v in enumerate(expected) if v[0] == "stalled")
+    assert first_stall == len(lines) - 1 + WINDOWS["capturing_cuda_graph"] + 1
