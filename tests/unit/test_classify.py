@@ -319,3 +319,65 @@ def test_the_logs_clock_and_a_clock_step_never_change_a_verdict(variant):
     assert verdicts(variant) == expected
     first_stall = next(t for t, v in enumerate(expected) if v[0] == "stalled")
     assert first_stall == len(lines) - 1 + WINDOWS["capturing_cuda_graph"] + 1
+
+
+# ---- causes, stops, GPU errors in the log -------------------------------------------------
+
+def exited(name, status=1, **extra):
+    o = obs(alive=False, exit_status=status)
+    o["log"] = parse_log((LOGS / name).read_text())
+    o.update(extra)
+    return replay([(0, o)])[-1]
+
+
+def test_a_sigkill_from_outside_is_external_and_never_blamed_on_the_oom_killer():
+    v = exited("killed-zh-locale.log", status=137)
+    assert v["verdict"] == "crashed" and v["cause"] == "external"
+    assert v["reason"].startswith("killed by SIGKILL from outside SGLang: the log has no fatal "
+                                  "line from SGLang and the kernel log no OOM kill")
+    assert "OOM killer sent it" in v["advice"] and "find who sent it" in v["advice"]
+    # The same log with the kernel's kill of one of its processes: the host's memory.
+    o = obs(alive=False, exit_status=137)
+    o["log"] = parse_log((LOGS / "killed-zh-locale.log").read_text())
+    o["oom_kills"] = [oom_kill(10)]
+    v = replay([(0, obs()), (5, o)])[-1]
+    assert v["cause"] == "environment"
+    assert v["reason"].startswith("the kernel's OOM killer killed pid 10 (host memory)")
+
+
+def test_sglangs_own_tree_kill_leaves_the_childs_error_as_the_cause():
+    v = exited("keyerror-tp8-per-rank.log", status=137)
+    assert v["cause"] == "configuration"
+    assert v["reason"].startswith("TP0-7: KeyError: 'model.layers.0.mlp.experts.w2_qweight'")
+
+
+def test_a_full_disk_and_a_reboot_are_the_nodes_faults():
+    assert exited("disk-full-loading.log")["cause"] == "environment"
+    v = exited("killed-during-load.log", status=None, boot_changed=True)
+    assert v["cause"] == "environment" and v["reason"].startswith("the node rebooted")
+
+
+def test_a_frozen_process_is_an_external_stall_with_its_fix():
+    seq = [(t, obs(lines=5, state="T")) for t in range(0, 12)]
+    v = replay(seq)[-1]
+    assert v["verdict"] == "stalled" and v["cause"] == "external"
+    assert "stopped (state T: SIGSTOP or a debugger)" in v["reason"]
+    assert "send SIGCONT" in v["advice"]
+
+
+def test_a_gpu_error_in_the_log_is_a_gpu_fault_naming_the_rank():
+    v = exited("ecc-error-serving.log")
+    assert v["verdict"] == "gpu_fault" and v["cause"] == "hardware"
+    assert v["reason"].startswith("TP3: RuntimeError: CUDA error: uncorrectable ECC error")
+
+
+def test_a_recorded_stop_and_a_drained_sigterm_are_stopped_not_crashed():
+    v = exited("sglang-0.5.23-startup.log", status=0,
+               stopped={"at": T0, "by": "stop.yml"})
+    assert v["verdict"] == "stopped" and v["stopped_by"] == "stop.yml"
+    assert v["headline"].startswith("stopped: stopped by stop.yml at ")
+    v = exited("sigterm-drain-stop.log", status=143)
+    assert v["verdict"] == "stopped" and v["stopped_by"] == "SIGTERM"
+    assert "stopped by a SIGTERM from outside sglang-fleet (log line 4: " in v["reason"]
+    # A crash before the SIGTERM stays a crash.
+    assert exited("nccl-error-init.log", status=1)["verdict"] == "crashed"
