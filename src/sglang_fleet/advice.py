@@ -41,6 +41,8 @@ def _fix(verdict: dict[str, Any], host: str) -> str:
     deploy = f"sglang-fleet deploy {limit}, or ansible-playbook deploy.yml {limit}"
     recover = (f"sglang-fleet recover {limit}, or ansible-playbook playbooks/recover.yml "
                f"{limit}")
+    if name == vocab.STOPPED and verdict.get("stopped_by") == "a recovery":
+        return f"finish the recovery ({recover})"
     if name == vocab.STOPPED:
         return f"nothing, if it was meant to stop; else start it again: {deploy}"
     if name == vocab.ABSENT:

@@ -88,12 +88,14 @@ def test_a_fatal_line_alone_never_gets_a_generating_server_killed(one_node):
     with one_node.log_file("sim-node-1").open("a") as log:
         log.write(f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call "
                   f"last):\n  File \"scheduler.py\", line 1, in run_scheduler_process\n"
-                  f"RuntimeError: NCCL error: unhandled system error\n")
+                  f"RuntimeError: NCCL error: unhandled system error\x1b[2J\x1b]0;x\x07\n")
     run = health(one_node)
     assert run.rc == 0, run.output[-3000:]
     assert ("sim-node-1: ready: /health and /health_generate answered 200, though the log "
             "reads as nccl_error: TP0: RuntimeError: NCCL error: unhandled system error") \
         in words(run.output)
+    # The log's escape sequences reach the terminal as text.
+    assert "\\x1b]0;x\\x07" in run.output and "\x1b]0;" not in run.output
     recover = run_playbook("playbooks/recover.yml", one_node.inventory, one_node.extra)
     assert recover.rc == 0 and "sim-node-1: ready, nothing to recover" in recover.output
     assert sorted(p["pid"] for p in one_node.server_processes("sim-node-1")) == pids
