@@ -136,6 +136,10 @@ FAILURE_HINTS = {
                  "log's Xid lines; reset the GPU or drain the node",
     "killed": "a SIGKILL: the kernel log says whether the OOM killer sent it (host memory); "
               "without such a line it came from outside SGLang",
+    "child_failed": "a child process failed first (its error comes before this line, or went "
+                    "to its own output); SGLang then killed its whole tree",
+    "subprocess_exited": "a scheduler process ended without a Python error: a signal (a "
+                         "negative exit code) or the kernel's OOM killer (see the kernel log)",
     "bind_failed": "another process listens on the port",
     "watchdog_timeout": "a forward batch hung for --watchdog-timeout seconds",
 }

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -136,6 +137,14 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(ready_node, tmp_pat
         assert "sglang::scheduler_TP0" in table and "sglang::detokenizer" in table
         dumps = list(bundle.glob("py-spy-*.txt"))
         assert len(dumps) >= 10 and any("hang" in d.read_text() for d in dumps)
+        # py-spy reads Python: the launch script's shell is listed, not dumped.
+        shells = [int(row.split()[0]) for row in table.splitlines()
+                  if row.split()[4:5] == ["/bin/sh"]]
+        assert shells and not any((bundle / f"py-spy-{pid}.txt").exists() for pid in shells)
+        # The fetch of the bundle is one line, and the recovery says where the bundle is.
+        assert re.search(r"changed: \[sim-node-1\] => \d+ files fetched into \S+", out)
+        assert "(item=py-spy" not in out
+        assert f"Evidence: {bundle}" in " ".join(out.split())
         spec = json.loads((bundle / "launch_spec.json").read_text())
         assert spec["facts"]["attention_backend"] == "flashinfer"
         assert "No Xid" in (bundle / "kernel.txt").read_text() or \

@@ -63,7 +63,7 @@ def test_the_servers_clock_never_decides_progress_or_a_stall(node, offset_h):
         seen.append(gate.judge(node, check_mode=False))
         time.sleep(0.5)
     assert [v["verdict"] for v in seen] == ["progressing"] * 5
-    assert all(v["quiet_s"] < 2 for v in seen), [v["quiet_s"] for v in seen]
+    assert all(v["quiet_s"] < 3 for v in seen), [v["quiet_s"] for v in seen]
     with log.open("a") as f:  # a stamped last line (an undated bar would be dated by mtime)
         f.write(f"{stamp(offset_h)}Load weight end. type=LlamaForCausalLM, avail mem=60 GB\n")
     assert gate.judge(node, check_mode=False)["verdict"] == "progressing"
@@ -75,4 +75,4 @@ def test_the_servers_clock_never_decides_progress_or_a_stall(node, offset_h):
             break
         time.sleep(0.25)
     assert verdict["verdict"] == "stalled", verdict
-    assert 3 <= verdict["quiet_s"] < 6, verdict["quiet_s"]
+    assert 3 <= verdict["quiet_s"] < 10, verdict["quiet_s"]
