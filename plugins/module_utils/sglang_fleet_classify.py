@@ -392,11 +392,14 @@ def _answering(verdict, obs):
                        "rank finished start-up; rank 0 serves HTTP")
         return True
     if phase == "serving":
-        verdict.update(verdict=vocab.UNHEALTHY, cause=None,
-                       reason="serving, but /health %s" % (
-                           "timed out" if health is None else "answered %s" % health),
-                       advice="py-spy dump the scheduler processes, and read the log's "
-                              "last lines: generation fails or hangs")
+        reason = "serving, but /health %s" % ("timed out" if health is None
+                                              else "answered %s" % health)
+        cause, frozen = _stall_cause(obs["processes"])
+        verdict.update(verdict=vocab.UNHEALTHY, cause=cause if frozen else None,
+                       reason=reason + ("; " + frozen if frozen else ""),
+                       advice=("%s: send SIGCONT, or find what stopped it" % frozen
+                               if frozen else "py-spy dump the scheduler processes, and read "
+                               "the log's last lines: generation fails or hangs"))
         verdict["evidence"].update(health=health, ready_endpoint=obs.get("ready_endpoint"),
                                    failures=log["failures"][-5:], last_lines=log["last_lines"])
         return True

@@ -82,8 +82,10 @@ def failure_cause(verdict: dict[str, Any], config_hash: str | None,
         # The node's fault or someone else's signal: the same configuration comes back,
         # however often (the crash-loop guard bounds the tries).
         detail = (verdict.get("failure") or {}).get("said") or verdict.get("reason") or name
-        return cause, (f"the failure is the {cause}'s, not the configuration's ({name} in "
-                       f"{phase}: {detail})")
+        whose = ("it is the node's fault, not the configuration's" if cause == ENVIRONMENT
+                 else "it came from outside SGLang (a signal, a stopped process), not from the "
+                      "configuration")
+        return cause, f"{whose} ({name} in {phase}: {detail})"
     before = [e for e in recent_recoveries(ledger, host, window_s, now)
               if config_hash and e.get("config_hash") == config_hash]
     if before:
