@@ -47,8 +47,6 @@ def _fix(verdict: dict[str, Any], host: str) -> str:
         return f"nothing, if it was meant to stop; else start it again: {deploy}"
     if name == vocab.ABSENT:
         return f"deploy it ({deploy})"
-    if name == vocab.PROGRESSING:
-        return f"none yet: it is still starting; ask again later, or follow it with {deploy}"
     if cause == vocab.ENVIRONMENT:
         return f"fix the node, then recover it on the same configuration ({recover})"
     if cause == vocab.EXTERNAL:
@@ -76,6 +74,10 @@ def failure_block(verdict: dict[str, Any], host: str, facts: dict[str, Any] | No
         for rule in matching_rules(dict(facts)):
             lines.append(f"Rule {rule.id} matches: {' '.join(rule.symptom.split())} Fix: set "
                          f"{rule.fix_variable}={rule.fix_value!r}")
+    if verdict.get("verdict") == vocab.PROGRESSING:
+        limit = f"--limit {host}"
+        return inert(f"{lines[0]}. It is still starting: ask again later, or follow it with "
+                     f"sglang-fleet deploy {limit}")
     if verdict.get("verdict") != vocab.READY and not operator_stopped(verdict):
         lines.append(f"Fix: {_fix(verdict, host)}")
     if evidence:
