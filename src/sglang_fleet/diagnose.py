@@ -25,7 +25,7 @@ from sglang_fleet_node import sglang_fleet_vocab as vocab
 from sglang_fleet_node.sglang_fleet_text import inert
 
 HEAD_BYTES = logread.HEAD_BYTES
-TAIL_BYTES = 16 << 20  # bytes read from the end of a bigger log
+TAIL_BYTES = logread.TAIL_BYTES  # bytes read from the end of a bigger log, as the gate
 STREAM_LIMIT = logread.STREAM_LIMIT
 REFERENCE_SIZE_B = 1000  # the gate's windows are given for a 1000B model
 
