@@ -6,12 +6,17 @@ checks made before a server is stopped.
     .venv/bin/python bench/safety_trials.py [--checkout PATH] [TRIAL ...]
 
 Trials: pid_reuse, aggressive, killed_recovery, string_vars, full_log, port, model_path,
-secrets, alias_bomb.
+secrets, alias_bomb; the node's own safety: lock_namespace (a live lock held from another PID
+namespace), empty_lock, shm_shared (cleanup in a shm folder shared with others), symlink_logs,
+stop_recovery, port_change (a port change would orphan the old server),
+unit_paths (a root with a space and a systemd specifier, on an isolated systemd test node).
 --checkout runs the playbooks of another checkout of this repository (e.g. a `git worktree`
 of an older commit) with this environment, to show the same trial before a change.
 
 Needs root: PID reuse writes /proc/sys/kernel/ns_last_pid, the full log filesystem is a
-tmpfs mounted (and unmounted) in a temporary folder. Servers and GPUs are simulated.
+tmpfs mounted (and unmounted) in a temporary folder, lock_namespace runs a controller in a PID
+namespace of its own (unshare), unit_paths boots the isolated systemd test node. Servers and
+GPUs are simulated.
 """
 
 from __future__ import annotations
@@ -317,6 +322,181 @@ class Trials:
                            f"{time.monotonic() - started:.2f} s, peak {usage.ru_maxrss // 1024} MB")
         return "alias bomb (2**39 strings): " + "; ".join(figures)
 
+    # ---- the node's own safety: locks, shared memory, links, orphans, units ----------------
+
+    def lock_namespace(self) -> str:
+        """A live lock held from another PID namespace (a container with host networking),
+        renewed each second; then its holder killed."""
+        fleet = self.fleet("lock_namespace")
+        declares = "lease" in (helpers.REPO / "library" / "sglang_lock.py").read_text()
+        playbook = self.work / "lock-holder.yml"
+        playbook.write_text(LOCK_HOLDER.replace("LEASE", "lease: 8" if declares else ""))
+        holder = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", str(helpers.BIN / "ansible-playbook"),
+             "-i", str(fleet.inventory), str(playbook), "-e", json.dumps(fleet.extra)],
+            cwd=helpers.REPO, env=helpers.ansible_env(), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        lock = lock_file(fleet)
+        try:
+            helpers.wait_for(lambda: lock.exists() and "container" in lock.read_text(), 120)
+            first = fleet.deploy()
+            verdict = ("REFUSED (the holder is alive)" if first.rc else
+                       "TOOK OVER the live lock and deployed")
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+            time.sleep(9)  # past the 8 s lease
+            second = fleet.deploy()
+            taken = [e for e in ledger_of(fleet) if e.get("kind") == "lock_taken_over"]
+            return (f"deploy while a run in another PID namespace renews its lock: {verdict}; "
+                    f"after that run is killed: exit {second.rc}, {len(taken)} take-over(s) "
+                    "in the ledger")
+        finally:
+            if holder.poll() is None:
+                os.killpg(holder.pid, signal.SIGKILL)
+                holder.wait()
+            self.done(fleet)
+
+    def empty_lock(self) -> str:
+        fleet = self.fleet("empty_lock")
+        lock = lock_file(fleet)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_bytes(b"")
+        os.utime(lock, (time.time() - 60,) * 2)
+        try:
+            started = time.monotonic()
+            run = fleet.deploy()
+            return (f"deploy with an empty lock file: exit {run.rc} after "
+                    f"{time.monotonic() - started:.0f} s; "
+                    f"{failure(run.output, 110) if run.rc else 'the lock was taken over'}")
+        finally:
+            self.done(fleet)
+
+    def shm_shared(self) -> str:
+        """Bystanders in the deployment's shm folder, as fresh and of the same user as its
+        own segments; the server SIGKILLed, then deployed again (the cleanup runs)."""
+        fleet = self.fleet("shm_shared")
+        try:
+            fleet.deploy()
+            shm = fleet.host_root(HOST) / "shm"
+            own = set(shm.iterdir())
+            gone = subprocess.Popen(["/bin/true"])
+            gone.wait()
+            bystanders = [shm / n for n in ("psm_bystander", f"torch_{gone.pid}_1804289383_0",
+                                            f"sgl_shm_mq_{gone.pid}_0a1b2c3d", "nccl-Xy12")]
+            for path in bystanders:
+                path.write_bytes(b"x")
+            self.crash(fleet)
+            run = fleet.deploy()
+            lost = [p.name for p in bystanders if not p.exists()]
+            return (f"shm cleanup in a shared folder: {len(lost)} of {len(bystanders)} "
+                    f"bystanders removed{' (' + ', '.join(lost) + ')' if lost else ''}, "
+                    f"{sum(1 for p in own if not p.exists())} of the run's own {len(own)}; "
+                    f"deploy exit {run.rc}")
+        finally:
+            self.done(fleet)
+
+    def symlink_logs(self) -> str:
+        fleet = self.fleet("symlink_logs")
+        private = self.work / "symlink_logs" / "private"
+        private.mkdir()
+        os.chmod(private, 0o700)
+        logs = fleet.host_root(HOST) / "logs"
+        logs.parent.mkdir(parents=True, exist_ok=True)
+        logs.symlink_to(private)
+        try:
+            run = fleet.deploy()
+            return (f"logs folder a link to a 0700 folder: deploy exit {run.rc}, target now "
+                    f"{os.stat(private).st_mode & 0o777:04o}, {len(list(private.iterdir()))} "
+                    f"files written into it; {failure(run.output, 100) if run.rc else ''}")
+        finally:
+            self.done(fleet)
+
+    def stop_recovery(self) -> str:
+        from sglang_fleet_node import sglang_fleet_lock as lk
+        fleet = self.fleet("stop_recovery")
+        gone = subprocess.Popen(["/bin/true"])
+        gone.wait()
+        lock = lock_file(fleet)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps({
+            "owner": "recovery of sim-node-1", "purpose": "recover", "since": time.time(),
+            "run": {**lk.run_identity(os.getpid()), "pid": gone.pid, "run_id": "killed"},
+            "recovery": {"stage": "stopped", "failed_config_hash": "0123456789ab",
+                         "verdict": {"verdict": "stalled"}, "stop": {"killed": []}}}))
+        try:
+            run = helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+            kinds = [e.get("kind") for e in ledger_of(fleet)]
+            return (f"stop.yml after a recovery killed after its stop: exit {run.rc}, ledger "
+                    f"{kinds.count('recovery')} recovery / {kinds.count('lock_taken_over')} "
+                    "take-over entries")
+        finally:
+            self.done(fleet)
+
+    def port_change(self) -> str:
+        fleet = self.fleet("port_change")
+        new_port = helpers.free_port_block(1)
+        moved = f"{HOST}:Kimi-K2.5-{new_port}"
+        try:
+            fleet.deploy()
+            run = fleet.deploy(extra={"sglang_server_port": new_port})
+            old = len(fleet.server_processes(HOST))
+            new = len([p for p in procs.deployment_processes(moved)
+                       if not p["cmdline"].startswith("/bin/sh -c")])
+            return (f"deploy again on another port: exit {run.rc}; old server "
+                    f"{old} processes, new {new}"
+                    f"{' (BOTH on the same GPUs)' if old and new else ''}; "
+                    f"{failure(run.output, 150) if run.rc else ''}")
+        finally:
+            procs.stop_deployment(moved, 2, uid=None)
+            self.done(fleet)
+
+    def unit_paths(self) -> str:
+        """sglang_server_root with a space and a systemd specifier, deployed onto an isolated
+        systemd test node; its unit checked there with systemd-analyze verify."""
+        from sglang_fleet.testfleet import systemd_node
+        why = systemd_node.unavailable()
+        if why:
+            return f"skipped: {why}"
+        fleet = systemd_node.make_systemd_fleet(self.work / "unit_paths", hosts=1)
+        host = "systemd-node-1"
+        try:
+            root = f"{fleet.extra['sglang_fleet_sim_root']}/{host}/sglang fleet/50%d"
+            fleet.set_host_vars(host, {"sglang_server_root": root})
+            run = helpers.run_playbook("deploy.yml", fleet.inventory, fleet.extra)
+            verify = fleet.machine(host).run("systemd-analyze", "verify", "--man=no",
+                                             f"/etc/systemd/system/{fleet.unit(host)}")
+            said = flat(verify.stdout + verify.stderr)[:120]
+            return (f'root "/.../sglang fleet/50%d" under systemd: deploy exit {run.rc}; '
+                    f"systemd-analyze verify exit {verify.returncode}{': ' + said if said else ''}")
+        finally:
+            helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+            fleet.close()
+
+
+LOCK_HOLDER = """\
+- hosts: sglang_servers
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}
+    - sglang_lock:
+        path: "{{ sglang_server_launch_spec.paths.recover_lock }}"
+        name: "{{ sglang_server_launch_spec.marker }}"
+        purpose: deploy
+        owner: a deploy from a container
+        LEASE
+      loop: "{{ range(600) | list }}"
+      loop_control: {pause: 1}
+"""
+
+
+def lock_file(fleet: helpers.SimFleet) -> Path:
+    return fleet.host_root(HOST) / "run" / f"Kimi-K2.5-{fleet.port(HOST)}.recover.lock"
+
+
+def ledger_of(fleet: helpers.SimFleet) -> list[dict]:
+    path = Path(fleet.extra["sglang_fleet_ledger"])
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
 
 def yaml_host_vars(fleet: helpers.SimFleet) -> dict:
     import yaml
@@ -335,7 +515,8 @@ def cli(command: str, fleet: helpers.SimFleet, extra: dict, run_dir: Path, *more
 
 def main() -> None:
     names = ["pid_reuse", "aggressive", "killed_recovery", "string_vars", "full_log", "port",
-             "model_path", "secrets", "alias_bomb"]
+             "model_path", "secrets", "alias_bomb", "lock_namespace", "empty_lock", "shm_shared",
+             "symlink_logs", "stop_recovery", "port_change", "unit_paths"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=helpers.REPO)
     parser.add_argument("trials", nargs="*", metavar="TRIAL", help=", ".join(names))

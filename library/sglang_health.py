@@ -97,6 +97,18 @@ options:
         deploy's last business on the node done in the observation that ends it.
       - Not in check mode.
     type: dict
+  renew_lock:
+    description:
+      - The deployment's lock (I(path)) and the run that holds it (I(run)). Each observation
+        renews that run's lease on the lock (when the run still holds it), so that a long gate
+        is a live owner's, never a stale lock. Not in check mode.
+    type: dict
+  shm_dir:
+    description:
+      - The deployment's shared-memory folder. Each observation records the deployment's
+        processes and the segments there they have open or mapped, binding them to its run
+        for M(sglang_shm_cleanup) (nothing else is ever removed). Not in check mode.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -248,19 +260,36 @@ from ansible.module_utils.sglang_fleet_gate import (
     judge,
 )
 from ansible.module_utils.sglang_fleet_lock import LockError, LockFile
+from ansible.module_utils.sglang_fleet_shm import record_run
+
+_LOCK_OPTIONS = dict(path=dict(type="path", required=True), run=dict(type="dict", required=True))
+
+
+def _bookkeeping(module, verdict):
+    """What each observation leaves on the node besides its verdict: the lease of the run that
+    holds the lock renewed, the run's processes and segments bound to it."""
+    p = module.params
+    try:
+        if p["renew_lock"]:
+            LockFile(p["renew_lock"]["path"]).renew(p["renew_lock"]["run"])
+        if p["shm_dir"] and verdict.get("processes"):
+            record_run(p["state_file"], [m["pid"] for m in verdict["processes"]], p["shm_dir"])
+    except (LockError, OSError, IOError) as exc:
+        module.warn("could not renew the lock or record the run's segments: %s" % exc)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(GATE_ARGS, release_lock=dict(type="dict", options=dict(
-            path=dict(type="path", required=True),
-            run=dict(type="dict", required=True),
-        ))),
+        argument_spec=dict(GATE_ARGS, release_lock=dict(type="dict", options=_LOCK_OPTIONS),
+                           renew_lock=dict(type="dict", options=_LOCK_OPTIONS),
+                           shm_dir=dict(type="path")),
         required_if=GATE_REQUIRED_IF, supports_check_mode=True)
     try:
         verdict = judge(module.params, module.check_mode)
     except GateArgsInvalid as exc:
         module.fail_json(msg=str(exc))
+    if not module.check_mode:
+        _bookkeeping(module, verdict)
     release = module.params["release_lock"]
     if release and verdict["verdict"] == "ready" and not module.check_mode:
         try:

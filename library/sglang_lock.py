@@ -11,13 +11,18 @@ short_description: One run per deployment at a time (deploy, recover, watch, sto
 description:
   - Takes, updates or releases a deployment's lock file on the node. Every run that changes
     a deployment takes it; a second run is refused with a message naming the owner.
-  - The lock records its owner, the controller run that took it. That is the
-    ansible-playbook process, named by its host, PID, start time (clock ticks after boot) and
-    boot id. The C(sglang_lock) action plugin fills I(run) in on the controller, and decides
-    whether the owner of a lock held by another run is gone. It is gone when that PID is dead
-    or now another process, or the controller rebooted. Such a lock is taken over, with a
-    warning line saying so, by compare-and-swap on I(take_over). There is no fixed expiry. A
-    lock held from another controller cannot be checked from here and is never taken over.
+  - The lock records its owner, the controller run that took it (the ansible-playbook
+    process), by a run id unique to that process on its kernel (boot id, PID namespace, PID
+    and start time), with its host name and PID for people to read. The C(sglang_lock)
+    action plugin fills I(run) in on the controller.
+  - The owner renews the lock at each of its lock steps and each gate observation, and
+    declares a I(lease), the longest it may go without renewing. A lock held by another run
+    is taken over only when its owner is proven gone, by compare-and-swap on I(take_over)
+    with a warning line and a ledger entry (I(ledger)). Proven gone means its PID is dead or
+    now another process, judged on a controller on the same kernel and in the same PID
+    namespace (a host name proves nothing); or it has not renewed the lock for longer than
+    its lease, timed on the node's boot-time clock; or the lock file is empty (after 10 s).
+    Anything else is refused, naming the owner, when its lease ends and the fix.
   - The same run taking the lock again (a recovery redeploying through the server role) is
     C(reentered), and its release is left to the outer holder.
   - With I(state=updated), a recovery records its progress in the lock (stage, failed config
@@ -48,10 +53,21 @@ options:
     description: A description of the run, shown to a refused run.
     type: str
   run:
-    description: Identity of the controller run (host, pid, start_ticks, boot_id). The
-      action plugin fills it in; set it only to act for another run.
+    description: Identity of the controller run (run_id, host, pid, start_ticks, boot_id,
+      pid_ns). The action plugin fills it in; set it only to act for another run.
     type: dict
     required: true
+  lease:
+    description: Seconds this run may go without renewing the lock before another run may
+      take it over (its longest silence, see the role's C(sglang_fleet_lock_lease) filter).
+      Declared when the lock is taken or renewed by a reentry.
+    type: float
+    default: 900
+  ledger:
+    description: The controller's ledger, where the action plugin records a take-over (and
+      the unfinished recovery of the run it replaces, unless this run is a recovery that
+      finishes it). Read on the controller only.
+    type: path
   take_over:
     description: The exact lock record to replace (the action plugin passes the record of a
       run it found gone); the lock is replaced only if it still holds that record.
@@ -67,7 +83,9 @@ attributes:
     support: none
 notes:
   - "Lock file (JSON, mode 0600): C(owner), C(purpose), C(name), C(since) (epoch seconds),
-    C(run) (C(host), C(pid), C(start_ticks), C(boot_id)) and, during a recovery, C(recovery):
+    C(run) (C(run_id), C(host), C(pid), C(start_ticks), C(boot_id), C(pid_ns)), C(lease_s),
+    C(renewed) (epoch seconds), C(renewed_boot) and C(renewed_uptime) (the node's boot id
+    and boot-time clock at the last renewal) and, during a recovery, C(recovery):
     C(stage) (C(stopped), C(chosen), C(recorded)), C(failed_config_hash), C(verdict),
     C(evidence), C(next) (the chosen overrides, source and reason) and C(stop) (what the stop
     did)."
@@ -101,12 +119,18 @@ outcome:
   returned: always
   type: str
   sample: acquired
+lease_left:
+  description: Seconds until the lease of the run holding the lock runs out, unless it
+    renews it.
+  returned: when held by another run that has a lease
+  type: float
 lock:
   description: The lock record after the call.
   returned: when this run holds the lock
   type: dict
 held_by:
-  description: The record of the run holding the lock, when refused.
+  description: The record of the run holding the lock, when refused; with C(stale), why
+    nobody holds it, when the node can tell (an empty lock, a lease run out).
   returned: when held by another run
   type: dict
 taken_over:
@@ -120,12 +144,21 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_fleet_lock import (
+    LEASE_S,
     LockError,
     LockFile,
     describe,
     lock_record,
     same_run,
+    silence,
 )
+
+
+def _lease_left(held):
+    """Seconds until a held lock's lease runs out unless renewed (None: no lease to run)."""
+    if held.get("empty") or held.get("unreadable") or not held.get("run"):
+        return None
+    return max(0.0, float(held.get("lease_s") or LEASE_S) - silence(held))
 
 
 def main():
@@ -138,6 +171,7 @@ def main():
             purpose=dict(type="str", default="change"),
             owner=dict(type="str"),
             run=dict(type="dict", required=True),
+            lease=dict(type="float", default=LEASE_S),
             take_over=dict(type="dict"),
             recovery=dict(type="dict"),
         ),
@@ -158,7 +192,7 @@ def main():
                 module.exit_json(changed=True, outcome="updated")
             record = lock.update(p["run"], p["recovery"] or {})
             module.exit_json(changed=True, outcome="updated", lock=record)
-        record = lock_record(p["name"], p["purpose"], p["run"], p["owner"])
+        record = lock_record(p["name"], p["purpose"], p["run"], p["owner"], p["lease"])
         if module.check_mode:
             held = lock.read()
             if held is not None and not same_run(held.get("run"), p["run"]):
@@ -174,7 +208,8 @@ def main():
     if outcome == "held":
         module.fail_json(
             msg="%s is locked by %s. Not touching it: wait for that run to finish."
-            % (p["name"], describe(held)), outcome="held", held_by=held)
+            % (p["name"], describe(held)), outcome="held", held_by=held,
+            lease_left=_lease_left(held))
     result = dict(changed=outcome != "reentered", outcome=outcome,
                   lock=held if outcome == "reentered" else record)
     if outcome == "taken_over":

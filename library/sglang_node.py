@@ -73,9 +73,63 @@ options:
     type: float
     default: 10
   sim:
-    description: The simulated node to provision (devices, model_dir, model_config, shm_dir,
-      and root, the folder the model path must be inside); unset on real nodes.
+    description: The simulated node to provision (devices, model_dir, model_files (its JSON
+      files by name), shm_dir, and root, the folder the model path must be inside); unset on
+      real nodes.
     type: dict
+  running_spec_file:
+    description: The LaunchSpec the deployment last started from (the service keeps it).
+    type: path
+  settings:
+    description: >-
+      The new LaunchSpec's public settings. When the launch files change, the summary names
+      each setting that differs from the running LaunchSpec's, old and new.
+    type: dict
+    default: {}
+  secrets:
+    description:
+      - The secrets this start will have, by env file variable name (never their values).
+        One the deployment last started with (I(running_spec_file)) that is missing now is
+        refused, unless listed in I(drops), since a key that resolved to nothing would restart
+        the server without it.
+    type: dict
+    suboptions:
+      names:
+        description: The env file variables of the secrets this start has.
+        type: list
+        elements: str
+        default: []
+      variables:
+        description: Each secret's env file variable and inventory variable, as pairs.
+        type: list
+        elements: list
+        default: []
+      drops:
+        description: Env file variables this start may leave out on purpose.
+        type: list
+        elements: str
+        default: []
+  model:
+    description:
+      - The model and the layout it must support, checked against the node's own copy before
+        anything changes; a model path that is not a folder here (a hub id) is not read.
+      - Its C(config.json) decides whether the attention heads divide by the attention TP,
+        the key/value heads fit TP, the experts divide by EP and the layers cover PP; the
+        checkpoint's size (its safetensors index, or its weight files) against the GPUs'
+        memory, as NVML reports it, decides whether the weights fit.
+    type: dict
+    suboptions:
+      path:
+        description: The model path of the server.
+        type: str
+        required: true
+      layout:
+        description: C(tp), C(pp), C(ep) and C(attn_dp), as the LaunchSpec resolved them.
+        type: dict
+        required: true
+      mem_fraction_static:
+        description: The server's C(--mem-fraction-static), or null for SGLang's default.
+        type: float
   shm_dir:
     description: Shared-memory folder of the server.
     type: path
@@ -122,8 +176,8 @@ options:
     type: dict
   lock:
     description:
-      - The deployment's lock, as M(sglang_lock) takes it - I(path), I(name), I(purpose) -
-        plus I(run), the ansible-playbook run that takes it, which this module's action
+      - The deployment's lock, as M(sglang_lock) takes it - I(path), I(name), I(purpose),
+        I(lease) - plus I(run), the ansible-playbook run that takes it, which this module's action
         plugin fills in on the controller.
     type: dict
   write:
@@ -323,6 +377,18 @@ def main():
             compute_capability=dict(type="str", required=True),
             gpu_timeout=dict(type="float", default=10),
             sim=dict(type="dict"),
+            running_spec_file=dict(type="path"),
+            settings=dict(type="dict", default={}),
+            secrets=dict(type="dict", options=dict(
+                names=dict(type="list", elements="str", default=[], no_log=False),
+                variables=dict(type="list", elements="list", default=[], no_log=False),
+                drops=dict(type="list", elements="str", default=[], no_log=False),
+            )),
+            model=dict(type="dict", options=dict(
+                path=dict(type="str", required=True),
+                layout=dict(type="dict", required=True),
+                mem_fraction_static=dict(type="float"),
+            )),
             shm_dir=dict(type="path", default="/dev/shm"),
             service=dict(type="dict", required=True),
             files=dict(type="list", elements="dict", default=[]),
@@ -337,6 +403,7 @@ def main():
                 name=dict(type="str", required=True),
                 purpose=dict(type="str", default="change"),
                 run=dict(type="dict", required=True),
+                lease=dict(type="float"),
             )),
             start=dict(type="dict", options=START_OPTIONS),
             write=dict(type="dict", options=dict(

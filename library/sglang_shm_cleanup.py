@@ -12,9 +12,18 @@ description:
   - A server killed with SIGKILL leaves its C(/dev/shm) segments behind and the next start can
     die with "Bus error". This removes segments that the deployment's last run created and that
     no live process has open or mapped.
-  - A segment counts as the deployment's when its name matches a server pattern, it is owned by
-    the service user and it was last modified after the deployment's last start. Nothing is
-    removed while any process of the deployment is alive, nor before its first start.
+  - A segment counts as the deployment's only when something binds it to the deployment's
+    last run, never by its name alone (a shared folder holds other users' and other
+    deployments' segments of the same families). Its name carries the PID of one of that
+    run's processes where SGLang and torch put it (C(sgl_shm_<kind>_<pid>_<rand>),
+    C(multi_tokenizer_args_<pid>), C(torch_<pid>_...)), or one of those processes had it
+    open or mapped when the gate observed the run. The run's processes are the state file's
+    main PID and those the gate (M(sglang_health) with I(shm_dir)) and M(sglang_stop) found
+    by the deployment's membership, recorded beside the state file
+    (C(<deployment>.shm.json)).
+  - It must also match a server pattern, be a plain file owned by the service user and last
+    modified after the deployment's last start. Nothing is removed while any process of the
+    deployment is alive, nor before its first start.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 options:
@@ -38,10 +47,12 @@ options:
     description: User the deployment runs as (a name or uid); its segments are owned by it.
     type: str
   patterns:
-    description: Name patterns (fnmatch) of segments the server creates.
+    description: Name patterns (fnmatch) of segments the server creates. They narrow what is
+      removed; a segment must also be bound to the deployment's run.
     type: list
     elements: str
-    default: ["psm_*", "sglang*", "nccl-*", "torch_*", "cuda.shm.*"]
+    default: ["sgl_shm_*", "multi_tokenizer_args_*", "torch_*", "psm_*", "sglang*", "nccl-*",
+              "cuda.shm.*"]
 attributes:
   check_mode:
     support: full

@@ -176,6 +176,7 @@ from ansible.module_utils.sglang_fleet_procs import (
     recorded_session,
     service_uid,
 )
+from ansible.module_utils.sglang_fleet_shm import record_run
 from ansible.module_utils.sglang_fleet_stop import (
     aggressive_targets,
     device_paths,
@@ -241,6 +242,13 @@ def main():
         result["unmarked_stopped"] = _unmarked(members, extra)
         module.exit_json(**result)
 
+    # The processes about to be killed bind the segments named by their PIDs to this run, for
+    # the shared-memory cleanup after the stop.
+    try:
+        record_run(p["state_file"], member_pids)
+    except (OSError, IOError) as exc:
+        module.warn("could not record the processes' PIDs for the shared-memory cleanup: %s"
+                    % exc)
     decided = time.monotonic()
     if unit:
         cmd = ["systemctl", "kill", "--signal=SIGKILL", unit] if p["hung"] else \

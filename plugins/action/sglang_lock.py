@@ -1,14 +1,15 @@
 # -*- coding: utf-8 -*-
-# Controller side of the sglang_lock module: names the run that takes the lock and decides
-# whether the owner of a lock held by another run is gone.
+# Controller side of the sglang_lock module: names the run that takes the lock, decides
+# whether the owner of a lock held by another run is proven gone, and records every take-over
+# in the ledger.
 #
 # The owner of a deployment's lock is the ansible-playbook run that took it. Ansible runs each
 # task in a worker process forked from ansible-playbook, so this plugin's parent process is
-# the run: its host name, PID, start time (/proc/PID/stat field 22) and boot id name it for
-# good, however the playbook was started (ansible-playbook, sglang-fleet through
-# ansible-runner, watch). Whether that run is still alive can only be judged on its own
-# controller, so the judgement is made here, not on the node; a lock held from another
-# controller is never taken over, and the refusal says how to clear it.
+# the run (see sglang_fleet_lock.controller_run). Its PID proves it alive or gone only on a
+# controller on the same kernel and in the same PID namespace, so that judgement is made here,
+# not on the node; the node judges the lease (its own clocks) and an empty lock file, and
+# reports them as the held record's `stale`. A lock whose owner is neither is never taken
+# over; the refusal says when the lease runs out and how to clear the lock by hand.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -17,11 +18,60 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 try:
-    from sglang_fleet_node.sglang_fleet_lock import controller_run, describe, owner_gone
+    from sglang_fleet.store import append_jsonl
+    from sglang_fleet_node.sglang_fleet_lock import (
+        controller_run,
+        describe,
+        owner_gone,
+        pid_checkable,
+    )
+    from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
+
+# A recovery stopped at these stages has no ledger entry yet (see roles/sglang_recover).
+_UNRECORDED_STAGES = ("stopped", "chosen")
+
+
+def ledger_entries(held, because, args, host):
+    """What the ledger records for a take-over of `held`: the take-over, and the unfinished
+    recovery it ends unless this run is a recovery that finishes it (and records it itself)."""
+    name = args.get("name", "")
+    entries = [{"kind": "lock_taken_over", "host": host, "deployment": name.partition(":")[2],
+                "lock": args.get("path"), "by": args.get("purpose", "change"),
+                "from": describe(held), "because": because,
+                "from_run": held.get("run") or {}}]
+    recovery = held.get("recovery") or {}
+    if recovery.get("stage") in _UNRECORDED_STAGES and args.get("purpose") != "recover":
+        verdict = recovery.get("verdict") or {}
+        entries.append({
+            "kind": "recovery", "host": host, "deployment": name.partition(":")[2],
+            "config_hash": recovery.get("failed_config_hash", ""),
+            "verdict": verdict.get("verdict", ""), "phase": verdict.get("phase", ""),
+            "reason": verdict.get("reason", ""), "evidence": recovery.get("evidence", ""),
+            "killed": [k.get("pid") for k in (recovery.get("stop") or {}).get("killed") or []
+                       if isinstance(k, dict)],
+            "next": recovery.get("next") or {}, "interrupted": True,
+            "finished_by": args.get("purpose", "change")})
+    return entries
+
+
+def refusal_hint(held, here, path):
+    """How to read a refusal: why the owner counts as alive, and the fix."""
+    run = held.get("run") or {}
+    by_hand = "if that run is gone, remove %s on the node" % path
+    if held.get("unreadable") or not run:
+        return ("it names no run that can be checked. Fix: if no deploy, recover or stop of "
+                "this deployment is running, remove %s on the node" % path)
+    if pid_checkable(run, here):
+        return "it is alive (pid %s on this controller)" % run.get("pid")
+    return ("its run cannot be checked from here (%s, pid %s in another kernel or PID "
+            "namespace); it counts as alive while it renews the lock: its lease runs out in "
+            "%.0f s unless renewed. Fix: wait, or %s" % (
+                run.get("host", "unknown host"), run.get("pid", "?"),
+                held.get("lease_left") or 0, by_hand))
 
 
 class ActionModule(ActionBase):
@@ -33,6 +83,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("the sglang_fleet package is not importable by "
                                     "ansible-playbook: %s" % _IMPORT_ERROR)
         args = dict(self._task.args)
+        ledger = args.pop("ledger", None)
         here = controller_run()
         args.setdefault("run", here)
         res = self._execute_module(module_name="sglang_lock", module_args=args,
@@ -41,28 +92,24 @@ class ActionModule(ActionBase):
             result.update(res)
             return result
         held = res.get("held_by") or {}
-        gone = owner_gone(held.get("run"), here)
-        if gone:
-            res = self._execute_module(module_name="sglang_lock",
-                                       module_args=dict(args, take_over=held),
-                                       task_vars=task_vars)
-            if res.get("outcome") == "taken_over":
-                res["taken_over_because"] = gone
-                res.setdefault("warnings", []).append(
-                    "%s: took over the lock of %s: %s" % (args.get("name", "deployment"),
-                                                          describe(held), gone))
+        gone = owner_gone(held.get("run"), here) or held.get("stale")
+        if not gone:
+            hint = refusal_hint(dict(held, lease_left=res.get("lease_left")), here,
+                                args.get("path"))
+            res["msg"] = "%s %s." % (res.get("msg", ""), hint[0].upper() + hint[1:])
             result.update(res)
             return result
-        run = held.get("run") or {}
-        if not run:
-            how = ("it names no run that can be checked; if that run is gone, remove %s on the "
-                   "node" % args.get("path"))
-        elif run.get("host") == here["host"]:
-            how = "it is alive (pid %s on this controller)" % run.get("pid")
-        else:
-            how = ("it ran from another controller (%s), which cannot be checked from here; if "
-                   "that run is gone, remove %s on the node" % (run.get("host", "unknown"),
-                                                                args.get("path")))
-        res["msg"] = "%s %s." % (res.get("msg", ""), how[0].upper() + how[1:])
+        res = self._execute_module(module_name="sglang_lock",
+                                   module_args=dict(args, take_over=held),
+                                   task_vars=task_vars)
+        if res.get("outcome") == "taken_over":
+            res["taken_over_because"] = gone
+            res.setdefault("warnings", []).append(
+                "%s: took over the lock of %s: %s" % (args.get("name", "deployment"),
+                                                      describe(held), gone))
+            if ledger and not self._task.check_mode:
+                host = (task_vars or {}).get("inventory_hostname", "")
+                for entry in ledger_entries(held, gone, args, host):
+                    append_jsonl(ledger, mask_secrets(entry))
         result.update(res)
         return result

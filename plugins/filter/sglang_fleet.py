@@ -12,8 +12,11 @@ try:
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
-    from sglang_fleet.sim.hardware import sim_devices, sim_model_config
+    from sglang_fleet.sim.hardware import sim_devices, sim_model_files
     from sglang_fleet.spec import (
+        IDENTITY_SETTINGS,
+        PREFIX,
+        build_identity,
         build_launch_spec,
         gate_module_args,
         group_consistency_errors,
@@ -21,6 +24,7 @@ try:
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
+    from sglang_fleet_node.sglang_fleet_lock import lease_for
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -50,6 +54,19 @@ def launch_spec(settings, host, group_members=None, dist_init_host=None):
     return build_launch_spec(dict(settings), str(host),
                              list(group_members) if group_members else None,
                              str(dist_init_host) if dist_init_host else None)
+
+
+def identity(settings, host, group_members=None):
+    _need_package()
+    return build_identity(dict(settings), str(host),
+                          list(group_members) if group_members else None)
+
+
+def identity_variables(names):
+    """Of the given variable names, those build_identity reads."""
+    _need_package()
+    wanted = set(PREFIX + n for n in IDENTITY_SETTINGS) | set([PREFIX + "overrides"])
+    return [n for n in names if n in wanted]
 
 
 def render(spec, secrets=None, masked=False):
@@ -82,9 +99,9 @@ def sim_devices_filter(spec):
     return sim_devices(spec)
 
 
-def sim_model_config_filter(spec):
+def sim_model_files_filter(spec):
     _need_package()
-    return sim_model_config(spec)
+    return sim_model_files(spec)
 
 
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
@@ -141,16 +158,26 @@ def operator_stopped_test(verdict):
     return operator_stopped(dict(verdict or {}))
 
 
+def lock_lease(spec, hosts=1, forks=1):
+    """The lease a run declares on a deployment's lock: spec | sglang_fleet_lock_lease(
+    ansible_play_batch | length, ansible_forks) (see sglang_fleet_lock.lease_for)."""
+    _need_package()
+    gate = spec["gate"]
+    return lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]), hosts, forks)
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_fleet_launch_spec": launch_spec,
+            "sglang_fleet_identity": identity,
+            "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
             "sglang_fleet_group_errors": group_errors,
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,
             "sglang_fleet_sim_devices": sim_devices_filter,
-            "sglang_fleet_sim_model_config": sim_model_config_filter,
+            "sglang_fleet_sim_model_files": sim_model_files_filter,
             "sglang_fleet_next_spec": next_spec,
             "sglang_fleet_failure_block": failure_block_filter,
             "sglang_fleet_operator_stopped": operator_stopped_test,
@@ -161,4 +188,5 @@ class FilterModule(object):
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_deployment_files": deployment_files_filter,
+            "sglang_fleet_lock_lease": lock_lease,
         }

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # A deployment's files on its node (folders, launch script, env file, unit) written in one pass:
-# what changed, a diff per file (a file holding secrets never shows its content), modes and
+# what changed, a diff per file (a file holding secrets shows only their fingerprints), modes and
 # owners, each file replaced atomically (written beside it, flushed, renamed over it).
 from __future__ import absolute_import, division, print_function
 
@@ -13,6 +13,11 @@ import os
 import pwd
 import stat
 import tempfile
+
+try:
+    from ansible.module_utils.sglang_fleet_secrets import is_secret_name
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node.sglang_fleet_secrets import is_secret_name
 
 # The options of a file to write (sglang_deployment_files, sglang_node's `write`).
 FILE_OPTIONS = dict(path=dict(type="path", required=True),
@@ -47,6 +52,31 @@ def _short(content):
     return hashlib.sha256(content).hexdigest()[:12]
 
 
+def masked_env(content):
+    """An env file as a diff shows it: every line as it is, but a secret's value, which shows
+    only as its fingerprint (a changed key is seen to change, never read)."""
+    lines = []
+    for line in content.decode("utf-8", "replace").splitlines(True):
+        name, eq, value = line.partition("=")
+        if eq and is_secret_name(name.strip()):
+            line = "%s=******** (sha256:%s)\n" % (name, _short(value.strip().encode("utf-8")))
+        lines.append(line)
+    return "".join(lines)
+
+
+def refuse_link(path, what):
+    """A deployment's folder or file that is a symbolic link is refused, never followed: the
+    deploy would change the mode of what it points to (outside the deployment's root) and
+    write the server's files there."""
+    if os.path.islink(path):
+        raise DeployFilesError(
+            "%s is a symbolic link (to %s): the deployment's %s must be a real one, the deploy "
+            "does not follow links (it would change the mode of the link's target and write "
+            "into it). Fix: replace the link by a %s, or set sglang_server_root to a path "
+            "without links (e.g. %s)" % (path, os.readlink(path), what, what,
+                                         os.path.realpath(path)))
+
+
 def plan(folders, files):
     """What to do: folders to create or re-mode, files to write or re-mode, with diffs.
 
@@ -54,6 +84,7 @@ def plan(folders, files):
     actions, diffs = [], []
     for folder in folders:
         path, mode = folder["path"], int(folder["mode"], 8)
+        refuse_link(path, "folder")
         try:
             st = os.stat(path)
         except OSError:
@@ -87,9 +118,8 @@ def plan(folders, files):
         before_header = path if st is None else "%s (mode %04o)" % (
             path, stat.S_IMODE(st.st_mode))
         if item.get("secret"):
-            before = "(absent)\n" if current is None else (
-                "(content holds secrets: not shown; sha256 %s)\n" % _short(current))
-            after = "(content holds secrets: not shown; sha256 %s)\n" % _short(content)
+            before = "" if current is None else masked_env(current)
+            after = masked_env(content)
         else:
             before = "" if current is None else current.decode("utf-8", "replace")
             after = content.decode("utf-8", "replace")

@@ -23,23 +23,33 @@ try:
     from ansible.module_utils import sglang_fleet_gate as gate
     from ansible.module_utils import sglang_fleet_gpu as gpu
     from ansible.module_utils import sglang_fleet_lock as lk
+    from ansible.module_utils import sglang_fleet_modelfit as modelfit
     from ansible.module_utils import sglang_fleet_service as service_mod
     from ansible.module_utils import sglang_fleet_shm as shm
     from ansible.module_utils import sglang_fleet_simnode as simnode
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
-    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
+    from ansible.module_utils.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_gate as gate
     from sglang_fleet_node import sglang_fleet_gpu as gpu
     from sglang_fleet_node import sglang_fleet_lock as lk
+    from sglang_fleet_node import sglang_fleet_modelfit as modelfit
     from sglang_fleet_node import sglang_fleet_service as service_mod
     from sglang_fleet_node import sglang_fleet_shm as shm
     from sglang_fleet_node import sglang_fleet_simnode as simnode
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
-    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
+    from sglang_fleet_node.sglang_fleet_startcheck import (
+        orphan_refusal,
+        other_deployments_running,
+        server_start_blockers,
+    )
 
 
 class NodeRefused(Exception):
@@ -88,7 +98,8 @@ def _take_lock(lock):
     folder = os.path.dirname(lock["path"])
     if folder and not os.path.isdir(folder):
         os.makedirs(folder)
-    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"])
+    record = lk.lock_record(lock["name"], lock["purpose"], lock["run"],
+                            lease=lock.get("lease"))
     outcome, held = lk.LockFile(lock["path"]).acquire(record)
     if outcome == "held":
         return {"outcome": "held", "held_by": held}
@@ -138,10 +149,25 @@ def args_record(python, parser, args):
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# The installed SGLang's whole verdict before any worker starts, CPU only: its parser, its
+# argument resolution and check_server_args, then the parallel topology its tokenizer process
+# validates when it publishes the configuration (sglang/launch_server.py run_server,
+# sglang/srt/entrypoints/engine.py _launch_subprocesses). A release or a simulator without a
+# step skips it.
 _PARSE = (
     "import importlib, sys\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
-    "getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+    "args = getattr(importlib.import_module(mod), fn)(sys.argv[2:])\n"
+    "for step in ('resolve_once', 'check_server_args'):\n"
+    "    if callable(getattr(args, step, None)):\n"
+    "        getattr(args, step)()\n"
+    "if callable(getattr(args, 'resolve_once', None)) and mod.startswith('sglang.'):\n"
+    "    try:\n"
+    "        from sglang.srt.runtime_context import publish\n"
+    "    except ImportError:\n"
+    "        publish = None\n"
+    "    if publish is not None:\n"
+    "        publish(args, role='tokenizer')\n"
 )
 
 
@@ -159,12 +185,30 @@ def parse_args(python, parser, args, timeout=180):
         return "parsing the arguments took over %ss" % timeout, None
     if proc.returncode == 0:
         return None
-    tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
-    if tail and tail[-1].startswith(("ModuleNotFoundError", "ImportError")):
+    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    final = _final_line(lines)
+    if final.startswith(("ModuleNotFoundError", "ImportError")):
         return ("the server Python %s cannot import SGLang's argument parser %s: %s. Fix: "
                 "install SGLang into that environment, or use install_mode pip"
-                % (python, parser, tail[-1]), proc.returncode)
-    return "SGLang rejected the rendered arguments: %s" % " | ".join(tail), proc.returncode
+                % (python, parser, final), proc.returncode)
+    return "SGLang rejected the rendered arguments: %s" % final, proc.returncode
+
+
+def _final_line(lines):
+    """A failed parse's last word: the exception's final line (its message may span lines)
+    and where SGLang raised it, or argparse's error line."""
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return lines[-1] if lines else "no message"
+    last = frames[-1]
+    where = lines[last].strip()
+    # `  File "/x/sglang/srt/a.py", line 273, in check_server_args` -> sglang/srt/a.py:273
+    path, _, rest = where[len('File "'):].partition('", line ')
+    if "/sglang/" in path:
+        path = "sglang/" + path.rsplit("/sglang/", 1)[1]
+    message = [line for line in lines[last + 1:] if not line.startswith("    ")
+               and line.strip() and not set(line.strip()) <= set("^~")]
+    return "%s (%s:%s)" % (" ".join(message) or lines[-1], path, rest.split(",")[0])
 
 
 def record_args_checked(record_file, record):
@@ -237,9 +281,58 @@ def _start_server(p, service, status, devices, result, warn):
     result["changed"] = True
 
 
-def check_node(p, check_mode, warn, want_diff=False):
-    """One node check; `p` holds the module's parameters. Returns the module's result."""
-    result = dict(changed=False)
+def _refuse_orphans(svc):
+    """Another deployment of this host still running under this root (left by a change of
+    port or name) is refused before anything changes."""
+    orphans = other_deployments_running(svc["state_file"], svc["marker"])
+    if orphans:
+        raise NodeRefused(orphan_refusal(svc["marker"], orphans))
+
+
+def _check_model(model, devices):
+    """The node's own copy of the model against the layout and these GPUs, before anything
+    changes: what SGLang would refuse only once the weights load."""
+    read = modelfit.read_model(model["path"])
+    if read is None:
+        return  # not a model folder here: the checks before a start say so
+    shape, weights = read
+    name = "the model at %s" % model["path"]
+    layout = model["layout"]
+    problems = modelfit.layout_problems(name, shape, layout)
+    fit = modelfit.fit_problem(name, weights, layout,
+                               min(d["memory_total"] for d in devices),
+                               model.get("mem_fraction_static"))
+    problems += [fit] if fit else []
+    if problems:
+        raise NodeRefused("; ".join(
+            "sglang_server_%s=%s: %s (read from its config.json and checkpoint on this node). "
+            "Fix: %s" % (x["variable"], x["value"], x["problem"], x["fix"]) for x in problems))
+
+
+def _check_secrets_kept(secrets, before):
+    """A secret the deployment last started with (`before`, its running LaunchSpec), missing
+    now, is a key that resolved to nothing (an unset environment variable, a vault not
+    opened), unless dropped on purpose: starting without it would serve openly. Refused
+    before anything changes."""
+    gone = set(before.get("secret_env_names") or []) - set(secrets["names"]) - \
+        set(secrets.get("drops") or [])
+    variables = dict((env, variable) for env, variable in secrets["variables"])
+    for env in sorted(gone):
+        variable = variables.get(env, env)
+        raise NodeRefused(
+            "%s resolves to nothing, but this deployment last started with it (config %s, "
+            "%s): a secret that vanished (an environment variable not set on the controller, "
+            "a vault not opened) would restart the server without it. Fix: make %s resolve "
+            "again where the inventory reads it (the controller's environment, "
+            "ansible-vault), or leave it out on purpose with sglang_server_drop_secrets: [%s]"
+            % (variable, before.get("config_hash", "?"),
+               (before.get("secret_fingerprints") or {}).get(env, "fingerprint unrecorded"),
+               variable, variable))
+
+
+def _refuse_early(p):
+    """What refuses the node before it is even looked at: a missing interpreter, a reboot
+    mark, a secret that vanished."""
     python = p["server_python"]
     if python and not os.path.exists(python):
         raise NodeRefused(
@@ -252,6 +345,44 @@ def check_node(p, check_mode, warn, want_diff=False):
             "server was killed. Fix: reboot the node (or reset its GPUs), then clear the mark "
             "with ansible-playbook playbooks/recover.yml --limit %s "
             "-e sglang_recover_clear_reboot_mark=true" % (p["reboot_mark"], p["host_name"]))
+    if p.get("secrets"):
+        _check_secrets_kept(p["secrets"], _running_spec(p))
+
+
+def _running_spec(p):
+    return (read_json(p["running_spec_file"]) if p.get("running_spec_file") else None) or {}
+
+
+def setting_changes(before, after, most=6):
+    """What differs between two LaunchSpecs' public settings, one `name: old -> new` each,
+    nested mappings by key (`sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple`)."""
+    out = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += ["%s.%s: %s -> %s" % (name, key, _shown(old.get(key)), _shown(new.get(key)))
+                    for key in sorted(set(old) | set(new), key=str)
+                    if old.get(key) != new.get(key)]
+        else:
+            out.append("%s: %s -> %s" % (name, _shown(old), _shown(new)))
+    return out[:most] + (["%d more" % (len(out) - most)] if len(out) > most else [])
+
+
+def _shown(value):
+    if value is None:
+        return "unset"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_node(p, check_mode, warn, want_diff=False):
+    """One node check; `p` holds the module's parameters. Returns the module's result."""
+    result = dict(changed=False)
+    python = p["server_python"]
+    _refuse_early(p)
+    _refuse_orphans(p["service"])
 
     sim = p.get("sim") or None
     if sim:
@@ -264,7 +395,7 @@ def check_node(p, check_mode, warn, want_diff=False):
                 "outside that folder. Fix: set sglang_server_model_path under %s"
                 % (sim["model_dir"], root, root))
         written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
-                                    sim["model_config"], sim["shm_dir"], check_mode)
+                                    sim["model_files"], sim["shm_dir"], check_mode)
         result["provisioned"] = written
         result["changed"] = bool(written)
 
@@ -292,6 +423,10 @@ def check_node(p, check_mode, warn, want_diff=False):
 
     files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
     result["files_current"] = files_current
+    if not files_current and p.get("settings"):
+        changes = setting_changes(_running_spec(p).get("settings") or {}, p["settings"])
+        if changes:
+            why = "%s: %s" % (why, "; ".join(changes))
     result["files_reason"] = why
     result["service_current"] = bool(status["running"]) and \
         status["digest"] == p["expected_digest"]
@@ -334,6 +469,9 @@ def check_node(p, check_mode, warn, want_diff=False):
                     "Fix: correct those variables for this host (or its group)"
                     % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
                        p["compute_capability"]))
+
+    if p.get("model") and devices:
+        _check_model(p["model"], devices)
 
     if not status["running"] and not status["members"]:
         owner = service_uid(svc["user"])

@@ -22,6 +22,11 @@ import re
 import signal
 import time
 
+try:
+    from ansible.module_utils.sglang_fleet_secrets import SECRET_FLAGS, mask_argv
+except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node.sglang_fleet_secrets import SECRET_FLAGS, mask_argv
+
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 
 # Real SGLang's non-zero node ranks (sglang/srt/entrypoints/engine.py, 0.5.23) install a SIGTERM
@@ -37,26 +42,6 @@ def _read(path, mode="r"):
             return f.read()
     except (OSError, IOError):
         return None
-
-
-# SGLang takes its API key on the command line: never report it.
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
-MASK = "********"
-
-
-def mask_argv(args):
-    out, hide_next = [], False
-    for arg in args:
-        flag, eq, _ = arg.partition("=")
-        if hide_next:
-            out.append(MASK)
-        elif eq and flag in SECRET_FLAGS:
-            arg = flag + "=" + MASK
-            out.append(arg)
-        else:
-            out.append(arg)
-        hide_next = not hide_next and arg in SECRET_FLAGS
-    return out
 
 
 def secret_values(pid):

@@ -11,13 +11,29 @@ import re
 
 MASK = "********"
 
-# The toolkit's own secret settings and the environment variables they become.
+# ---- generated from the settings tables: python -m sglang_fleet.secrets --write ----
+# The toolkit's secret settings (server and router), their short names, the env file variables
+# they are stored under, and the command-line options whose values are secrets.
 SECRET_NAMES = frozenset((
-    "sglang_server_api_key", "sglang_server_hf_token", "api_key", "admin_api_key", "hf_token",
-    "SGLANG_FLEET_API_KEY", "HF_TOKEN",
+    "HF_TOKEN", "SGLANG_FLEET_ADMIN_API_KEY", "SGLANG_FLEET_API_KEY",
+    "SGLANG_FLEET_SSL_KEYFILE_PASSWORD", "SGLANG_FLEET_WATERMARK_CONFIG",
+    "SGLANG_ROUTER_API_KEY", "admin_api_key", "api_key", "control_plane_api_keys", "hf_token",
+    "sglang_router_api_key", "sglang_router_control_plane_api_keys",
+    "sglang_server_admin_api_key", "sglang_server_api_key", "sglang_server_hf_token",
+    "sglang_server_ssl_keyfile_password", "sglang_server_watermark_config",
+    "ssl_keyfile_password", "watermark_config",
 ))
+SECRET_FLAGS = (
+    "--admin-api-key", "--api-key", "--control-plane-api-keys", "--ssl-keyfile-password",
+    "--watermark-config",
+)
+SECRET_PREFIXES = (
+    "SGLANG_ROUTER_CONTROL_PLANE_KEY_",
+)
+# ---- end of the generated part ----
 # Names that look like secrets but hold none: the LaunchSpec's list of secret variable names.
-NOT_SECRET = frozenset(("secret_env_names",))
+NOT_SECRET = frozenset(("secret_env_names", "secret_variables", "secret_fingerprints",
+                        "secret_drops"))
 _SECRET_WORDS = frozenset(("token", "secret", "password", "passwd", "credential",
                            "credentials", "cookie", "apikey"))
 _SECRET_SUFFIXES = ("api_key", "private_key", "access_key", "secret_key")
@@ -29,11 +45,39 @@ def is_secret_name(name):
     but not `tokenizer_path`."""
     if not isinstance(name, str) or name in NOT_SECRET:
         return False
-    if name in SECRET_NAMES:
+    if name in SECRET_NAMES or name.startswith(SECRET_PREFIXES):
         return True
     lower = name.lower()
     words = set(re.split(r"[^a-z0-9]+", lower))
     return bool(words & _SECRET_WORDS) or lower.endswith(_SECRET_SUFFIXES)
+
+
+# Environment variable names that carry credentials in general (a controller's environment,
+# recorded by ansible-runner): broader than record keys, where `_key` alone means little.
+_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE|AUTH|_KEY$|COOKIE)",
+                         re.I)
+
+
+def is_secret_env_name(name):
+    """True for an environment variable whose value must not be kept."""
+    return is_secret_name(name) or bool(isinstance(name, str) and _SECRET_ENV.search(name))
+
+
+def mask_argv(args):
+    """A command line with the value of every secret option masked (`--api-key X` and
+    `--api-key=X`)."""
+    out, hide_next = [], False
+    for arg in args:
+        flag, eq, _ = arg.partition("=")
+        if hide_next:
+            out.append(MASK)
+        elif eq and flag in SECRET_FLAGS:
+            arg = flag + "=" + MASK
+            out.append(arg)
+        else:
+            out.append(arg)
+        hide_next = not hide_next and arg in SECRET_FLAGS
+    return out
 
 
 def mask_secrets(value):

@@ -189,7 +189,10 @@ class Supervisor(object):
                                          if self.user_name in g.gr_mem])
         offset = procs.log_size(self.log_file)
         try:
-            with open(self.log_file, "ab") as log:
+            # Never through a link (the start checks refuse one; this closes the race).
+            fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                         | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            with os.fdopen(fd, "ab") as log:
                 # The child keeps its own copy of the log descriptor after this block closes
                 # ours. A small shell waits for the server and records its exit status.
                 child = subprocess.Popen(

@@ -50,7 +50,7 @@ class _Writer(object):
                 os.chmod(path, mode)
 
 
-def provision(gpu_dir, devices, model_dir, model_config, shm_dir, check_mode,
+def provision(gpu_dir, devices, model_dir, model_files, shm_dir, check_mode,
               shards=SHARDS, shard_size=SHARD_SIZE):
     """Write the simulated node's GPUs and model; the paths written (or to be written)."""
     w = _Writer(check_mode)
@@ -60,8 +60,9 @@ def provision(gpu_dir, devices, model_dir, model_config, shm_dir, check_mode,
            json.dumps(devices, indent=2, sort_keys=True) + "\n")
     for dev in devices:
         w.sparse(os.path.join(gpu_dir, "nvidia%d" % int(dev["index"])), 0, 0o666)
-    w.text(os.path.join(model_dir, "config.json"),
-           json.dumps(model_config, indent=2, sort_keys=True) + "\n")
+    for name in sorted(model_files):
+        w.text(os.path.join(model_dir, name),
+               json.dumps(model_files[name], indent=2, sort_keys=True) + "\n")
     for i in range(1, shards + 1):
         w.sparse(os.path.join(model_dir, "model-%05d-of-%05d.safetensors" % (i, shards)),
                  shard_size)

@@ -5,12 +5,17 @@
 #   with nothing in its log to say why);
 # - the HTTP port free, or held by the server being replaced (found by membership), or by
 #   another node of the same multi-node server sharing this machine (the simulated fleet);
-# - the model path present, with its config.json.
+# - the model path present, with its config.json;
+# - no other deployment of the same inventory host still running under the same root (a change
+#   of port or name would orphan it on the same GPUs);
+# - no symbolic link where the server writes (its log and run folders, its log file): the start
+#   would write through it, outside the deployment's root.
 # Read-only; pure Python on statvfs and /proc.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import socket
 import struct
@@ -160,10 +165,21 @@ def model_problems(model_path):
     return []
 
 
+def link_problems(paths):
+    """A message per folder or file the server writes that is a symbolic link: the start would
+    write through it, outside the deployment's root."""
+    return ["%s is a symbolic link (to %s): the server would write through it, outside the "
+            "deployment's root. Fix: replace the link by a real %s, or set sglang_server_root to "
+            "a path without links" % (path, os.readlink(path), what)
+            for what, path in paths if path and os.path.islink(path)]
+
+
 def start_blockers(folders, min_free_bytes, host, port, member_pids, allowed_markers,
                    model_path):
     """Everything that would make the next start fail, as messages (empty: go ahead)."""
-    return (space_problems(folders, min_free_bytes)
+    # The shm folder is the node's (often /dev/shm, a link on some systems), not the deploy's.
+    return (link_problems([("folder", path) for what, path, _ in folders if what != "shm folder"])
+            + space_problems(folders, min_free_bytes)
             + port_problems(host, port, set(member_pids), tuple(allowed_markers))
             + model_problems(model_path))
 
@@ -179,5 +195,67 @@ def server_start_blockers(p, member_pids):
          "free space there (or move sglang_server_root)"),
         ("shm folder", p["shm_dir"], "free shared memory there (or set sglang_server_shm_dir)"),
     ]
-    return start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"], member_pids,
-                          p["group_markers"], p["model_path"])
+    return (link_problems([("file", p["log_file"])])
+            + start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"],
+                             member_pids, p["group_markers"], p["model_path"]))
+
+
+def _state_files(run_dir):
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return []
+    return [os.path.join(run_dir, n) for n in names if n.endswith(".pid")]
+
+
+def other_deployments_running(state_file, marker):
+    """The other deployments of this inventory host under this root (state files beside this
+    one's whose marker is `<host>:<another name>`) whose server still runs: a change of port or
+    of deployment name renames the files and would leave that server running, unmanaged, on
+    the same GPUs. Each: its marker, deployment, port (from its running spec) and processes."""
+    host = marker.partition(":")[0]
+    run_dir = os.path.dirname(state_file)
+    found = []
+    for path in _state_files(run_dir):
+        state = _read_state(path)
+        other = str(state.get("marker") or "")
+        if path == state_file or other == marker or other.partition(":")[0] != host:
+            continue
+        members = procs.deployment_processes(other, **procs.recorded_session(state))
+        if not members:
+            continue
+        deployment = other.partition(":")[2]
+        spec = _read_state(os.path.join(run_dir, deployment + ".running-spec.json"))
+        found.append({"marker": other, "deployment": deployment,
+                      "port": (spec.get("http") or {}).get("port"),
+                      "pids": [m["pid"] for m in members], "state_file": path})
+    return found
+
+
+def _read_state(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, IOError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def orphan_refusal(marker, running):
+    """The refusal naming each other deployment of this host that still runs, and the exact
+    command that stops it (stop.yml addressed to that deployment's name and port)."""
+    host, _, deployment = marker.partition(":")
+    parts = []
+    for other in running:
+        stop = ("ansible-playbook playbooks/stop.yml --limit %s "
+                "-e sglang_server_deployment_name=%s" % (host, other["deployment"]))
+        if other["port"]:
+            stop += " -e sglang_server_port=%s" % other["port"]
+        parts.append("%s (port %s, %d process(es), pids %s; state %s). Fix: stop it first: %s"
+                     % (other["marker"], other["port"] or "unknown", len(other["pids"]),
+                        ", ".join(str(p) for p in other["pids"][:8]), other["state_file"],
+                        stop))
+    return ("another deployment of %s still runs under the same root: %s. Deploying %s beside "
+            "it would leave it running, unmanaged, on the same GPUs (a change of port or "
+            "deployment name renames the deployment's files). Nothing was changed"
+            % (host, "; ".join(parts), deployment))

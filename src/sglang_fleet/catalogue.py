@@ -434,21 +434,7 @@ class Catalogue:
                 elif isinstance(wanted, int) and len(values) != wanted:
                     result.problems.append(ArgProblem(token, f"{flag} expects {wanted} values",
                                                       f"give {flag} {wanted} values"))
-            converted = []
-            for value in values:
-                try:
-                    converted.append(option.convert(value))
-                except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
-                    detail = str(exc) or f"not a valid {option.type}"
-                    result.problems.append(ArgProblem(
-                        f"{flag} {value}", f"{value!r} is not a valid value for {flag} "
-                        f"({detail})", f"give {flag} {TYPE_WORDS.get(option.type, 'a value')}"))
-                    continue
-                if option.choices is not None and converted[-1] not in option.choices:
-                    result.problems.append(ArgProblem(
-                        f"{flag} {value}", f"{value!r} is not a choice of {flag} in SGLang "
-                        f"{self.version}", f"use one of: "
-                        f"{', '.join(str(c) for c in option.choices)}"))
+            converted = self._converted(option, flag, values, result)
             if option.deprecated:
                 replacement = f"; use {option.new_flag}" if option.new_flag else ""
                 result.warnings.append(f"{flag} is deprecated in SGLang {self.version}"
@@ -460,6 +446,26 @@ class Catalogue:
             result.dests.setdefault(option.dest, flag)
             result.values[option.dest] = converted
         return result
+
+    def _converted(self, option: Option, flag: str, values: list[str],
+                   result: ArgsCheck) -> list[Any]:
+        """The values in the option's type; a value it refuses is a problem of `result`."""
+        converted = []
+        for value in values:
+            try:
+                converted.append(option.convert(value))
+            except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+                detail = str(exc) or f"not a valid {option.type}"
+                result.problems.append(ArgProblem(
+                    f"{flag} {value}", f"{value!r} is not a valid value for {flag} "
+                    f"({detail})", f"give {flag} {TYPE_WORDS.get(option.type, 'a value')}"))
+                continue
+            if option.choices is not None and converted[-1] not in option.choices:
+                result.problems.append(ArgProblem(
+                    f"{flag} {value}", f"{value!r} is not a choice of {flag} in SGLang "
+                    f"{self.version}", f"use one of: "
+                    f"{', '.join(str(c) for c in option.choices)}"))
+        return converted
 
     # -- the parser itself ----------------------------------------------------------------
     def build_parser(self, raising: bool = False) -> argparse.ArgumentParser:

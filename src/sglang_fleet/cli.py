@@ -20,9 +20,9 @@ from sglang_fleet import diagnose, experiments
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
 from sglang_fleet.metrics import prometheus_text, write_textfile
-from sglang_fleet.outcomes import HostOutcome, host_outcomes
+from sglang_fleet.outcomes import REFUSED_RUN_TASK, HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
-from sglang_fleet.reasons import counted
+from sglang_fleet.reasons import counted, group_by_reason, host_order, hosts_text
 from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.router_view import router_lines
@@ -196,19 +196,27 @@ def cmd_recover(args: argparse.Namespace) -> int:
 # ---- render ------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
+    """The files a deploy with the same inventory, --limit and -e would write, secrets
+    masked: for HOST, or every host the limit selects."""
     check_inventory(args)
-    with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=args.host) as run:
+    limit = args.host or args.limit
+    with playbook_run("playbooks/render.yml", inventory=args.inventory, limit=limit,
+                      extravars=parse_extra_vars(args.extra_vars)) as run:
         results = task_results(run, RENDER_TASK)
         problems = failures(run)
-    if args.host not in results:
-        if problems:
-            for host, task, msg in problems:
-                print(f"{host}: {task}:\n{msg}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"host {args.host!r} is not in the sglang_servers group of inventory "
-              f"{args.inventory or '(default)'}", file=sys.stderr)
+    if problems or not results or (args.host and args.host not in results):
+        for host, task, msg in problems:
+            print(f"{host}: {task}:\n{msg}", file=sys.stderr)
+        if not problems:
+            print(f"no host {limit or ''} in the sglang_servers group of inventory "
+                  f"{args.inventory or '(default)'}", file=sys.stderr)
         return EXIT_USAGE
-    msg = results[args.host]["msg"]
+    for host in sorted(results, key=host_order):
+        _show_rendered(results[host]["msg"])
+    return EXIT_OK
+
+
+def _show_rendered(msg: dict[str, Any]) -> None:
     spec, files = msg["spec"], msg["files"]
     say(f"# {spec['host']}: deployment {spec['deployment']}, config {spec['config_hash']}, "
         f"SGLang {spec['sglang_version']}, install {spec['install']['mode']}, "
@@ -220,6 +228,49 @@ def cmd_render(args: argparse.Namespace) -> int:
     if files.get("unit"):
         say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")
+
+
+# ---- check ---------------------------------------------------------------------------------
+
+VALIDATE_PLAYBOOK = "playbooks/validate.yml"
+SPEC_CHECKS = ("Refuse an invalid LaunchSpec, naming each variable, its value and the fix",
+               "Refuse invalid router settings, naming each variable, its value and the fix")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The whole validation a deploy starts with, alone: every host's LaunchSpec and every
+    router's RouterSpec, on the controller, no node contacted. Exit 0, or 2 with every
+    problem of every host."""
+    check_inventory(args)
+    extra = parse_extra_vars(args.extra_vars)
+    with playbook_run(VALIDATE_PLAYBOOK, inventory=args.inventory, limit=args.limit,
+                      extravars=extra) as run:
+        problems = [(host, msg) for host, task, msg in failures(run) if task != REFUSED_RUN_TASK]
+        checked = {host for task in SPEC_CHECKS for host in task_results(run, task)}
+        warnings = [(host, res["msg"]) for task in SPEC_CHECKS
+                    for host, res in task_results(run, task).items()
+                    if not res["_failed"] and res.get("msg") not in (None, "", "All assertions "
+                                                                      "passed")]
+        stats = run.stats
+    if not stats and not checked:
+        for line in _parse_problems(run) or ["no host matched: check --limit and the "
+                                             "inventory"]:
+            print(line, file=sys.stderr)
+        return EXIT_USAGE
+    for hosts, reason in group_by_reason(warnings):
+        say(f"warning [{hosts_text(hosts)}]:")
+        for line in reason.splitlines():
+            say(f"    {line}")
+    for hosts, reason in group_by_reason(problems):
+        say(f"refused [{hosts_text(hosts)}]:")
+        for line in reason.splitlines():
+            say(f"    {line}")
+    refused = sorted({host for host, _ in problems}, key=host_order)
+    if refused:
+        say(f"result: refused (exit {EXIT_USAGE}): {len(refused)} of {len(checked)} hosts have "
+            f"problems; no node was contacted")
+        return EXIT_USAGE
+    say(f"result: ok (exit {EXIT_OK}): {len(checked)} hosts checked; no node was contacted")
     return EXIT_OK
 
 
@@ -710,9 +761,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runner artifact folders to keep (20)")
     watch.set_defaults(func=cmd_watch)
 
-    render = sub.add_parser("render", help="print the launch files deploy would write for HOST")
-    render.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
-    render.add_argument("host")
+    check = sub.add_parser("check", help="validate the whole inventory as a deploy would "
+                                         "first, without contacting any node")
+    _common(check)
+    check.set_defaults(func=cmd_check)
+
+    render = sub.add_parser("render", help="print the launch files a deploy would write, for "
+                                           "HOST or the hosts --limit selects (with -e too)")
+    _common(render)
+    render.add_argument("host", nargs="?", help="one host (or give --limit)")
     render.set_defaults(func=cmd_render)
 
     bench = sub.add_parser("bench", help="measure ready servers as bench_one_batch_server does")

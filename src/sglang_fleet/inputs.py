@@ -12,8 +12,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet.router_settings import SECRET_SETTINGS as ROUTER_SECRET_SETTINGS
-from sglang_fleet.spec import API_KEY_VAR, HF_TOKEN_VAR, SECRET_SETTINGS
+from sglang_fleet_node.sglang_fleet_secrets import SECRET_NAMES, SECRET_PREFIXES
 
 # Values that YAML aliases may add when expanded: a real inventory shares a few blocks of
 # settings this way; an alias bomb (nine levels of ten aliases) adds a billion.
@@ -24,9 +23,6 @@ YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 _IGNORED = re.compile(r"^\.|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|"
                       r"\.retry)$")
 _VARS_FOLDERS = ("group_vars", "host_vars")
-# Names a secret may hide under in -e, at any depth: the settings and their env variables.
-_SECRET_NAMES = frozenset(SECRET_SETTINGS) | frozenset(ROUTER_SECRET_SETTINGS) | {
-    API_KEY_VAR, HF_TOKEN_VAR} | {s.removeprefix("sglang_server_") for s in SECRET_SETTINGS}
 
 
 class InputError(Exception):
@@ -194,7 +190,8 @@ def _secret_paths(value: Any, path: str) -> list[str]:
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
-            if key in _SECRET_NAMES:
+            # The toolkit's own secrets (the registry): a secret given with -e at any depth.
+            if key in SECRET_NAMES or str(key).startswith(SECRET_PREFIXES):
                 found.append(here)
             found += _secret_paths(item, here)
     elif isinstance(value, list):

@@ -12,7 +12,7 @@ _RAN = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
 STAGES = ("spec", "deploy", "health", "benchmark", "recover")
 # Every task file of the server role has one (a unit test holds it to that): a failure in a file
 # left out would be missing from the host's stages.
-_STAGE_OF_FILE = {"main.yml": "spec", "spec.yml": "spec",
+_STAGE_OF_FILE = {"main.yml": "spec", "spec.yml": "spec", "identity.yml": "spec",
                   "deploy.yml": "deploy", "install.yml": "deploy", "preflight.yml": "deploy",
                   "change.yml": "deploy", "prepare.yml": "deploy", "argcheck.yml": "deploy",
                   "lock.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
@@ -42,6 +42,8 @@ def stage_of(data: dict[str, Any]) -> str | None:
     path = str(data.get("task_path") or "")
     if str(data.get("task_action")).endswith("validate_argument_spec"):
         return "spec"  # the role's argument_specs: the inventory's types
+    if "/playbooks/validate.yml" in path:
+        return "spec"  # the inventory's own check, before any node is touched
     if "/playbooks/health.yml" in path and "include" not in str(data.get("task_action")):
         return "health"  # its verdict per host: a server that is not ready fails there
     if "/roles/sglang_recover/" in path:
@@ -60,6 +62,10 @@ def stage_of(data: dict[str, Any]) -> str | None:
 # `not observed`, an interrupted one `interrupted`.
 OK, FAILED, UNREACHABLE = "ok", "failed", "unreachable"
 INTERRUPTED, NOT_OBSERVED = "interrupted", "not observed"
+# A host whose own configuration passed, held back because another host's was refused.
+NOT_STARTED = "not started"
+# playbooks/validate.yml's last task: it fails when any host's configuration was refused.
+REFUSED_RUN_TASK = "Stop the run when any host was refused, before any node is touched"
 
 
 @dataclass
@@ -84,6 +90,8 @@ class HostOutcome:
             return "unreachable"
         if self.verdict:
             return str(self.verdict.get("verdict"))
+        if self.status == NOT_STARTED:
+            return NOT_STARTED
         return "failed" if self.status == FAILED else NOT_OBSERVED
 
     @property
@@ -98,11 +106,20 @@ def _message(res: dict[str, Any]) -> str:
     return str(msg).strip()
 
 
+def _hold_back(out: dict[str, HostOutcome], why: str) -> None:
+    """A run refused before any node was touched: the hosts whose own configuration passed
+    were never started."""
+    for o in out.values():
+        if not o.stages.get("spec") and o.status in (OK, FAILED):
+            o.status, o.message = NOT_STARTED, why
+
+
 def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
                   interrupted: bool = False) -> dict[str, HostOutcome]:
     """Each host's outcome. `stats` is the run's recap (None when the run ended without
     one); a host missing from it is `interrupted` or `not observed`, never `ok`."""
     out: dict[str, HostOutcome] = {}
+    refused_run: list[str] = []
 
     def get(host: str) -> HostOutcome:
         return out.setdefault(host, HostOutcome(host))
@@ -112,6 +129,9 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         data = event.get("event_data") or {}
         host = data.get("host")
         if not host:
+            continue
+        if data.get("task") == REFUSED_RUN_TASK and kind == "runner_on_failed":
+            refused_run.append(_message(data.get("res") or {}))
             continue
         res = data.get("res") or {}
         action = data.get("task_action") or ""
@@ -149,13 +169,24 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
             get(host).recovery = res["entry"]
         elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
             get(host).notes.append(res["msg"])
+    _apply_recap(out, stats or {}, interrupted, refused_run[0] if refused_run else None)
+    return out
+
+
+def _apply_recap(out: dict[str, HostOutcome], stats: dict[str, Any], interrupted: bool,
+                 refused: str | None) -> None:
+    """Statuses from the run's recap. A run refused before any node was touched (`refused`,
+    the validation's message) counts only the refused hosts as failed."""
     for key, status in (("failures", FAILED), ("dark", UNREACHABLE)):
-        for host in (stats or {}).get(key) or {}:
-            get(host).status = status
-    for host in (stats or {}).get("ok") or {}:
-        get(host)
-    recapped = {h for value in (stats or {}).values() if isinstance(value, dict) for h in value}
+        for host in stats.get(key) or {}:
+            o = out.setdefault(host, HostOutcome(host))
+            if status == UNREACHABLE or any(o.stages.values()) or not refused:
+                o.status = status
+    if refused:
+        _hold_back(out, refused)
+    for host in stats.get("ok") or {}:
+        out.setdefault(host, HostOutcome(host))
+    recapped = {h for value in stats.values() if isinstance(value, dict) for h in value}
     for host, o in out.items():
         if o.status == OK and host not in recapped:
             o.status = INTERRUPTED if interrupted else NOT_OBSERVED
-    return out

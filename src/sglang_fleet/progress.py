@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sglang_fleet.outcomes import gate_result, stage_of
+from sglang_fleet.outcomes import REFUSED_RUN_TASK, gate_result, stage_of
 from sglang_fleet.reasons import group_by_reason, hosts_text, without_host
 from sglang_fleet_node.sglang_fleet_classify import progressing_reason
 from sglang_fleet_node.sglang_fleet_text import inert
@@ -166,6 +166,9 @@ class Progress:
         elif kind == "runner_on_ok" and (verdict := gate_result(action, res)):
             self.update(host, gate_text(verdict), "HEALTH",
                         key=("health", verdict.get("phase"), verdict.get("verdict"), "final"))
+        elif kind == "runner_on_failed" and data.get("task") == REFUSED_RUN_TASK:
+            self._flush_refusals()
+            self.emit(_first_line(res.get("msg")))
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             message = str(res.get("msg") or res.get("stderr") or res.get("module_stderr") or "")
             if stage == "spec" and message:

@@ -5,25 +5,36 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from sglang_fleet.spec import API_KEY_VAR
+from sglang_fleet.settings import SETTINGS
+
+# Each secret option and the name SGLang logs its value under (its argparse destination).
+SECRET_FIELDS = {s.flag: s.flag.lstrip("-").replace("-", "_")
+                 for s in SETTINGS if s.secret and s.flag}
 
 MASK = "********"
 HEADER = "# Managed by sglang-fleet: changes here are overwritten by the next deploy."
 
-# SGLang logs its arguments, API key included (0.5.23 redacts only watermark keys), in exactly
+# SGLang logs its arguments, secrets included (0.5.23 redacts only watermark keys), in exactly
 # one place: the engine's `server_args=` line, as Python's repr of each value. 0.5.23 logs a
-# dict (`'api_key': 'K'`), 0.5.4 a dataclass (`ServerArgs(..., api_key='K', ...)`); the same
-# shapes cover `admin_api_key`. This filter sits between the server and the log and masks the
-# key there only, so a key that is also a common word (`ready`, `0`) never blanks other text.
-# It streams: it holds back only a tail that could begin such a field split across reads,
-# keeps carriage returns (tqdm redraws), and with an empty key copies the log through.
+# dict (`'api_key': 'K'`), 0.5.4 a dataclass (`ServerArgs(..., api_key='K', ...)`). This filter
+# sits between the server and the log and masks each secret option's value there only (its
+# arguments: ENV_VARIABLE:field pairs), so a key that is also a common word (`ready`, `0`) never
+# blanks other text. It streams: it holds back only a tail that could begin such a field split
+# across reads, keeps carriage returns (tqdm redraws), and copies the log through unchanged
+# where a secret is empty.
 _REDACT = r"""import os, sys
-name = sys.argv[1]
-key = os.environ.get(name, "")
-value = repr(key).encode("utf-8", "backslashreplace")
 masked = b"'********'"
-fields = [(anchor + value, anchor + masked) for anchor in (b"api_key': ", b"api_key=")]
-longest = max(len(f) for f, _ in fields)
+fields = []
+for pair in sys.argv[1:]:
+    name, _, field = pair.partition(":")
+    key = os.environ.get(name, "")
+    if not key:
+        os.write(1, ("sglang-fleet log filter: %s is empty; nothing to mask\n" % name).encode())
+        continue
+    value = repr(key).encode("utf-8", "backslashreplace")
+    fields += [(anchor + value, anchor + masked)
+               for anchor in (field.encode() + b"': ", field.encode() + b"=")]
+longest = max([len(f) for f, _ in fields] or [1])
 
 
 def out(data):
@@ -31,20 +42,17 @@ def out(data):
         data = data[os.write(1, data):]
 
 
-if not key:
-    out(("sglang-fleet log filter: %s is empty; nothing to mask\n" % name).encode())
 pending = b""
 while True:
     chunk = os.read(0, 65536)
     data = pending + chunk
     pending = b""
-    if key:
-        for field, replacement in fields:
-            data = data.replace(field, replacement)
-        for n in range(min(longest - 1, len(data)), 0, -1) if chunk else ():
-            if any(field.startswith(data[-n:]) for field, _ in fields):
-                data, pending = data[:-n], data[-n:]
-                break
+    for field, replacement in fields:
+        data = data.replace(field, replacement)
+    for n in range(min(longest - 1, len(data)), 0, -1) if chunk and fields else ():
+        if any(field.startswith(data[-n:]) for field, _ in fields):
+            data, pending = data[:-n], data[-n:]
+            break
     out(data)
     if not chunk:
         break
@@ -100,11 +108,15 @@ def _secret_guards(spec: dict[str, Any]) -> list[str]:
 
 
 def _redaction(spec: dict[str, Any]) -> list[str]:
-    if API_KEY_VAR not in spec["secret_env_names"]:
+    logged = [f"{item['env']}:{SECRET_FIELDS[flag]}" for flag, item in
+              zip(spec["argv"], spec["argv"][1:], strict=False)
+              if isinstance(item, dict) and flag in SECRET_FIELDS]
+    if not logged:
         return []
     python = shlex.quote(spec["install"]["server_python"])
-    return ["# SGLang prints its API key in its arguments line: filter it out of the log.",
-            f"exec > >(exec {python} -u -c {shlex.quote(_REDACT)} {API_KEY_VAR}) 2>&1"]
+    return ["# SGLang prints its secret options in its arguments line: filter them out of the "
+            "log.", f"exec > >(exec {python} -u -c {shlex.quote(_REDACT)} {' '.join(logged)}) "
+            "2>&1"]
 
 
 def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False) -> str:
@@ -118,30 +130,48 @@ def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False
     return "\n".join(lines) + "\n"
 
 
+def unit_value(text: Any) -> str:
+    """A value as a systemd unit file takes it literally: `%` starts a specifier there
+    (systemd.unit(5), "Specifiers"), so it is doubled."""
+    return str(text).replace("%", "%%")
+
+
+def unit_command_path(path: str) -> str:
+    """An executable's path as the first word of ExecStart=: specifiers and `$` variables
+    escaped (`%%`, `$$`), and quoted when it holds what would split or end the word (white
+    space, quotes, backslashes, `;`), with C-style escapes inside the quotes
+    (systemd.service(5), "Command lines"). A plain path stays as it is."""
+    text = unit_value(path).replace("$", "$$")
+    if not any(c.isspace() or c in "\"'\\;" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def service_unit(spec: dict[str, Any], description: str, limits: tuple[str, ...] = ()) -> str:
     """The systemd unit of one deployment (a server, or a router): its cgroup is the
-    deployment, its log appended to the deployment's log file, no restart loop."""
+    deployment, its log appended to the deployment's log file, no restart loop. Paths and
+    names are escaped as systemd reads them (a root such as "/opt/sglang fleet/50%d")."""
     paths, service = spec["paths"], spec["service"]
     return "\n".join([
         HEADER,
         "[Unit]",
-        f"Description={description}",
+        f"Description={unit_value(description)}",
         "After=network-online.target",
         "Wants=network-online.target",
         "",
         "[Service]",
         "Type=exec",
-        f"User={service['user']}",
-        f"WorkingDirectory={paths['root']}",
-        f"ExecStart={paths['script']}",
+        f"User={unit_value(service['user'])}",
+        f"WorkingDirectory={unit_value(paths['root'])}",
+        f"ExecStart={unit_command_path(paths['script'])}",
         # The whole cgroup is this deployment: stop kills every worker and nothing else.
         "KillMode=control-group",
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={service['stop_timeout']}",
         # No restart loop: a hang or crash must stay visible to the gate and to recovery.
         "Restart=no",
-        f"StandardOutput=append:{paths['log_file']}",
-        f"StandardError=append:{paths['log_file']}",
+        f"StandardOutput=append:{unit_value(paths['log_file'])}",
+        f"StandardError=append:{unit_value(paths['log_file'])}",
         "LimitNOFILE=1048576",
         *limits,
         "",
@@ -164,7 +194,7 @@ def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
     missing = [n for n in spec["secret_env_names"] if not secrets.get(n)]
     if missing and not masked:
         raise ValueError(f"the LaunchSpec needs the secrets {missing} but they resolve empty: "
-                         "set sglang_server_api_key / sglang_server_hf_token (ansible-vault)")
+                         "set the secret settings they come from (ansible-vault)")
     return {
         "script": launch_script(spec),
         "env": env_file(spec, secrets, masked=masked),

@@ -146,6 +146,8 @@ SETTINGS: tuple[RouterSetting, ...] = (
       "role: admin|user, key}. The fleet manages membership with the first admin key. Kept "
       "like sglang_router_api_key.", "Secrets", flag="--control-plane-api-keys", secret=True,
       elements="dict"),
+    R("allow_unauthenticated", "bool", False, "Serve clients or the worker API without a key "
+      "on an address other than loopback (refused otherwise).", "Secrets"),
     # Membership
     R("workers_group", "str", "sglang_servers", "Inventory group whose ready servers are this "
       "router's workers (rank 0 only for a multi-node server).", "Membership"),

@@ -19,12 +19,13 @@ import difflib
 import ipaddress
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sglang_fleet.catalogue import Catalogue
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
-from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value
+from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value, is_loopback
 
 API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
 CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
@@ -74,67 +75,78 @@ def _secret_names() -> set[str]:
 
 
 def _coerce(s: RouterSetting, raw: Any, p: Problems) -> Any:
-    var = s.variable
+    """The value in its type, or None after reporting the problem (a secret's value is never
+    shown in it)."""
     if raw is None or (raw == "" and (s.nullable or s.secret)):
         if s.kind == "list":
             return []
         if s.nullable or s.secret:
             return None if not s.secret else ""
-        p.error(var, raw, "is required", f"set {var}, e.g. {s.default!r}")
+        p.error(s.variable, raw, "is required", f"set {s.variable}, e.g. {s.default!r}")
         return None
-    if s.kind == "bool":
-        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[raw.lower()]
-        if not isinstance(raw, bool):
-            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
-            return None
-        return raw
-    if s.kind in ("int", "float"):
-        value = raw
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = int(value) if s.kind == "int" else float(value)
-        wanted = "an integer" if s.kind == "int" else "a number"
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
-                s.kind == "int" and not isinstance(value, int)):
-            p.error(var, raw, f"must be {wanted}",
-                    f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
-            return None
-        if s.low is not None and s.high is not None and not s.low <= value <= s.high:
-            p.error(var, raw, f"is out of range {s.low:g}..{s.high:g}",
-                    f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
-            return None
-        return value if s.kind == "int" else float(value)
-    if s.kind == "str":
-        if not isinstance(raw, str):
-            p.error(var, None if s.secret else raw,
-                    f"must be a string, got {type(raw).__name__}", "quote the value",
-                    described="<secret>" if s.secret else None)
-            return None
-        if any(c in raw for c in "\n\r\x00"):
-            p.error(var, None if s.secret else raw, "contains a newline or NUL byte",
-                    "remove control characters", described="<secret>" if s.secret else None)
-            return None
-        if s.choices and raw not in s.choices:
-            close = difflib.get_close_matches(raw, list(s.choices), n=1)
-            p.error(var, raw, "is not a valid choice",
-                    (f"did you mean {close[0]!r}? " if close else "")
-                    + f"use one of: {', '.join(s.choices)}")
-            return None
-        return raw
-    if s.kind == "list":
-        if not isinstance(raw, list):
-            p.error(var, None if s.secret else raw, "must be a list",
-                    'e.g. ["--max-concurrent-requests", "256"]' if not s.secret else
-                    "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]",
-                    described="<secret>" if s.secret else None)
-            return None
-        if s.elements == "str" and not all(isinstance(a, str) for a in raw):
-            p.error(var, raw, "must be a list of strings",
-                    'quote every item, e.g. ["--max-concurrent-requests", "256"]')
-            return None
-        return list(raw)
-    raise ValueError(f"router settings table: unknown kind {s.kind!r} for {var}")
+    value = _COERCERS[s.kind](s, raw)
+    if isinstance(value, _Refused):
+        p.error(s.variable, None if s.secret else raw, value.problem, value.fix,
+                described="<secret>" if s.secret else None)
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class _Refused:
+    problem: str
+    fix: str
+
+
+def _as_bool(s: RouterSetting, raw: Any) -> Any:
+    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[raw.lower()]
+    if not isinstance(raw, bool):
+        return _Refused("must be a boolean", "set true or false (unquoted)")
+    return raw
+
+
+def _as_number(s: RouterSetting, raw: Any) -> Any:
+    value = raw
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value) if s.kind == "int" else float(value)
+    wanted = "an integer" if s.kind == "int" else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            s.kind == "int" and not isinstance(value, int)):
+        return _Refused(f"must be {wanted}",
+                        f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
+    if s.low is not None and s.high is not None and not s.low <= value <= s.high:
+        return _Refused(f"is out of range {s.low:g}..{s.high:g}",
+                        f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
+    return value if s.kind == "int" else float(value)
+
+
+def _as_str(s: RouterSetting, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
+    if any(c in raw for c in "\n\r\x00"):
+        return _Refused("contains a newline or NUL byte", "remove control characters")
+    if s.choices and raw not in s.choices:
+        close = difflib.get_close_matches(raw, list(s.choices), n=1)
+        return _Refused("is not a valid choice", (f"did you mean {close[0]!r}? " if close
+                                                  else "") + f"use one of: {', '.join(s.choices)}")
+    return raw
+
+
+def _as_list(s: RouterSetting, raw: Any) -> Any:
+    if not isinstance(raw, list):
+        return _Refused("must be a list", 'e.g. ["--max-concurrent-requests", "256"]'
+                        if not s.secret else
+                        "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]")
+    if s.elements == "str" and not all(isinstance(a, str) for a in raw):
+        return _Refused("must be a list of strings",
+                        'quote every item, e.g. ["--max-concurrent-requests", "256"]')
+    return list(raw)
+
+
+_COERCERS = {"bool": _as_bool, "int": _as_number, "float": _as_number, "str": _as_str,
+             "list": _as_list}
 
 
 def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: Problems) -> None:
@@ -293,12 +305,29 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     if v["worker_url"] and not re.match(r"^https?://", v["worker_url"]):
         p.error(PREFIX + "worker_url", v["worker_url"], "must be an http:// or https:// URL",
                 "e.g. http://10.0.0.11:30000")
+    _check_exposure(v, cp_keys, p)
     if p.errors:
         return _result(p, None)
-    if v["host"] not in ("127.0.0.1", "::1", "localhost") and not cp_keys:
-        p.warn("sglang_router_control_plane_api_keys is empty: anyone who reaches "
-               f"{v['host']}:{v['port']} can add and remove workers. Fix: set an admin key")
     return _result(p, _assemble(v, cat, cp_keys, host, address or host))
+
+
+def _check_exposure(v: dict[str, Any], cp_keys: list[dict[str, str]], p: Problems) -> None:
+    """A router reachable beyond its host serves anyone, and lets anyone change its workers,
+    unless it has keys: refused unless the inventory says it is meant."""
+    if v["allow_unauthenticated"] or v["host"] is None or is_loopback(v["host"]):
+        return
+    where = f"the router listens on {v['host']} (sglang_router_host)"
+    fix = ("from ansible-vault, or the controller's environment: check that the variable it "
+           "reads is set; or serve openly on purpose with "
+           "sglang_router_allow_unauthenticated: true")
+    if not v["api_key"]:
+        p.error(PREFIX + "api_key", None, f"is empty while {where}: any client that reaches it "
+                "is served", f"set sglang_router_api_key ({fix})", described="<empty>")
+    if not cp_keys:
+        p.error(PREFIX + "control_plane_api_keys", None, f"is empty while {where}: anyone who "
+                "reaches it can add and remove workers",
+                f"set an admin key in sglang_router_control_plane_api_keys ({fix})",
+                described="<empty>")
 
 
 def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], host: str,

@@ -19,7 +19,6 @@ class Rule:
     source: str
     fix_variable: str
     fix_value: Any
-    simulate: dict[str, Any]
 
     def matches(self, facts: dict[str, Any]) -> bool:
         for key, wanted in self.match.items():
@@ -48,7 +47,6 @@ def parse_rules(raw: list[dict[str, Any]]) -> list[Rule]:
                 source=entry["source"],
                 fix_variable=entry["fix"]["variable"],
                 fix_value=entry["fix"]["value"],
-                simulate=dict(entry.get("simulate") or {}),
             )
         )
     ids = [r.id for r in rules]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any
 import ansible_runner
 
 from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
+from sglang_fleet_node.sglang_fleet_secrets import MASK, is_secret_env_name, mask_secrets
 
 
 def project_dir() -> Path:
@@ -33,11 +32,6 @@ def project_dir() -> Path:
                             "run from the checkout or set SGLANG_FLEET_PROJECT")
 
 
-# Environment variables whose values must not be kept: ansible-runner records the whole
-# environment of ansible-playbook in its artifacts (the `command` file).
-_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE|AUTH|_KEY$|COOKIE)",
-                         re.I)
-MASK = "********"
 
 
 def _rewrite_json(path: Path, change: Callable[[Any], Any]) -> None:
@@ -55,7 +49,8 @@ def _rewrite_json(path: Path, change: Callable[[Any], Any]) -> None:
 
 def _mask_command(record: dict[str, Any]) -> dict[str, Any]:
     env = record.get("env") or {}
-    out = dict(record, env={k: (MASK if _SECRET_ENV.search(k) and v else v)
+    # ansible-runner records the whole environment of ansible-playbook (the `command` file).
+    out = dict(record, env={k: (MASK if is_secret_env_name(k) and v else v)
                             for k, v in env.items()})
     args = []
     for arg in record.get("command") or []:

@@ -32,7 +32,10 @@ class Setting:
       catalogue); owns: further options it decides. extra_args may not set an owned option,
       whatever alias spells it (they resolve to the release's argparse destination). render
       says how: "value" (`--flag value` unless the value is None or `omit`), "switch"
-      (`--flag` when true), "custom" (spec.py renders it), None (not a server flag).
+      (`--flag` when true), "secret" (`--flag "$ENV"`, the value kept in the 0600 env file
+      under `env`), "custom" (spec.py renders it), None (not a server flag).
+    secret, env: a secret's value never leaves the env file, where it is stored under `env`;
+      everything else that names secrets (masking, input checks) derives from these.
     choices: fixed choices; catalogue_choices: take the choices of `flag` from the pinned
       release's catalogue.
     fact: the Rule fact it feeds.
@@ -54,6 +57,7 @@ class Setting:
     fact: str | None = None
     nullable: bool = False
     secret: bool = False
+    env: str | None = None
     max_length: int = 4096
     elements: str | None = None
 
@@ -92,6 +96,10 @@ SETTINGS: tuple[Setting, ...] = (
       "Hardware", fact="compute_capability"),
     S("gpu_count", "int", 8, "GPUs per node; preflight checks it against NVML.",
       "Hardware", low=1, high=64),
+    S("gpu_memory_gb", "float", None,
+      "Memory per GPU in GB, for the check that the model's weights fit before any node is "
+      "touched; null takes it from the GPU model (the node check reads it through NVML).",
+      "Hardware", low=0.0, high=100_000.0, nullable=True),
     S("interconnect", "str", "pcie", "GPU interconnect inside a node.", "Hardware",
       choices=("pcie", "nvlink"), fact="interconnect"),
     # Parallelism
@@ -152,10 +160,27 @@ SETTINGS: tuple[Setting, ...] = (
     S("extra_args", "list", [], "More SGLang arguments, each flag checked against the pinned "
       "release's catalogue.", "Server options", elements="str"),
     S("api_key", "str", "", "API key (secret, at least 16 characters): kept in the 0600 env "
-      "file only.", "Server options", secret=True, flag="--api-key", render="custom",
-      owns=("--admin-api-key",)),
+      "file only.", "Server options", secret=True, env="SGLANG_FLEET_API_KEY",
+      flag="--api-key", render="secret"),
+    S("admin_api_key", "str", "", "Admin API key for SGLang's admin endpoints (secret): kept "
+      "in the 0600 env file only.", "Server options", secret=True,
+      env="SGLANG_FLEET_ADMIN_API_KEY", flag="--admin-api-key", render="secret"),
+    S("ssl_keyfile_password", "str", "", "Password of --ssl-keyfile (secret): kept in the 0600 "
+      "env file only.", "Server options", secret=True,
+      env="SGLANG_FLEET_SSL_KEYFILE_PASSWORD", flag="--ssl-keyfile-password",
+      render="secret"),
+    S("watermark_config", "str", "", "--watermark-config, whose keys SGLang itself redacts "
+      "(secret): kept in the 0600 env file only.", "Server options", secret=True,
+      env="SGLANG_FLEET_WATERMARK_CONFIG", flag="--watermark-config", render="secret"),
     S("hf_token", "str", "", "Hugging Face token (secret): kept in the 0600 env file only.",
-      "Server options", secret=True),
+      "Server options", secret=True, env="HF_TOKEN"),
+    S("drop_secrets", "list", [],
+      "Secret settings this deploy may leave empty although the deployment last started with "
+      "them (a key removed on purpose); otherwise a secret that resolves to nothing is refused.",
+      "Server options", elements="str"),
+    S("allow_unauthenticated", "bool", False,
+      "Serve without an API key on an address other than loopback (refused otherwise).",
+      "Server options"),
     # Environment
     S("nccl_profile", "dict", {},
       "NCCL_* environment variables; unknown names are refused with a did-you-mean.",
@@ -249,10 +274,14 @@ SECTION_NOTES = {
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 BY_VARIABLE: dict[str, Setting] = {s.variable: s for s in SETTINGS}
 SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
+# The environment variable of each secret, in the deployment's 0600 env file.
+SECRET_ENV: dict[str, str] = {s.variable: s.env for s in SETTINGS if s.secret and s.env}
+# SGLang's options whose values are secrets.
+SECRET_FLAGS: tuple[str, ...] = tuple(s.flag for s in SETTINGS if s.secret and s.flag)
 # The inventory variable behind each LaunchSpec fact that Rules match on.
 FACT_OF_SETTING: dict[str, str] = {s.variable: s.fact for s in SETTINGS if s.fact}
 # Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
-OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict")
+OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict", PREFIX + "identity")
 
 
 def owners_by_dest(cat: Any) -> dict[str, Setting]:

@@ -14,35 +14,43 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+import ipaddress
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
+from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.reviewed import Release, nccl_did_you_mean, nccl_variable_names, releases
 from sglang_fleet.rules import Rule, matching_rules
 from sglang_fleet.settings import (
+    BY_NAME,
     BY_VARIABLE,
     FACT_OF_SETTING,
     OUTPUT_FACTS,
     PREFIX,
+    SECRET_ENV,
     SECRET_SETTINGS,
     SETTINGS,
     Setting,
     owners_by_dest,
 )
+from sglang_fleet.sglang_checks import refusals, resolved
+from sglang_fleet_node import sglang_fleet_modelfit as modelfit
+from sglang_fleet_node.sglang_fleet_secrets import mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
-           "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS", "SpecError",
-           "build_launch_spec", "config_hash", "describe_value", "group_consistency_errors",
-           "public_settings"]
+           "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS",
+           "SpecError",
+           "build_identity", "build_launch_spec", "config_hash", "describe_value",
+           "group_consistency_errors", "public_settings"]
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
-API_KEY_VAR = "SGLANG_FLEET_API_KEY"
-HF_TOKEN_VAR = "HF_TOKEN"
+API_KEY_VAR = SECRET_ENV[PREFIX + "api_key"]
+HF_TOKEN_VAR = SECRET_ENV[PREFIX + "hf_token"]
 API_KEY_MIN_LENGTH = 16
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
@@ -55,7 +63,6 @@ _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # An HTTP bearer token (RFC 6750 token68): what SGLang compares the Authorization header with.
 _TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
-_SECRET_FLAGS = ("--api-key", "--admin-api-key")
 _PREVIEW_NODES = 64  # a value is summarised by walking at most this many of its parts
 
 
@@ -156,86 +163,99 @@ class Validated:
 
 
 def _coerce(setting: Setting, raw: Any, p: Problems) -> Any:
-    """The value in its type, or None after reporting the problem."""
-    var = setting.variable
+    """The value in its type, or None after reporting the problem (a secret's value is never
+    shown in it)."""
     if raw is None or (raw == "" and setting.nullable):
         if setting.kind in ("list", "dict"):
             return [] if setting.kind == "list" else {}
         if setting.nullable or setting.secret or setting.kind == "str" and setting.default == "":
             return None
-        p.error(var, raw, "is required", f"set {var} in the inventory")
+        p.error(setting.variable, raw, "is required", f"set {setting.variable} in the inventory")
         return None
-    kind = setting.kind
-    if kind == "bool":
-        if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[raw.lower()]
-        if not isinstance(raw, bool):
-            p.error(var, raw, "must be a boolean", "set true or false (unquoted)")
-            return None
-        return raw
-    if kind == "int":
-        value = raw
-        # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
-        if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            p.error(var, raw, "must be an integer",
-                    f"set an integer between {setting.low:g} and {setting.high:g}")
-            return None
-        if not setting.low <= value <= setting.high:
-            p.error(var, raw, f"out of range {setting.low:g}..{setting.high:g}",
-                    f"set a value in {setting.low:g}..{setting.high:g}")
-            return None
-        return value
-    if kind == "float":
-        value = raw
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not setting.low < float(value) < setting.high:
-            p.error(var, raw, f"must be a number between {setting.low:g} and {setting.high:g} "
-                    "(exclusive)", f"e.g. {setting.default if setting.default else 0.85}, or "
-                    "null for SGLang's default" if setting.nullable else
-                    f"e.g. {setting.default}")
-            return None
-        return float(value)
-    if kind in ("str", "path"):
-        if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
-                isinstance(raw, int | float) and not isinstance(raw, bool):
-            raw = str(raw)
-        if raw == "" and setting.default not in ("", None) and not setting.secret:
-            p.error(var, raw, "is required", f"set {var} in the inventory")
-            return None
-        if not isinstance(raw, str):
-            p.error(var, raw, f"must be a string, got {type(raw).__name__}", "quote the value")
-            return None
-        if len(raw) > setting.max_length:
-            p.error(var, raw, f"is {len(raw)} characters long, the limit is "
-                    f"{setting.max_length}", "shorten it")
-            return None
-        if "\n" in raw or "\x00" in raw or "\r" in raw:
-            p.error(var, raw, "contains a newline or NUL byte", "remove control characters")
-            return None
-        if kind == "path" and not raw.startswith("/"):
-            p.error(var, raw, "must be an absolute path", f"e.g. {setting.default}")
-            return None
-        if setting.choices and raw not in setting.choices:
-            p.error(var, raw, "is not a valid choice",
-                    f"use one of: {', '.join(setting.choices)}")
-            return None
-        return raw
-    if kind == "list":
-        if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
-            p.error(var, raw, "must be a list of strings", 'e.g. ["--log-level", "info"]')
-            return None
-        return list(raw)
-    if kind == "dict":
-        if not isinstance(raw, dict):
-            p.error(var, raw, "must be a mapping", "e.g. {NAME: value}")
-            return None
-        return dict(raw)
-    raise ValueError(f"settings table: unknown kind {kind!r} for {var}")
+    problem = _COERCERS[setting.kind](setting, raw)
+    if isinstance(problem, _Refused):
+        p.error(setting.variable, None if setting.secret else raw, problem.problem,
+                problem.fix, described="<secret>" if setting.secret else None)
+        return None
+    return problem
+
+
+@dataclass(frozen=True)
+class _Refused:
+    problem: str
+    fix: str
+
+
+def _as_bool(setting: Setting, raw: Any) -> Any:
+    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[raw.lower()]
+    if not isinstance(raw, bool):
+        return _Refused("must be a boolean", "set true or false (unquoted)")
+    return raw
+
+
+def _as_int(setting: Setting, raw: Any) -> Any:
+    value = raw
+    # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return _Refused("must be an integer",
+                        f"set an integer between {setting.low:g} and {setting.high:g}")
+    if not setting.low <= value <= setting.high:
+        return _Refused(f"out of range {setting.low:g}..{setting.high:g}",
+                        f"set a value in {setting.low:g}..{setting.high:g}")
+    return value
+
+
+def _as_float(setting: Setting, raw: Any) -> Any:
+    value = raw
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not setting.low < float(value) < setting.high:
+        return _Refused(
+            f"must be a number between {setting.low:g} and {setting.high:g} (exclusive)",
+            f"e.g. {setting.default if setting.default else 0.85}, or null for SGLang's "
+            "default" if setting.nullable else f"e.g. {setting.default}")
+    return float(value)
+
+
+def _as_str(setting: Setting, raw: Any) -> Any:
+    if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
+            isinstance(raw, int | float) and not isinstance(raw, bool):
+        raw = str(raw)
+    if raw == "" and setting.default not in ("", None) and not setting.secret:
+        return _Refused("is required", f"set {setting.variable} in the inventory")
+    if not isinstance(raw, str):
+        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
+    if len(raw) > setting.max_length:
+        return _Refused(f"is {len(raw)} characters long, the limit is {setting.max_length}",
+                        "shorten it")
+    if "\n" in raw or "\x00" in raw or "\r" in raw:
+        return _Refused("contains a newline or NUL byte", "remove control characters")
+    if setting.kind == "path" and not raw.startswith("/"):
+        return _Refused("must be an absolute path", f"e.g. {setting.default}")
+    if setting.choices and raw not in setting.choices:
+        return _Refused("is not a valid choice", f"use one of: {', '.join(setting.choices)}")
+    return raw
+
+
+def _as_list(setting: Setting, raw: Any) -> Any:
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        return _Refused("must be a list of strings", 'e.g. ["--log-level", "info"]')
+    return list(raw)
+
+
+def _as_dict(setting: Setting, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        return _Refused("must be a mapping", "e.g. {NAME: value}")
+    return dict(raw)
+
+
+_COERCERS = {"bool": _as_bool, "int": _as_int, "float": _as_float, "str": _as_str,
+             "path": _as_str, "list": _as_list, "dict": _as_dict}
 
 
 def _unknown_variables(settings: dict[str, Any], p: Problems, where: str = "") -> None:
@@ -287,6 +307,7 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
         if setting.catalogue_choices and values[setting.name] is not None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
+    _check_exposure(values, p)
     return Validated(values, effective, releases()[version], cat)
 
 
@@ -342,10 +363,37 @@ def _check_secrets(values: dict[str, Any], cat: Catalogue, p: Problems) -> None:
             p.error("api_key", None, problem,
                     f"use a random key of at least {API_KEY_MIN_LENGTH} characters, e.g. "
                     "`openssl rand -hex 24`, kept in ansible-vault", described="<secret>")
+    for name in values.get("drop_secrets") or []:
+        if name not in SECRET_SETTINGS:
+            p.error("drop_secrets", name, "is not a secret setting",
+                    f"name one of: {', '.join(SECRET_SETTINGS)}")
     token = values.get("hf_token")
     if token and not re.fullmatch(r"\S+", token):
         p.error("hf_token", None, "contains whitespace", "paste the token alone",
                 described="<secret>")
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host or host == "localhost":
+        return bool(host)
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_exposure(values: dict[str, Any], p: Problems) -> None:
+    """A server reachable beyond this machine answers anyone without a key: refused unless
+    the inventory says it is meant."""
+    host = values.get("host")
+    if values.get("api_key") or values.get("allow_unauthenticated") or host is None \
+            or is_loopback(host):
+        return
+    p.error("api_key", None, f"is empty while the server listens on {host} "
+            "(sglang_server_host): anyone who reaches the port can use it",
+            "set sglang_server_api_key (from ansible-vault, or the controller's environment: "
+            "check that the variable it reads is set), or serve openly on purpose with "
+            "sglang_server_allow_unauthenticated: true", described="<empty>")
 
 
 def _in_sglang_vocabulary(key: str, cat: Catalogue) -> bool:
@@ -409,7 +457,10 @@ def topology(v: Validated, host: str, members: list[str] | None, dist_host: str 
                         f"{nnodes})", f"lower tp/pp/dp, or add nodes to sglang_server_group "
                         f"(tp x pp x dp <= {gpus * nnodes})")
             elif per_node < gpus:
-                p.warn(f"tp x pp x dp uses {per_node} of {gpus} GPUs per node")
+                idle = f"GPU {per_node}" if gpus - per_node == 1 else \
+                    f"GPUs {per_node}-{gpus - 1}"
+                p.warn(f"tp x pp x dp uses {per_node} of {gpus} GPUs per node; idle: {idle} "
+                       "(SGLang takes GPUs from --base-gpu-id, 0 unless set)")
     return Topology(group or None, nnodes, node_rank, addr, per_node)
 
 
@@ -422,6 +473,8 @@ class ServerCommand:
     secret_env_names: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     allowed_rules: list[str] = field(default_factory=list)
+    # What the model must support: tp, pp, ep and the attention-DP size SGLang resolves.
+    layout: dict[str, int] = field(default_factory=dict)
 
 
 def _scalar(value: Any) -> bool:
@@ -444,6 +497,10 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
             args += [s.flag, str(value)]
         elif s.render == "switch" and value:
             args.append(s.flag)
+        elif s.render == "secret" and value:
+            # A reference, expanded by the launch script from the 0600 env file: the value
+            # never appears in the script, the spec, Ansible output or the runner artifacts.
+            args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
         elif s.name in ("served_model_name", "tp"):
@@ -456,25 +513,7 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
                 args += [flag, str(wanted)] if cat.by_flag[flag].takes_values else [flag]
         elif s.name == "cuda_graph_max_bs" and value is not None:
             args += [release.cuda_graph_max_bs_flag, str(value)]
-        elif s.name == "api_key" and value:
-            # A reference, expanded by the launch script from the 0600 env file: the key never
-            # appears in the script, the spec, Ansible output or the runner artifacts.
-            args += [s.flag, {"env": API_KEY_VAR}]
     return args
-
-
-def _masked_tokens(tokens: list[str]) -> list[str]:
-    out, hide = [], False
-    for token in tokens:
-        flag = token.partition("=")[0]
-        if hide:
-            out.append("<secret>")
-        elif flag in _SECRET_FLAGS and "=" in token:
-            out.append(flag + "=<secret>")
-        else:
-            out.append(token)
-        hide = not hide and token in _SECRET_FLAGS
-    return out
 
 
 def _check_extra_args(v: Validated, p: Problems) -> list[str]:
@@ -482,7 +521,7 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
     whatever alias spells them."""
     extra = v["extra_args"] or []
     cat = v.catalogue
-    shown = _masked_tokens(extra)
+    shown = mask_argv(extra)
     for token, display in zip(extra, shown, strict=True):
         if "\n" in token or "\x00" in token:
             p.error("extra_args", None, "an argument contains a newline or NUL byte",
@@ -490,7 +529,7 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
     check = cat.check_args(extra)
     owners = owners_by_dest(cat)
     for problem in check.problems:
-        token = _masked_tokens(problem.token.split(" ", 1))
+        token = mask_argv(problem.token.split(" ", 1))
         p.error("extra_args", None, problem.problem, problem.fix,
                 described=describe_value(" ".join(token)))
     for dest, flag in check.dests.items():
@@ -522,17 +561,18 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
             env[name] = _env_value(value)
     for name, value in (v["extra_env"] or {}).items():
         text = str(name)
-        if not _ENV_NAME.match(text) or text in (MARKER_VAR, CONFIG_VAR, API_KEY_VAR):
+        if not _ENV_NAME.match(text) or text.startswith("SGLANG_FLEET_"):
             p.error("extra_env", name, f"{describe_value(name)} is not a usable environment "
                     "variable name", "use UPPER_CASE names; the SGLANG_FLEET_* names are "
                     "reserved")
         elif text.startswith("NCCL_"):
             p.error("extra_env", name, f"{name} belongs in the NCCL profile",
                     "move it to sglang_server_nccl_profile")
-        elif text == HF_TOKEN_VAR or _SECRET_ENV_NAME.search(text):
+        elif text in SECRET_ENV.values() or _SECRET_ENV_NAME.search(text):
             p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
                     "and extra_env is written into facts, ledgers and reports",
-                    "set sglang_server_hf_token or sglang_server_api_key (ansible-vault)")
+                    f"use the secret settings ({', '.join(SECRET_SETTINGS)}), kept in "
+                    "ansible-vault")
         elif not _scalar(value):
             p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
                     "quote it as one string")
@@ -544,24 +584,38 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
     return env
 
 
+def _options_of_release(v: Validated, p: Problems) -> None:
+    """A setting that is set, whose option the pinned release does not have."""
+    for s in SETTINGS:
+        if s.flag and v[s.name] and s.flag not in v.catalogue.by_flag:
+            p.error(s.variable, None if s.secret else v[s.name], f"SGLang {v.release.version} "
+                    f"has no {s.flag}", "pin a release that has it, or unset the setting",
+                    described="<secret>" if s.secret else None)
+
+
 def server_command(v: Validated, topo: Topology, host: str, served: str, p: Problems
                    ) -> ServerCommand:
     cmd = ServerCommand()
+    _options_of_release(v, p)
     clean = not p.errors
     cmd.args = _render_settings(v, topo, served) + _check_extra_args(v, p)
     if clean and not p.errors:
         # The whole command line through SGLang's own parser, rebuilt from the catalogue.
         try:
-            v.catalogue.parse([a if isinstance(a, str) else "<secret>" for a in cmd.args])
+            parsed = v.catalogue.parse([a if isinstance(a, str) else "<secret>"
+                                        for a in cmd.args])
         except ParseError as exc:
             p.error("extra_args", None, f"SGLang {v.catalogue.version} refuses the command "
                     f"line: {exc}", "correct the flags named",
                     described="<the rendered command line>")
+        else:
+            values = resolved(vars(parsed))
+            cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
+                          "attn_dp": values.get("attn_dp_size", 1)}
+            if not _sglang_refusals(v, vars(parsed), p):
+                _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
-    if v["api_key"]:
-        cmd.secret_env_names.append(API_KEY_VAR)
-    if v["hf_token"]:
-        cmd.secret_env_names.append(HF_TOKEN_VAR)
+    cmd.secret_env_names = [s.env for s in SETTINGS if s.secret and s.env and v[s.name]]
 
     family, cc = v["model_family"], _compute_capability(v["gpu_compute_capability"])
     backend = v["attention_backend"] or (
@@ -585,6 +639,72 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             _refuse_rule(rule, v, p)
     cmd.allowed_rules = [r.id for r in matched]
     return cmd
+
+
+def _sglang_refusals(v: Validated, values: dict[str, Any], p: Problems) -> bool:
+    """What SGLang refuses after its parser accepted the command line (sglang_checks), each
+    named by the setting or extra_args token that set it. A refusal that only follows from
+    one already named (it reads the same values) is left out: SGLang stops at the first."""
+    owners = owners_by_dest(v.catalogue)
+    named: set[str] = set()
+    for refusal in refusals(v.release.version, values):
+        if named & set(refusal.dests):
+            continue
+        named |= set(refusal.dests)
+        variable, value = _refused_by(v, refusal.dests, owners)
+        p.error(variable, value, f"SGLang {v.release.version} refuses it before any worker "
+                f"starts: {refusal.describe().replace(chr(10), '; ')}", refusal.fix)
+    return bool(named)
+
+
+def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
+    """What a model the controller knows refuses of this layout (sglang_fleet_modelfit, the
+    node check's own checks), before any node is touched. Other models are the node
+    check's, which reads the node's config.json."""
+    model = known_model(v["model_path"])
+    if model is None:
+        return
+    if model.attention != v["model_family"]:
+        p.warn(f"sglang_server_model_family is {v['model_family']}, but {model.name} is an "
+               f"{model.attention} model: Rules match on this setting; set "
+               f"sglang_server_model_family: {model.attention}")
+    found = modelfit.layout_problems(model.name, model.shape, layout)
+    fit = modelfit.fit_problem(model.name, model.checkpoint_bytes, layout,
+                               gpu_memory_bytes(v["gpu_model"], v["gpu_memory_gb"]),
+                               v["mem_fraction_static"])
+    for problem in found + ([fit] if fit else []):
+        p.error(problem["variable"], problem["value"], problem["problem"] + (
+            f" (known model {model.name}, matched by sglang_server_model_path)"),
+                problem["fix"])
+
+
+def _refused_by(v: Validated, dests: tuple[str, ...], owners: dict[str, Setting]
+                ) -> tuple[str, Any]:
+    """The inventory variable (and its value) behind the first of `dests` the operator set."""
+    for dest in dests:
+        owner = owners.get(dest)
+        if owner is not None:
+            if owner.name == "served_model_name" and v["served_model_name"] is None:
+                return "model_path", v["model_path"]
+            return owner.variable, v[owner.name]
+        tokens = _extra_tokens(v, dest)
+        if tokens:
+            return "extra_args", tokens
+    return "extra_args", v["extra_args"]
+
+
+def _extra_tokens(v: Validated, dest: str) -> list[str]:
+    """The extra_args tokens (flag and value) that set SGLang's `dest`."""
+    extra = v["extra_args"] or []
+    out = []
+    for i, token in enumerate(extra):
+        option = v.catalogue.by_flag.get(token.partition("=")[0])
+        if option is None or option.dest != dest:
+            continue
+        out.append(token)
+        if "=" not in token and option.takes_values and i + 1 < len(extra):
+            out.append(extra[i + 1])
+    return out
 
 
 def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
@@ -648,6 +768,57 @@ def _deployment_name(v: Validated, served: str | None, p: Problems) -> str | Non
                     "of letters, digits, '.', '_', '-'")
         return None
     return name
+
+
+def _connect_host(listen: str | None) -> str:
+    """The address the node itself reaches the server at."""
+    listen = listen or "127.0.0.1"
+    return "127.0.0.1" if listen in ("0.0.0.0", "::") else listen
+
+
+def _service(v: Any, deployment: str) -> dict[str, Any]:
+    return {"manager": v["service_manager"], "unit_name": f"sglang-{deployment}.service",
+            "stop_timeout": v["stop_timeout"], "user": v["user"] or "root"}
+
+
+# ---- a deployment's identity alone ----------------------------------------------------------
+
+# The settings that name a deployment and say where its files and processes are: all that a
+# stop, or a removal from the routers, needs. build_identity reads (and refuses) nothing else,
+# so a broken secret or flag never keeps an operator from stopping a fleet.
+IDENTITY_SETTINGS = ("model_path", "served_model_name", "deployment_name", "port", "host",
+                     "root", "shm_dir", "service_manager", "user", "stop_timeout", "group",
+                     "node_rank")
+
+
+def build_identity(settings: dict[str, Any], host: str,
+                   group_members: list[str] | None = None) -> dict[str, Any]:
+    """The deployment's identity from its identity settings (recovery's overrides applied):
+    {"ok", "errors", ..., "spec": the LaunchSpec's host, deployment, marker, paths, service,
+    group, http and listen address, or None}."""
+    p = Problems(host)
+    overrides = settings.get(PREFIX + "overrides")
+    given = {**settings, **(overrides if isinstance(overrides, dict) else {})}
+    v = {name: _coerce(BY_NAME[name], given.get(PREFIX + name, BY_NAME[name].default), p)
+         for name in IDENTITY_SETTINGS}
+    served = v["served_model_name"] or (
+        v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
+    deployment = _deployment_name(v, served, p)
+    if p.errors or not deployment:
+        return _result(p, None)
+    members = list(group_members or [])
+    rank = (v["node_rank"] if v["node_rank"] is not None else
+            members.index(host) if v["group"] and host in members else 0)
+    return _result(p, {
+        "host": host,
+        "deployment": deployment,
+        "marker": f"{host}:{deployment}",
+        "paths": paths(v["root"], deployment, v["service_manager"], v["shm_dir"]),
+        "service": _service(v, deployment),
+        "group": {"name": v["group"], "node_rank": rank, "serves_http": rank == 0},
+        "http": {"url": f"http://{_connect_host(v['host'])}:{v['port']}", "port": v["port"]},
+        "settings": {PREFIX + "host": v["host"]},
+    })
 
 
 # ---- stage 5: the gate -------------------------------------------------------------------
@@ -727,6 +898,11 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 
 # ---- assembly ----------------------------------------------------------------------------
 
+def _fingerprint(secret: str) -> str:
+    """A secret's fingerprint: enough to tell two keys apart, never the key."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
 def config_hash(spec_core: dict[str, Any]) -> str:
     """A stable name for a configuration: same inputs, same hash, secrets excluded."""
     blob = json.dumps(spec_core, sort_keys=True, separators=(",", ":"))
@@ -757,8 +933,7 @@ def build_launch_spec(
     deployment = _deployment_name(v, served, p)
     root = v["root"]
     simulated = v["install_mode"] == "simulator"
-    listen_host = v["host"] or "127.0.0.1"
-    connect_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    connect_host = _connect_host(v["host"])
     gate_spec = gate(v, root or "", deployment or "", connect_host, simulated, p)
     if p.errors:
         return _result(p, None)
@@ -795,8 +970,7 @@ def build_launch_spec(
             # The simulator parses with the pinned release's catalogue, as that release would.
             "SGLANG_SIM_VERSION": v.release.version,
         })
-    service = {"manager": v["service_manager"], "unit_name": f"sglang-{deployment}.service",
-               "stop_timeout": v["stop_timeout"], "user": v["user"] or "root"}
+    service = _service(v, deployment)
     core = {"argv": launch + cmd.args, "env": env, "secret_env_names": cmd.secret_env_names,
             "service": service}
     chash = config_hash(core)
@@ -813,6 +987,13 @@ def build_launch_spec(
         "server_args": [a if isinstance(a, str) else "********" for a in cmd.args],
         "env": env,
         "secret_env_names": cmd.secret_env_names,
+        # Every secret setting and its env file variable: the files step reads their values.
+        "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
+        # Which secrets were given, as fingerprints only: the node check refuses a start that
+        # would drop one the deployment ran with (a key that resolved to nothing).
+        "secret_fingerprints": {s.env: _fingerprint(v[s.name]) for s in SETTINGS
+                                if s.secret and s.env and v[s.name]},
+        "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
         "service": service,
         "paths": layout,
         "install": {
@@ -828,7 +1009,10 @@ def build_launch_spec(
                 "model": v["gpu_model"], "used_per_node": topo.gpus_per_node,
                 "sim_dir": f"{root}/sim/gpus" if simulated else None},
         "model": {"path": v["model_path"], "served_name": served, "family": v["model_family"],
-                  "size_b": v["model_size_b"]},
+                  "size_b": v["model_size_b"],
+                  # What the node check holds the node's own config.json and GPUs to.
+                  "check": {"layout": cmd.layout,
+                            "mem_fraction_static": v["mem_fraction_static"]}},
         "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},

@@ -412,3 +412,30 @@ def test_watch_recovers_a_server_that_hangs_after_start_and_exports_metrics(tmp_
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def test_check_and_a_refused_deploy_touch_no_node(tmp_path):
+    """`sglang-fleet check` is the deploy's own validation alone, for a pull request's CI step;
+    a deploy refused on one host reports every other host as not started, exit 2."""
+    fleet = make_fleet(tmp_path, hosts=3)
+    extra = json.dumps(fleet.extra)
+    ok = sglang_fleet("check", "-i", str(fleet.inventory), "-e", extra)
+    assert ok.returncode == 0, ok.stdout
+    assert ok.stdout.strip().endswith("result: ok (exit 0): 3 hosts checked; no node was "
+                                      "contacted")
+    fleet.set_host_vars("sim-node-3", {"sglang_server_extra_args":
+                                       ["--tokenizer-worker-num", "0"]})
+    bad = sglang_fleet("check", "-i", str(fleet.inventory), "-e", extra)
+    assert bad.returncode == 2, bad.stdout
+    assert "refused [sim-node-3]:\n    sglang_server_extra_args=['--tokenizer-worker-num', " \
+        "'0']: SGLang 0.5.23 refuses it before any worker starts: AssertionError: Tokenizer " \
+        "worker num must >= 1" in bad.stdout
+    assert "result: refused (exit 2): 1 of 3 hosts have problems; no node was contacted" in \
+        bad.stdout
+    run = sglang_fleet("deploy", "-i", str(fleet.inventory), "-e", extra, "--run-dir",
+                       str(tmp_path / "run"))
+    assert run.returncode == 2, run.stdout[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert {h: r["status"] for h, r in summary["hosts"].items()} == {
+        "sim-node-1": "not started", "sim-node-2": "not started", "sim-node-3": "failed"}
+    assert not fleet.root.exists()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import time
+import subprocess
+import sys
 
 import pytest
 
@@ -17,13 +17,20 @@ pytestmark = pytest.mark.integration
 
 
 def test_leaked_shm_segments_of_the_last_run_are_removed(one_node):
+    """Only the last run's own: in a folder shared with others (bystanders' psm_* and torch_*
+    files, another deployment's sgl_shm_* segment, all as fresh and of the same user), the
+    cleanup removed every matching name before."""
     assert one_node.deploy().rc == 0
     shm = one_node.host_root("sim-node-1") / "shm"
     old_pid = one_node.main_pid("sim-node-1")
-    (leaked,) = shm.glob("psm_sglang_sim_*")
-    unrelated = shm / "psm_someone_else"
-    unrelated.write_bytes(b"x")
-    os.utime(unrelated, (time.time() - 86400,) * 2)  # older than our last start: not ours
+    (leaked,) = shm.glob("sgl_shm_mq_*")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    bystanders = [shm / name for name in (
+        "psm_someone_else", f"torch_{gone.pid}_1804289383_0",
+        f"sgl_shm_mq_{gone.pid}_0a1b2c3d", "nccl-XyZ123", "cuda.shm.7")]
+    for path in bystanders:
+        path.write_bytes(b"x")
     # SIGKILL skips cleanup, as in the incident's kill -9.
     report = procs.stop_deployment(one_node.marker("sim-node-1"), 0, skip_term=True,
                                    session_id=old_pid)
@@ -31,9 +38,9 @@ def test_leaked_shm_segments_of_the_last_run_are_removed(one_node):
     run = one_node.deploy()
     assert run.rc == 0, run.output[-3000:]
     assert not leaked.exists()
-    assert unrelated.exists()
-    assert [p.name for p in shm.glob("psm_sglang_sim_*")] != [leaked.name]
-    assert len(list(shm.glob("psm_sglang_sim_*"))) == 1  # the new run's own segment
+    assert [p for p in bystanders if not p.exists()] == []
+    assert "1 leaked shared-memory segment(s) removed" in run.output
+    assert len(list(shm.glob("sgl_shm_mq_*"))) == 2  # the new run's own, another's
 
 
 def test_two_simulated_nodes_form_one_tp16_server(tmp_path):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
-from sglang_fleet.testfleet.local import make_fleet
+from sglang_fleet.testfleet.local import make_fleet, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +182,53 @@ def test_other_failures_keep_ansibles_own_output(tmp_path):
     # The rescue that fails the host with the failure it rescued is not printed again.
     assert own.count("the server's 'words'") == 1
     assert "[ERROR]" not in own and "Origin:" not in own
+
+
+def test_the_node_check_refuses_weights_its_own_gpus_cannot_hold(one_node):
+    """The controller is told of 1000 GB GPUs; the node's own GPUs (NVML, simulated here) and
+    its copy of the model (config.json, safetensors index) say the weights cannot fit at TP 4.
+    Refused before anything on the node changes: no lock, no files, no process."""
+    run = one_node.deploy(extra={"sglang_server_tp": 4, "sglang_server_gpu_memory_gb": 1000})
+    assert run.rc != 0
+    text = " ".join(run.output.split())
+    assert ("sglang_server_tp=4: the model at " in text and "'s weights are 553 GiB: over tp x "
+            "pp = 4 GPUs that is 138.3 GiB per GPU, more than the 90.8 GiB a 95.6 GiB GPU "
+            "gives them" in text), run.output[-2000:]
+    assert "(read from its config.json and checkpoint on this node)" in text
+    assert one_node.processes("sim-node-1") == []
+    assert not list((one_node.host_root("sim-node-1") / "conf").glob("*.launch.sh"))
+
+
+def test_a_key_that_resolves_to_nothing_never_restarts_the_server_open(one_node):
+    key = "k" + secrets.token_hex(12)
+    first = one_node.deploy(extra={"sglang_server_api_key": key})
+    assert first.rc == 0, first.output[-2000:]
+    pid = one_node.main_pid("sim-node-1")
+    # The variable the inventory reads the key from is unset: the key resolves to "".
+    again = one_node.deploy(extra={"sglang_server_api_key": ""})
+    assert again.rc != 0
+    text = " ".join(again.output.split())
+    assert ("sglang_server_api_key resolves to nothing, but this deployment last started "
+            "with it (config ") in text
+    assert "sha256:" in text and key not in again.output
+    assert "sglang_server_drop_secrets: [sglang_server_api_key]" in text
+    assert one_node.main_pid("sim-node-1") == pid
+    # Removed on purpose: the deploy goes ahead.
+    dropped = one_node.deploy(extra={"sglang_server_api_key": "",
+                                     "sglang_server_drop_secrets": ["sglang_server_api_key"]})
+    assert dropped.rc == 0, dropped.output[-2000:]
+    assert one_node.main_pid("sim-node-1") != pid
+
+
+def test_a_stop_needs_only_the_deployments_identity(one_node):
+    """An operator whose vault or environment is broken can still stop the fleet: stop.yml
+    reads only the settings that name the deployment, never a secret or a flag."""
+    assert one_node.deploy().rc == 0
+    assert one_node.processes("sim-node-1")
+    run = run_playbook("playbooks/stop.yml", one_node.inventory, {
+        **one_node.extra, "sglang_server_api_key": "x",
+        "sglang_server_extra_args": ["--no-such-flag"],
+        "sglang_server_ssl_keyfile_password": "{{ undefined_variable_of_a_broken_vault }}"})
+    assert run.rc == 0, run.output[-2000:]
+    assert "sim-node-1: stopped (Kimi-K2.5-" in " ".join(run.output.split())
+    assert one_node.processes("sim-node-1") == []

@@ -216,6 +216,40 @@ def test_membership_follows_the_verdict_and_health_reports_the_disagreement(flee
     assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
 
 
+def _node_state(fleet) -> dict[str, tuple[int, int]]:
+    """Every file of the nodes and the router, with its size and modification time."""
+    return {str(path): (path.stat().st_size, path.stat().st_mtime_ns)
+            for root in (fleet.root, fleet.router_root) for path in root.rglob("*")
+            if path.is_file() and "logs" not in path.parts}
+
+
+def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
+    """The whole inventory is checked before any play touches a node: a host refused for a
+    layout its model cannot run stops the run, and every other host's files, processes and
+    router membership stay as they were."""
+    before = _node_state(fleet)
+    pids = {host: server_pid(fleet, host) for host in fleet.hosts}
+    members = view(fleet)
+    last = fleet.hosts[-1]
+    fleet.set_host_vars(last, {"sglang_server_tp": 3})
+    try:
+        run = fleet.deploy()
+    finally:
+        (fleet.inventory / "host_vars" / f"{last}.yml").unlink()
+    fleet.outputs.append(run.output)
+    assert run.rc == 2, run.output[-3000:]
+    assert f"fatal: [{last}]: LaunchSpec refused:" in run.output
+    assert "Kimi-K2.5 has 64 attention heads, which TP 3 does not divide" in run.output
+    assert (f"not started: the inventory has problems on {last} (above); no node was "
+            "contacted") in run.output
+    for play in ("PLAY [Deploy SGLang's router]", "PLAY [Deploy SGLang servers]",
+                 "PLAY [Show each router"):
+        assert play not in run.output
+    assert _node_state(fleet) == before
+    assert {host: server_pid(fleet, host) for host in fleet.hosts} == pids
+    assert view(fleet) == members
+
+
 def test_the_routers_keys_never_show(fleet):
     members = procs.deployment_processes(fleet.router_marker())
     assert any(p["cmdline"] == "sglang::router" for p in members), members
@@ -259,7 +293,8 @@ def test_bad_router_settings_are_refused_before_anything_is_touched(tmp_path, ve
             "sglang_router_extra_args=['--worker-urls', 'http://10.0.0.1:30000']: "
             "--worker-urls: the router starts with no workers"):
         assert line in text, text[-3000:]
-    assert "sim-node-1" not in run.recap, "a server was touched after the router was refused"
+    assert "PLAY [Deploy SGLang servers]" not in run.output, \
+        "a server play ran after the router was refused"
     assert not fleet.root.exists()
 
 

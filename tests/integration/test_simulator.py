@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from sglang_fleet.models import known_models
 from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
@@ -739,3 +740,36 @@ def test_generation_hanging_after_ready_makes_health_fail(launch):
         assert "Health check failed" in sim.log()
     finally:
         sim.stop()
+
+
+def test_a_command_line_sglang_refuses_after_parsing_ends_as_sglangs_does(launch):
+    """sglang/launch_server.py: resolve_once and the engine's check_server_args raise in the
+    main process; its `finally` kills the (empty) process tree, Python prints the traceback
+    through SGLang's files and exits 1. No worker starts."""
+    sim = launch("--tp-size", "8", "--tokenizer-worker-num", "0")
+    assert sim.proc.wait(60) == 1
+    log = sim.log()
+    assert "kill_process_tree called: parent_pid=" in log
+    assert "Load weight begin" not in log and "scheduler" not in " ".join(titles(sim))
+    frame, code, final = log.rstrip().splitlines()[-3:]
+    assert frame.endswith('/sglang/srt/arg_groups/validation_hook.py", line 273, in '
+                          'check_server_args')
+    assert code.strip() == 'assert cfg.tokenizer_worker_num > 0, "Tokenizer worker num must ' \
+        '>= 1"'
+    assert final == "AssertionError: Tokenizer worker num must >= 1"
+    assert log.index("kill_process_tree called") < log.index("Traceback (most recent call")
+
+
+def test_a_tp_that_does_not_divide_the_heads_fails_when_the_model_is_built(launch):
+    """Kimi-K2.5's 64 heads at TP 3: SGLang's argument checks pass, and the scheduler fails
+    building the attention layers (sglang/srt/models/deepseek_v2.py), then the tree is
+    killed."""
+    shape = known_models()["Kimi-K2.5"].config_json()
+    sim = launch("--tp-size", "3", "--disable-custom-all-reduce", model_config=shape)
+    assert sim.proc.wait(60) != 0
+    log = sim.log()
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in log
+    assert ('/sglang/srt/models/deepseek_v2.py", line 2057, in __init__\n'
+            "    assert num_heads % attn_tp_size == 0\nAssertionError\n") in log
+    assert log.index("Load weight begin") < log.index("Scheduler hit an exception")
+    assert "Received sigquit from a child process" in log

@@ -220,3 +220,29 @@ def test_http_answers_from_the_unit(fleet):
     assert _deploy(fleet).rc == 0
     url = f"{fleet.url('systemd-node-1')}/health"
     assert wait_for(lambda: requests.get(url, timeout=30).status_code == 200, timeout=30)
+
+
+def test_a_root_with_a_space_and_a_specifier_renders_a_unit_systemd_accepts(fleet):
+    """Trial: sglang_server_root "/opt/sglang fleet/50%d" rendered a unit that
+    `systemd-analyze verify` rejected ("Command /opt/sglang is not executable"; %d is a
+    specifier). Escaped, the node's systemd verifies it, starts it and the server is ready."""
+    host = "systemd-node-2"
+    machine, unit = fleet.machine(host), fleet.unit(host)
+    assert run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra,
+                        "--limit", host).rc == 0
+    root = f"{fleet.extra['sglang_fleet_sim_root']}/{host}/sglang fleet/50%d"
+    fleet.set_host_vars(host, {"sglang_server_root": root})
+    try:
+        run = _deploy(fleet, "--limit", host)
+        assert run.rc == 0, run.output[-3000:]
+        assert f"{host}: ready at" in run.output
+        verify = machine.run("systemd-analyze", "verify", "--man=no",
+                             f"/etc/systemd/system/{unit}")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert machine.unit_property(unit, "WorkingDirectory") == root
+        assert Path(root, "logs", unit.removeprefix("sglang-").removesuffix(".service")
+                    + ".log").read_text().count("fired up and ready to roll") == 1
+    finally:
+        stop = run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra, "--limit", host)
+        fleet.set_host_vars(host, {})
+    assert stop.rc == 0, stop.output[-3000:]

@@ -34,14 +34,19 @@ def test_diffs_show_changes_but_never_a_secret(tmp_path):
     folders, files = _files(tmp_path)
     apply(plan(folders, files)[0])
     folders, files = _files(tmp_path, script=b"#!/bin/sh\necho v2\n",
-                            env=b"SGLANG_FLEET_API_KEY=other-secret-456\n")
+                            env=b"NCCL_PROTO=Simple\nSGLANG_FLEET_API_KEY=other-secret-456\n")
     actions, diffs = plan(folders, files)
     assert len(actions) == 2
     script, env = diffs
     assert "echo v1" in script["before"] and "echo v2" in script["after"]
     blob = repr(env)
     assert "sekrit" not in blob and "other-secret" not in blob
-    assert "content holds secrets: not shown; sha256" in env["after"]
+    # Every other line shows as it is; a secret's value only as its fingerprint, which
+    # changes with the key.
+    assert env["after"].startswith("NCCL_PROTO=Simple\nSGLANG_FLEET_API_KEY=******** (sha256:")
+    before_key = env["before"].split("SGLANG_FLEET_API_KEY=")[1]
+    after_key = env["after"].split("SGLANG_FLEET_API_KEY=")[1]
+    assert before_key != after_key
 
 
 def test_a_mode_change_alone_is_a_change(tmp_path):
@@ -60,3 +65,24 @@ def test_the_controller_and_the_node_name_the_files_alike(tmp_path):
     apply(plan(folders, files)[0])
     assert content_digest([(f["path"], f["content"]) for f in files]) == \
         files_digest([f["path"] for f in files])
+
+
+def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
+    """Trial: a `logs` folder that was a symlink to a 0700 folder elsewhere had its target
+    chmod'ed 0755 (and the server log written into it)."""
+    import pytest
+
+    from sglang_fleet_node.sglang_fleet_deployfiles import DeployFilesError
+
+    private = tmp_path / "elsewhere"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "logs").symlink_to(private)
+    folders = [{"path": str(root), "mode": "0755"}, {"path": str(root / "logs"), "mode": "0755"}]
+    with pytest.raises(DeployFilesError, match=r"logs is a symbolic link \(to .*elsewhere\).*"
+                                               r"Fix: replace the link by a folder"):
+        plan(folders, [])
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+    assert list(private.iterdir()) == []

@@ -1,13 +1,17 @@
-"""The deployment lock: owners named by host, PID, start time and boot; a gone owner's lock is
-taken over by compare-and-swap, never a live one's; a recovery's progress kept in it."""
+"""The deployment lock: owners named by a run id; an owner proven gone (by its PID on the same
+kernel and PID namespace, by its lease, or an empty lock) is taken over by compare-and-swap,
+never a live one; a recovery's progress kept in it."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -59,17 +63,183 @@ def test_a_live_owner_keeps_its_lock(tmp_path, live_run):
     assert lock.acquire(record(me), take_over=dict(record(other), since=2.0))[0] == "held"
 
 
-def test_a_gone_owner_is_recognised_by_pid_start_time_and_boot(live_run):
+def test_a_gone_owner_is_recognised_by_pid_and_start_time_on_this_kernel_and_namespace(
+        live_run):
     alive, proc = live_run
     here = lk.run_identity(os.getpid())
     gone = dead_run()
     assert "is gone" in lk.owner_gone(gone, here)
     reused = dict(alive, start_ticks=alive["start_ticks"] - 1)  # that PID, another process
     assert "is now another process" in lk.owner_gone(reused, here)
-    rebooted = dict(alive, boot_id="another-boot")
-    assert "rebooted" in lk.owner_gone(rebooted, here)
-    elsewhere = dict(gone, host="another-controller")
-    assert lk.owner_gone(elsewhere, here) is None, "cannot be checked from here"
+    assert lk.owner_gone(alive, here) is None
+
+
+def test_a_pid_proves_nothing_from_another_pid_namespace_kernel_or_machine(live_run):
+    """Trial: a controller in another PID namespace on the same host (a container with host
+    networking) looked dead, and its live lock was taken; two machines with one host name
+    read as "its controller has rebooted". A PID is checked only on the same kernel and in
+    the same PID namespace; the host name proves nothing."""
+    alive, _ = live_run
+    here = lk.run_identity(os.getpid())
+    gone = dead_run()
+    other_namespace = dict(gone, pid_ns="pid:[4026599999]")
+    assert lk.owner_gone(other_namespace, here) is None
+    same_name_other_machine = dict(alive, boot_id="another-boot")
+    assert lk.owner_gone(same_name_other_machine, here) is None
+    assert lk.owner_gone(dict(gone, boot_id="another-boot"), here) is None
+    # The same host name from another machine is not the same run either.
+    assert not lk.same_run(dict(here, run_id="0" * 20), here)
+
+
+def test_the_run_id_names_one_process_on_one_kernel_and_namespace():
+    me = lk.run_identity(os.getpid())
+    assert me["run_id"] == lk.run_identity(os.getpid())["run_id"], "stable for one run"
+    assert me["pid_ns"] == os.readlink("/proc/self/ns/pid")
+    parent = lk.run_identity(os.getppid())
+    assert parent["run_id"] != me["run_id"]
+    assert lk.same_run(me, dict(me, host="renamed")), "the host name is for people"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="a PID namespace needs root and unshare(1)")
+def test_a_run_in_another_pid_namespace_is_another_run_that_pids_cannot_judge():
+    here = lk.run_identity(os.getpid())
+    code = ("import json, os; from sglang_fleet_node import sglang_fleet_lock as lk; "
+            "print(json.dumps(lk.run_identity(os.getpid())))")
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                          code], stdout=subprocess.PIPE, check=True, text=True).stdout
+    inside = json.loads(out)
+    assert inside["pid"] == 1 and inside["pid_ns"] != here["pid_ns"]
+    assert not lk.same_run(inside, here)
+    assert lk.owner_gone(inside, here) is None, "pid 1 here is init, not that run: no proof"
+
+
+def lease_record(run, lease, silent_for):
+    """A lock its run renewed `silent_for` seconds ago, with `lease`."""
+    rec = lk.lock_record("n:d", "deploy", run, lease=lease)
+    rec["renewed"] -= silent_for
+    rec["renewed_uptime"] -= silent_for
+    return rec
+
+
+def test_a_lock_not_renewed_for_longer_than_its_lease_is_stale_and_taken_over(tmp_path,
+                                                                             live_run):
+    other, _ = live_run
+    other = dict(other, pid_ns="pid:[4026599999]")  # alive or not: nobody here can tell
+    path = str(tmp_path / "d.lock")
+    lock = lk.LockFile(path)
+    lk.LockFile(path)._create(lease_record(other, lease=60, silent_for=30))
+    me = lk.run_identity(os.getpid())
+    outcome, held = lock.acquire(lk.lock_record("n:d", "deploy", me))
+    assert outcome == "held" and "stale" not in held, "within its lease: alive"
+    lock._store(lease_record(other, lease=60, silent_for=61))
+    outcome, held = lock.acquire(lk.lock_record("n:d", "deploy", me))
+    assert outcome == "held"
+    assert "has not renewed the lock for 61 s, longer than its lease (60 s)" in held["stale"]
+    assert lock.acquire(lk.lock_record("n:d", "deploy", me), take_over=held)[0] == "taken_over"
+    assert lock.read()["run"]["run_id"] == me["run_id"]
+
+
+def test_the_lease_is_timed_on_the_boot_clock_not_the_wall_clock(tmp_path):
+    """A step of the wall clock (or a time zone) neither ages nor refreshes a lease."""
+    me = lk.run_identity(os.getpid())
+    fresh = lk.lock_record("n:d", "deploy", me, lease=60)
+    assert lk.stale_reason(dict(fresh, renewed=fresh["renewed"] - 86400)) is None
+    old = lease_record(me, lease=60, silent_for=120)
+    assert lk.stale_reason(dict(old, renewed=old["renewed"] + 86400)) is not None
+    # After the node rebooted, the boot clock of the renewal means nothing: the wall clock.
+    rebooted = dict(old, renewed_boot="another-boot", renewed_uptime=0.0)
+    assert "120 s" in lk.stale_reason(rebooted)
+
+
+def test_a_renewal_defeats_a_take_over_decided_before_it(tmp_path):
+    path = str(tmp_path / "d.lock")
+    other = dict(dead_run(), pid_ns="pid:[4026599999]")
+    lock = lk.LockFile(path)
+    lock._create(lease_record(other, lease=1, silent_for=5))
+    me = lk.run_identity(os.getpid())
+    _, stale = lock.acquire(lk.lock_record("n:d", "deploy", me))
+    assert stale["stale"]
+    assert lock.renew(other, lease=600), "its owner was alive after all"
+    assert lock.acquire(lk.lock_record("n:d", "deploy", me), take_over=stale)[0] == "held"
+    assert lock.read()["run"] == other and lock.read()["lease_s"] == 600
+
+
+def test_the_owner_renews_its_lease_and_nobody_else_does(tmp_path, live_run):
+    path = str(tmp_path / "d.lock")
+    me = lk.run_identity(os.getpid())
+    lock = lk.LockFile(path)
+    lock._create(lease_record(me, lease=60, silent_for=50))
+    assert lk.silence(lock.read()) >= 50
+    other, _ = live_run
+    assert not lock.renew(other)
+    assert lk.silence(lock.read()) >= 50
+    assert lock.renew(me)
+    assert lk.silence(lock.read()) < 5
+    # A reentry renews it too, with the lease it declares.
+    outcome, held = lock.acquire(lk.lock_record("n:d", "recover", me, lease=1234))
+    assert outcome == "reentered" and held["lease_s"] == 1234 and lk.silence(held) < 5
+
+
+def test_an_empty_lock_file_is_taken_over_after_a_grace_not_retried_forever(tmp_path):
+    """Trial: an empty lock file blocked deployments forever ("it keeps appearing and
+    disappearing"). sglang-fleet never leaves a lock empty (it writes the record whole, then
+    links it into place), so an empty one older than a grace names no owner: stale."""
+    path = tmp_path / "d.lock"
+    path.write_bytes(b"")
+    past = time.time() - lk.EMPTY_GRACE_S - 1
+    os.utime(path, (past, past))
+    me = lk.run_identity(os.getpid())
+    lock = lk.LockFile(str(path))
+    outcome, held = lock.acquire(lk.lock_record("n:d", "deploy", me))
+    assert outcome == "held" and "the lock file is empty" in held["stale"]
+    assert "empty lock file" in lk.describe(held)
+    assert lock.acquire(lk.lock_record("n:d", "deploy", me), take_over=held)[0] == \
+        "taken_over"
+    assert lock.read()["run"]["run_id"] == me["run_id"]
+
+
+def test_a_fresh_empty_lock_gets_its_grace_then_counts_as_stale(tmp_path):
+    path = tmp_path / "d.lock"
+    path.write_bytes(b"")
+    me = lk.run_identity(os.getpid())
+    started = time.monotonic()
+    outcome, held = lk.LockFile(str(path)).acquire(lk.lock_record("n:d", "deploy", me))
+    assert outcome == "held" and held["stale"]
+    assert lk.EMPTY_GRACE_S - 1 <= time.monotonic() - started < lk.EMPTY_GRACE_S + 6
+
+
+def test_an_unreadable_lock_is_refused_with_what_it_holds_never_taken(tmp_path):
+    path = tmp_path / "d.lock"
+    path.write_text('{"owner": "deploy of n:d", "run": {"pid"')
+    past = time.time() - 86400
+    os.utime(path, (past, past))
+    me = lk.run_identity(os.getpid())
+    outcome, held = lk.LockFile(str(path)).acquire(lk.lock_record("n:d", "deploy", me))
+    assert outcome == "held" and "stale" not in held
+    assert "an unreadable lock file (it holds '{\"owner\"" in lk.describe(held)
+
+
+def test_locks_are_written_whole_and_never_through_a_link(tmp_path):
+    me = lk.run_identity(os.getpid())
+    lock = lk.LockFile(str(tmp_path / "d.lock"))
+    lock.acquire(lk.lock_record("n:d", "deploy", me))
+    lock.update(me, {"stage": "stopped"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.lock"], "no temporary left"
+    assert (tmp_path / "d.lock").stat().st_mode & 0o777 == 0o600
+    lock.release(me)
+    target = tmp_path / "elsewhere"
+    target.write_text("precious")
+    (tmp_path / "d.lock").symlink_to(target)
+    with pytest.raises(lk.LockError, match="is a symbolic link"):
+        lock.acquire(lk.lock_record("n:d", "deploy", me))
+    assert target.read_text() == "precious"
+
+
+def test_the_lease_covers_the_gates_a_host_waits_for():
+    assert lk.lease_for(600, hosts=1, forks=16) == 600 + lk.LEASE_MARGIN_S
+    assert lk.lease_for(600, hosts=64, forks=16) == 4 * 600 + lk.LEASE_MARGIN_S
+    assert lk.lease_for(600, hosts=17, forks=16) == 2 * 600 + lk.LEASE_MARGIN_S
 
 
 def test_take_over_is_compare_and_swap_one_winner(tmp_path):
@@ -77,8 +247,8 @@ def test_take_over_is_compare_and_swap_one_winner(tmp_path):
     gone = dead_run()
     lk.LockFile(path).acquire(dict(record(gone, "recover"), recovery={"stage": "stopped"}))
     held = lk.LockFile(path).read()
-    contenders = [dict(lk.run_identity(os.getpid()), pid=os.getpid() + 10_000 + i)
-                  for i in range(8)]
+    contenders = [dict(lk.run_identity(os.getpid()), pid=os.getpid() + 10_000 + i,
+                       run_id=f"contender-{i}") for i in range(8)]
     outcomes = {}
 
     def take(run):
@@ -90,6 +260,7 @@ def test_take_over_is_compare_and_swap_one_winner(tmp_path):
     for t in threads:
         t.join()
     assert sorted(outcomes.values()).count("taken_over") == 1
+    assert sorted(outcomes.values()).count("held") == 7
     winner = next(pid for pid, outcome in outcomes.items() if outcome == "taken_over")
     assert lk.LockFile(path).read()["run"]["pid"] == winner
 

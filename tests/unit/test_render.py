@@ -185,3 +185,31 @@ def test_a_secret_that_resolves_empty_is_refused_before_any_file_is_written(tmp_
                           env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode != 0
     assert "SGLANG_FLEET_API_KEY: is empty: refusing to start" in proc.stderr
+
+
+def test_systemd_unit_escapes_spaces_and_specifiers_in_paths(tmp_path):
+    """Trial: sglang_server_root "/opt/sglang fleet/50%d" rendered a unit that systemd-analyze
+    verify rejected ("Command /opt/sglang is not executable"; %d is a specifier)."""
+    root = "/opt/sglang fleet/50%d"
+    s = role_defaults()
+    s.update(sglang_server_attention_backend="triton", sglang_server_service_manager="systemd",
+             sglang_server_root=root, sglang_server_model_path=f"{root}/models/Kimi-K2.5")
+    result = build_launch_spec(s, "node1")
+    assert result["ok"], result["errors"]
+    unit = render_files(result["spec"], {})["unit"]
+    deployment = result["spec"]["deployment"]
+    lines = unit.splitlines()
+    assert "WorkingDirectory=/opt/sglang fleet/50%%d" in lines
+    assert f'ExecStart="/opt/sglang fleet/50%%d/conf/{deployment}.launch.sh"' in lines
+    assert f"StandardOutput=append:/opt/sglang fleet/50%%d/logs/{deployment}.log" in lines
+    assert not [line for line in lines if "%d" in line.replace("%%", "")]
+
+
+def test_unit_command_paths_are_quoted_only_when_they_must_be():
+    from sglang_fleet.render import unit_command_path
+
+    assert unit_command_path("/opt/sglang-fleet/conf/K-30000.launch.sh") == \
+        "/opt/sglang-fleet/conf/K-30000.launch.sh"
+    assert unit_command_path("/a b/x") == '"/a b/x"'
+    assert unit_command_path('/a"b\\c/$HOME%n') == '"/a\\"b\\\\c/$$HOME%%n"'
+    assert unit_command_path("/a/$X") == "/a/$$X"

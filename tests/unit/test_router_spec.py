@@ -26,6 +26,9 @@ KEYS = [{"id": "fleet", "name": "sglang fleet", "role": "admin", "key": ADMIN_KE
 
 
 def build(**settings):
+    """A router on the network (the role's default 0.0.0.0), open on purpose unless the test
+    gives keys: its exposure has its own test."""
+    settings.setdefault("allow_unauthenticated", True)
     return build_router_spec({f"sglang_router_{k}": v for k, v in settings.items()}, "r1",
                              "10.0.0.5")
 
@@ -58,8 +61,27 @@ def test_a_default_router_renders_every_owned_option_with_its_value():
     assert spec["url"] == "http://10.0.0.5:30000"  # listens everywhere: the host's address
     assert spec["admin_url"] == "http://127.0.0.1:30000"
     assert spec["metrics_url"] == "http://127.0.0.1:29000/metrics"
-    # A router reachable from the network with an open worker API is worth a warning.
-    assert any("control_plane_api_keys is empty" in w for w in result["warnings"])
+
+
+def test_a_router_open_to_the_network_without_keys_is_refused():
+    refused = build(allow_unauthenticated=False)
+    assert not refused["ok"]
+    text = "\n".join(refused["errors"])
+    assert ("sglang_router_api_key=<empty>: is empty while the router listens on 0.0.0.0 "
+            "(sglang_router_host): any client that reaches it is served. Fix: set "
+            "sglang_router_api_key") in text
+    assert ("sglang_router_control_plane_api_keys=<empty>: is empty while the router listens "
+            "on 0.0.0.0 (sglang_router_host): anyone who reaches it can add and remove "
+            "workers") in text
+    assert "sglang_router_allow_unauthenticated: true" in text
+    # Keys, loopback, or saying it is meant: accepted.
+    assert build(allow_unauthenticated=False, api_key=API_KEY, control_plane_api_keys=KEYS)["ok"]
+    assert build(allow_unauthenticated=False, host="127.0.0.1")["ok"]
+    assert build()["ok"]
+    # A key alone still leaves the worker API open.
+    only = build(allow_unauthenticated=False, api_key=API_KEY)
+    assert [e.split(":")[1].strip() for e in only["errors"]] == [
+        "sglang_router_control_plane_api_keys=<empty>"]
 
 
 @pytest.mark.parametrize("settings, variable, value, fix", [

@@ -13,14 +13,25 @@ INCIDENT = {"attention_backend": "flashinfer", "model_family": "MLA",
             "custom_all_reduce": True, "cuda_graph": True, "sglang_version": "0.5.23"}
 
 
-def test_every_rule_has_symptom_source_fix_and_a_simulated_failure():
+def test_every_rule_has_symptom_source_fix_and_the_simulator_fails_it_on_its_own():
+    """A Rule is tested against the simulator, which knows SGLang's bugs as facts of its own
+    (data/sim_bugs.yml): every configuration a Rule refuses fails there, as on real SGLang."""
+    from sglang_fleet.sim.runtime import _holds, known_bugs
+
     rules = load_rules()
     assert {"flashinfer-mla-sm120-graph-capture-hang",
             "trtllm-mla-sm120-prefill-unsupported"} <= {r.id for r in rules}
     for rule in rules:
         assert rule.symptom and rule.source
         assert rule.fix_variable.startswith("sglang_server_")
-        assert rule.simulate["kind"] in ("hang", "crash", "oom")
+        facts = {**INCIDENT, "attention_backend": "triton", "interconnect": "pcie",
+                 **{k: (v[0] if isinstance(v, list) else v) for k, v in rule.match.items()}}
+        facts["decode_cuda_graph"] = facts.pop("cuda_graph", True)
+        bugs = [b for b in known_bugs() if _holds(b["when"], facts)]
+        assert bugs and bugs[0]["fault"]["kind"] in ("hang", "crash", "oom"), rule.id
+        fixed = {**facts, rule.fix_variable.removeprefix("sglang_server_"): rule.fix_value}
+        fixed["custom_all_reduce"] = not fixed.pop("disable_custom_all_reduce", False)
+        assert not [b for b in known_bugs() if _holds(b["when"], fixed)], rule.id
 
 
 def test_incident_matches_only_the_graph_capture_rule():

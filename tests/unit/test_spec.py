@@ -101,8 +101,10 @@ def test_parallel_sizes_against_gpus():
     only_error(build(attention_backend="triton", tp=16),
                "sglang_server_tp=16", "needs 16 GPUs per node", "sglang_server_gpu_count is 8")
     only_error(build(attention_backend="triton", tp=4, dp=4), "tp x pp x dp = 16")
-    ok = build(attention_backend="triton", tp=4)
-    assert ok["ok"] and "uses 4 of 8 GPUs" in ok["warnings"][0]
+    # Fewer GPUs than the node has is allowed, and the idle ones are named (a model the
+    # controller does not know: Kimi-K2.5 itself does not fit on four 96 GB GPUs).
+    ok = build(attention_backend="triton", tp=4, model_path="/models/in-house-moe")
+    assert ok["ok"] and "uses 4 of 8 GPUs per node; idle: GPUs 4-7" in ok["warnings"][0]
 
 
 def test_unknown_nccl_variable_gets_did_you_mean():
@@ -211,7 +213,8 @@ def test_multi_node_ranks_and_address_come_from_the_group():
     assert group_consistency_errors({"a01": a, "a02": b}) == []
     # Each node listens on its own address; that is not a disagreement.
     own = build_launch_spec(settings(attention_backend="triton", tp=16, group="g",
-                                     host="192.0.2.12"), "a02", members, "192.0.2.11")["spec"]
+                                     host="192.0.2.12", allow_unauthenticated=True),
+                            "a02", members, "192.0.2.11")["spec"]
     assert own["argv"][own["argv"].index("--host") + 1] == "192.0.2.12"
     assert group_consistency_errors({"a01": a, "a02": own}) == []
 

@@ -89,3 +89,71 @@ def test_model_path_must_exist_with_its_config(tmp_path):
     assert check.model_problems(str(missing)) == []
     # A hub id is SGLang's to download.
     assert check.model_problems("moonshotai/Kimi-K2.5") == []
+
+
+def test_a_link_where_the_server_writes_blocks_its_start(tmp_path):
+    """The log file or the log and run folders as symbolic links: the server would write
+    through them, outside the deployment's root."""
+    private = tmp_path / "private"
+    private.mkdir()
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "logs").symlink_to(private)
+    options = {"log_file": str(root / "logs" / "d.log"), "state_file": str(root / "run" / "d.pid"),
+               "shm_dir": str(tmp_path), "min_free_mb": 0, "host": "127.0.0.1", "port": None,
+               "group_markers": [], "model_path": None}
+    (problem,) = check.server_start_blockers(options, [])
+    assert problem.startswith(f"{root}/logs is a symbolic link (to {private})")
+    assert "Fix: replace the link by a real folder" in problem
+    (root / "logs").unlink()
+    (root / "logs").mkdir()
+    (root / "logs" / "d.log").symlink_to(private / "secret.log")
+    (problem,) = check.server_start_blockers(options, [])
+    assert "d.log is a symbolic link" in problem
+    (root / "logs" / "d.log").unlink()
+    assert check.server_start_blockers(options, []) == []
+
+
+def test_another_deployment_of_the_same_host_still_running_is_named_with_its_stop(tmp_path):
+    """Trial: deploying again on another port (the deployment's name is <served>-<port>, so its
+    files get a new name) left the old server running, unmanaged, on the same GPUs."""
+    import json
+    import uuid
+
+    from sglang_fleet_node.sglang_fleet_procs import MARKER_VAR
+
+    host = f"node-{uuid.uuid4().hex[:8]}"
+    run = tmp_path / "run"
+    run.mkdir()
+    alive = []
+
+    def deployment(marker, live, port=None):
+        name = marker.partition(":")[2]
+        (run / f"{name}.pid").write_text(json.dumps({"marker": marker, "pid": None}))
+        if port:
+            (run / f"{name}.running-spec.json").write_text(json.dumps({"http": {"port": port}}))
+        if live:
+            alive.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                          env={**os.environ, MARKER_VAR: marker}))
+
+    try:
+        deployment(f"{host}:Kimi-K2.5-30001", live=False)          # this deployment
+        deployment(f"{host}:Kimi-K2.5-30000", live=True, port=30000)  # the old port's server
+        deployment(f"{host}:Kimi-K2.5-29000", live=False)           # stopped: nothing to say
+        deployment(f"other-{host}:Kimi-K2.5-31000", live=True)      # another inventory host
+        mine = str(run / "Kimi-K2.5-30001.pid")
+        wait_for(lambda: check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001"), 10)
+        (found,) = check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001")
+        assert found["marker"] == f"{host}:Kimi-K2.5-30000" and found["port"] == 30000
+        assert found["pids"] == [alive[0].pid]
+        message = check.orphan_refusal(f"{host}:Kimi-K2.5-30001", [found])
+        assert message.startswith(f"another deployment of {host} still runs under the same "
+                                  f"root: {host}:Kimi-K2.5-30000 (port 30000, 1 process(es)")
+        assert (f"Fix: stop it first: ansible-playbook playbooks/stop.yml --limit {host} "
+                "-e sglang_server_deployment_name=Kimi-K2.5-30000 -e sglang_server_port=30000"
+                in message)
+    finally:
+        for proc in alive:
+            proc.kill()
+            proc.wait()
+    assert check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001") == []

@@ -16,7 +16,9 @@ Python traceback of the simulator carries SGLang's own last line. Sources:
 from __future__ import annotations
 
 import sys
+import sysconfig
 import time
+from typing import Any
 
 
 class DistBackendError(RuntimeError):
@@ -124,3 +126,68 @@ def write_nccl_watchdog_abort(rank: int, timeout_ms: int, ran_ms: int, seq: int)
         f"frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (libtorch_cuda.so)\n"
         f"\n")
     sys.stderr.flush()
+
+
+# Where SGLang's package sits in a traceback: the simulator's interpreter's site-packages, as a
+# `pip install sglang` there would put it.
+SGLANG_ROOT = sysconfig.get_paths()["purelib"]
+
+
+class SGLangError(Exception):
+    """A failure SGLang raises from its own code: printed as SGLang's traceback (its files,
+    lines and statements), ending in its final line, instead of the simulator's frames.
+    Raised as the builtin it stands for (sglang_error), so that whatever catches or prints
+    it sees SGLang's own exception."""
+
+    def __init__(self, frames: list[tuple[str, int, str, str]], message: str = ""):
+        super().__init__(*([message] if message else []))
+        self.frames = frames  # (file from the package root, line, function, statement)
+        self.message = message
+
+    @property
+    def final_line(self) -> str:
+        name = type(self).__name__
+        return f"{name}: {self.message}" if self.message else name
+
+    def traceback_text(self) -> str:
+        lines = ["Traceback (most recent call last):"]
+        for file, line, function, code in self.frames:
+            lines.append(f'  File "{SGLANG_ROOT}/{file}", line {line}, in {function}')
+            lines.append(f"    {code}")
+        return "\n".join(lines) + f"\n{self.final_line}\n"
+
+
+def _as_builtin(base: type[Exception]) -> type[SGLangError]:
+    cls = type(base.__name__, (SGLangError, base), {})
+    cls.__module__ = "builtins"  # printed as plain AssertionError / ValueError
+    return cls
+
+
+_ERRORS = {base.__name__: _as_builtin(base) for base in (AssertionError, ValueError)}
+
+
+def sglang_error(error: str, frames: list[tuple[str, int, str, str]],
+                 message: str = "") -> SGLangError:
+    return _ERRORS[error](frames, message)
+
+
+def refusal_error(refusal: Any) -> SGLangError:
+    """The error of a refusal of sglang_fleet.sglang_checks, with its frames."""
+    return sglang_error(refusal.error, [(f.file, f.line, f.function, f.code)
+                                        for f in refusal.frames], refusal.message)
+
+
+# A model whose attention heads the attention TP does not divide fails while the scheduler
+# builds it (the frames between the scheduler and the attention layer are left out).
+_BUILD = ("sglang/srt/managers/scheduler.py", 6362, "run_scheduler_process",
+          "scheduler = Scheduler(server_args, port_args)")
+HEADS_FRAMES = {
+    "MLA": [_BUILD,
+            ("sglang/srt/models/deepseek_v2.py", 2623, "__init__",
+             "self.self_attn = DeepseekV2AttentionMLA("),
+            ("sglang/srt/models/deepseek_v2.py", 2057, "__init__",
+             "assert num_heads % attn_tp_size == 0")],
+    "MHA": [_BUILD,
+            ("sglang/srt/models/llama.py", 183, "__init__",
+             "assert self.total_num_heads % tp_size == 0")],
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_fleet.models import known_model
 from sglang_fleet.reviewed import sim_profile
 from sglang_fleet.sim.runtime import GB
 
@@ -26,9 +27,22 @@ def sim_devices(spec: dict[str, Any]) -> list[dict[str, Any]]:
     } for i in range(int(sim["gpu_count"]))]
 
 
-def sim_model_config(spec: dict[str, Any]) -> dict[str, Any]:
+def sim_model_files(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The stand-in model folder's JSON files, by name: its config.json with the shape of the
+    model the path names where the controller knows it (so the node check and the simulator
+    read the heads, experts and layers a real checkpoint has), and for a known model the
+    safetensors index with its checkpoint's real size (its shards are sparse stand-ins)."""
     profile = sim_profile(spec["sim"]["profile"])
+    known = known_model(spec["model"]["path"])
+    config = known.config_json() if known else {}
     arch = profile["model_type"] if spec["model"]["family"] == "MLA" else "LlamaForCausalLM"
-    return {"architectures": [arch], "model_type": "sglang-fleet-simulated",
-            "num_safetensors_shards": profile["weight_shards"],
-            "_comment": "Stand-in model folder for sglang-sim: no weights."}
+    config.update({"architectures": [arch], "model_type": "sglang-fleet-simulated",
+                   "num_safetensors_shards": profile["weight_shards"],
+                   "_comment": "Stand-in model folder for sglang-sim: no weights."})
+    files = {"config.json": config}
+    if known:
+        files["model.safetensors.index.json"] = {
+            "metadata": {"total_size": known.checkpoint_bytes,
+                         "_comment": f"simulated: {known.name}'s checkpoint size"},
+            "weight_map": {}}
+    return files

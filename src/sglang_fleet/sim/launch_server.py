@@ -3,7 +3,7 @@
 Takes SGLang 0.5.23's flags, starts the scheduler workers (through a data-parallel controller
 when dp_size > 1) and the detokenizer, waits for them to load, then serves SGLang's HTTP
 endpoints. Decode speed comes from the simulator profile and is SIMULATED. Faults come from
-SGLANG_SIM_FAULT or from a matching Rule.
+SGLANG_SIM_FAULT or from one of SGLang's known bugs (data/sim_bugs.yml).
 
 Process life modelled on sglang/srt/entrypoints/engine.py (_launch_subprocesses,
 _launch_scheduler_processes, _wait_for_scheduler_ready, _scheduler_died_error, the
@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sglang_fleet.sim.controller import spawn_scheduler
+from sglang_fleet.sim.failures import SGLangError
 from sglang_fleet.sim.http_api import Handler
 from sglang_fleet.sim.runtime import (
     SimRuntime,
@@ -385,8 +386,10 @@ def resolved_args(args: Any, rt: SimRuntime) -> dict[str, Any]:
 
 
 def serve(rt: SimRuntime, argv: list[str]) -> int:
-    # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL.
-    segment = os.path.join(rt.shm_dir, f"psm_sglang_sim_{os.getpid()}")
+    # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL. Named
+    # as 0.5.23 names its message queue's (srt/utils/stale_shm_cleanup.py make_shm_name("mq"):
+    # sgl_shm_<kind>_<creator pid>_<8 hex>).
+    segment = os.path.join(rt.shm_dir, f"sgl_shm_mq_{os.getpid()}_{os.urandom(4).hex()}")
     with open(segment, "wb") as held:
         held.truncate(1 << 16)
         try:
@@ -409,6 +412,15 @@ def main(argv: list[str] | None = None) -> None:
     note = rt.capture_plan().prefill_note
     if note:
         log(note)
+    try:
+        args.resolve_once()
+        args.check_server_args()
+    except SGLangError as exc:
+        # launch_server.py's `finally: kill_process_tree(os.getpid(), include_parent=False)`
+        # runs before the interpreter prints the traceback and exits 1.
+        kill_process_tree(include_parent=False)
+        sys.stderr.write(exc.traceback_text())
+        sys.exit(1)
     log(f"server_args={resolved_args(args, rt)}")
     sys.exit(serve(rt, argv))
 

@@ -13,10 +13,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from sglang_fleet.reviewed import releases, sim_profile
-from sglang_fleet.rules import matching_rules
+import yaml
+
+from sglang_fleet.reviewed import data_text, releases, sim_profile
 from sglang_fleet.sim.graphs import CapturePlan, backends, capture_plan
 from sglang_fleet.sim.server_args import VERSION
 from sglang_fleet.sim.topology import Topology
@@ -25,7 +27,8 @@ from sglang_fleet_node import sglang_fleet_simgpu as simgpu
 GB = 1024**3
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForCausalLM")
 
-# Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from a matching Rule.
+# Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from one of SGLang's
+# known bugs (data/sim_bugs.yml).
 # Each prints what SGLang 0.5.23 prints for it (see sglang_fleet.sim.failures); the README's
 # simulator section lists them with their default phase.
 STARTUP_PHASES = ("launching", "loading_weights", "allocating_kv_cache", "capturing_cuda_graph",
@@ -80,6 +83,7 @@ class SimRuntime:
     model_family: str
     topology: Topology
     faults: list[Fault] = field(default_factory=list)
+    model_config: dict[str, Any] = field(default_factory=dict)  # the model's config.json
 
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
@@ -186,11 +190,12 @@ def load_runtime(args: Any) -> SimRuntime:
         model_family=family,
         topology=Topology.from_args(args),
         faults=parse_faults(os.environ.get("SGLANG_SIM_FAULT", "")),
+        model_config=config,
     )
     if rt.has("tokenizer_watchdog") and getattr(args, "soft_watchdog_timeout", None) is None:
         raise ValueError("SGLANG_SIM_FAULT=tokenizer_watchdog needs --soft-watchdog-timeout: "
                          "SGLang's TokenizerManager watchdog is soft and off without it")
-    rt.faults += rule_faults(rt)
+    rt.faults += bug_faults(rt)
     return rt
 
 
@@ -213,28 +218,42 @@ def effective_backend(rt: SimRuntime) -> str:
     return args.attention_backend or default_backend(rt)[0]
 
 
-def rule_faults(rt: SimRuntime) -> list[Fault]:
-    """A configuration that matches a Rule fails the way the Rule says real servers fail."""
+def configuration_facts(rt: SimRuntime) -> dict[str, Any]:
+    """What decides whether one of SGLang's known bugs strikes this server."""
     major, minor = rt.compute_capability
     decode, _, _ = backends(rt.args)
-    facts = {
+    return {
         "attention_backend": effective_backend(rt),
         "model_family": rt.model_family,
         "compute_capability": f"{major}.{minor}",
         "interconnect": rt.devices[0].get("interconnect", "pcie"),
         "tp": rt.args.tp_size,
         "custom_all_reduce": not getattr(rt.args, "disable_custom_all_reduce", False),
-        # The Rules' capture hangs are decode capture ("Capturing batches"), as the incident.
-        "cuda_graph": decode != "disabled",
-        "sglang_version": VERSION,
+        # The capture hangs are decode capture ("Capturing batches"), as the incident's.
+        "decode_cuda_graph": decode != "disabled",
     }
-    faults = []
-    for rule in matching_rules(facts):
-        sim = rule.simulate
-        if sim:
-            faults.append(Fault(kind=sim["kind"], phase=sim.get("phase"),
-                                message=sim.get("message"), source=f"rule {rule.id}"))
-    return faults
+
+
+@cache
+def known_bugs() -> tuple[dict[str, Any], ...]:
+    return tuple(yaml.safe_load(data_text("sim_bugs.yml")))
+
+
+def _holds(when: dict[str, Any], facts: dict[str, Any]) -> bool:
+    for key, wanted in when.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        # As text, so "12.0" and 12.0 agree.
+        if str(facts.get(key)).lower() not in {str(o).lower() for o in options}:
+            return False
+    return True
+
+
+def bug_faults(rt: SimRuntime) -> list[Fault]:
+    """A configuration real SGLang fails on fails here the same way (data/sim_bugs.yml)."""
+    facts = configuration_facts(rt)
+    return [Fault(kind=bug["fault"]["kind"], phase=bug["fault"].get("phase"),
+                  message=bug["fault"].get("message"), source=f"SGLang bug {bug['id']}")
+            for bug in known_bugs() if _holds(bug["when"], facts)]
 
 
 def log(message: str, prefix: str = "", end: str = "\n") -> None:

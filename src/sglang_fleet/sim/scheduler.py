@@ -3,7 +3,8 @@
 Started by the simulated main process (or, with data parallelism, by the simulated
 data-parallel controller), one per rank on this node. It holds its simulated GPU device open,
 records its memory in the GPU ledger, prints SGLang 0.5.23's start-up lines with its rank
-prefix (TP rank 0 also draws the tqdm bars), and fails where a fault or a matching Rule says.
+prefix (TP rank 0 also draws the tqdm bars), and fails where a fault or one of SGLang's known
+bugs says.
 
 Modelled on sglang/srt/managers/scheduler.py (run_scheduler_process: "Scheduler hit an
 exception", SIGQUIT to the parent; Scheduler.__init__'s max_total_num_tokens line),
@@ -32,12 +33,14 @@ import traceback
 
 from setproctitle import setproctitle
 
+from sglang_fleet.sglang_checks import resolved
 from sglang_fleet.sim import failures
 from sglang_fleet.sim.bars import Bar
 from sglang_fleet.sim.graphs import CapturePlan
 from sglang_fleet.sim.runtime import GB, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.server_args import prepare_server_args
 from sglang_fleet.sim.topology import SchedulerRank
+from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 from sglang_fleet_node import sglang_fleet_simgpu as simgpu
 
 PR_SET_PDEATHSIG = 1
@@ -216,8 +219,10 @@ class Scheduler:
             self.serve()
         except SimHang:
             self.hang()
-        except Exception:
-            log(f"Scheduler hit an exception: {traceback.format_exc()}", self.p)
+        except Exception as exc:
+            text = (exc.traceback_text() if isinstance(exc, failures.SGLangError)
+                    else traceback.format_exc())
+            log(f"Scheduler hit an exception: {text}", self.p)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.parent_pid, signal.SIGQUIT)
 
@@ -247,6 +252,7 @@ class Scheduler:
     def load_weights(self) -> None:
         rt, p = self.rt, self.p
         log(f"Load weight begin. avail mem={self.avail_gb():.2f} GB", p)
+        self.build_model()
         shards = int(rt.profile["weight_shards"])
         per_shard = rt.duration("loading_weights") / shards
         model_path = rt.args.model_path
@@ -273,6 +279,17 @@ class Scheduler:
             + (f"quant={quant}, " if quant else "")
             + f"avail mem={self.avail_gb():.2f} GB, mem usage={before - self.avail_gb():.2f} GB.",
             p)
+
+    def build_model(self) -> None:
+        """The model's layers are built before its weights load: an attention layer whose
+        heads the attention TP does not divide fails there, as SGLang's does."""
+        shape = modelfit.model_shape(self.rt.model_config)
+        values = resolved(vars(self.rt.args))
+        attn_tp = values["tp_size"] // max(values.get("attn_dp_size", 1), 1)
+        heads = shape["num_attention_heads"]
+        if heads and attn_tp and heads % attn_tp:
+            raise failures.sglang_error("AssertionError",
+                                        failures.HEADS_FRAMES[shape["attention"]])
 
     def allocate_kv_cache(self) -> None:
         rt = self.rt

@@ -14,6 +14,8 @@ import argparse
 import os
 
 from sglang_fleet.catalogue import catalogue
+from sglang_fleet.sglang_checks import refusals
+from sglang_fleet.sim.failures import refusal_error
 
 DEFAULT_VERSION = "0.5.23"
 VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
@@ -23,11 +25,29 @@ def build_parser() -> argparse.ArgumentParser:
     return catalogue(VERSION).build_parser()
 
 
-def prepare_server_args(argv: list[str]) -> argparse.Namespace:
+class SimServerArgs(argparse.Namespace):
+    """The parsed arguments, with ServerArgs' two steps that refuse a configuration before any
+    worker starts: resolve_once (argument resolution) and check_server_args, which here also
+    holds the parallel-topology check that SGLang's publish makes right after it. Each raises
+    SGLang's own error, message and traceback (sglang_fleet.sglang_checks)."""
+
+    def _refuse(self, stages: tuple[str, ...]) -> None:
+        for refusal in refusals(VERSION, vars(self)):
+            if refusal.stage in stages:
+                raise refusal_error(refusal)
+
+    def resolve_once(self) -> None:
+        self._refuse(("resolve",))
+
+    def check_server_args(self) -> None:
+        self._refuse(("check", "publish"))
+
+
+def prepare_server_args(argv: list[str]) -> SimServerArgs:
     """Same name and contract as sglang.srt.server_args.prepare_server_args: parse, then fill
     the defaults SGLang derives after parsing that the simulator relies on. Which CUDA graphs
     the flags leave on is sglang_fleet.sim.graphs' business."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv, namespace=SimServerArgs())
     if args.served_model_name is None:
         args.served_model_name = args.model_path
     return args

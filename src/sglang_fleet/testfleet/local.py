@@ -187,6 +187,20 @@ class SimFleet:
             stop_deployment(self.router_marker(), term_timeout=5)
 
 
+def tp_settings(tp: int | None) -> dict[str, Any]:
+    """Settings that size every server of a test fleet at `tp` GPUs. Below Kimi-K2.5's TP=8
+    (whose weights fit no fewer 96 GB GPUs) the servers load a stand-in of a model the
+    toolkit does not know, so no model check refuses a layout that a fleet of many small
+    simulated nodes uses only to spare the test machine."""
+    if not tp:
+        return {}
+    settings: dict[str, Any] = dict(sglang_server_tp=tp, sglang_server_gpu_count=tp,
+                                    sglang_server_sim_gpu_count=tp)
+    if tp < 8:
+        settings["sglang_server_model_path"] = "{{ sglang_server_root }}/models/sim-model"
+    return settings
+
+
 def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
                tp: int | None = None, router: Path | None = None,
                gate_poll_interval: int | None = None) -> SimFleet:
@@ -214,9 +228,7 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
     # interval only re-runs the module more often, most of a first deploy's controller CPU at
     # 1 s. A test that reads the progress lines of each poll asks for 1.
     settings.update(sglang_server_gate_poll_interval=gate_poll_interval or 10)
-    if tp:
-        settings.update(sglang_server_tp=tp, sglang_server_gpu_count=tp,
-                        sglang_server_sim_gpu_count=tp)
+    settings.update(tp_settings(tp))
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}
@@ -284,7 +296,8 @@ class SimProcess:
 
 def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "",
               env: dict[str, str] | None = None, gpus: int = 8,
-              model_arch: str = "DeepseekV3ForCausalLM") -> SimProcess:
+              model_arch: str = "DeepseekV3ForCausalLM",
+              model_config: dict[str, Any] | None = None) -> SimProcess:
     """Start sglang-sim directly (no Ansible) on a provisioned simulated node in `tmp`."""
     from sglang_fleet.sim.runtime import GB
     gpu_dir, model, shm = tmp / "gpus", tmp / "model", tmp / "shm"
@@ -296,7 +309,8 @@ def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "
          "memory_total": int(95.59 * GB), "interconnect": "pcie"} for i in range(gpus)]))
     for i in range(gpus):
         (gpu_dir / f"nvidia{i}").touch()
-    (model / "config.json").write_text(json.dumps({"architectures": [model_arch]}))
+    (model / "config.json").write_text(json.dumps({**(model_config or {}),
+                                                   "architectures": [model_arch]}))
     for i in range(1, 5):
         with open(model / f"model-{i:05d}-of-00004.safetensors", "wb") as f:
             f.truncate(65536)

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from sglang_fleet.testfleet.local import REPO, SimFleet, free_port_block, own_stores, wait_for
+from sglang_fleet.testfleet.local import (
+    REPO,
+    SimFleet,
+    free_port_block,
+    own_stores,
+    tp_settings,
+    wait_for,
+)
 
 LOGIN_USER = "sglfleet"
 SUDOERS = Path("/etc/sudoers.d/sglang-fleet-tests")
@@ -173,9 +180,7 @@ def ssh_fleet_layout(tmp: Path, names: list[str], keys: Path, public: Path, node
         ansible_python_interpreter=sys.executable,
         sglang_server_python=sys.executable,
         sglang_server_sim_time_factor=time_factor, sglang_server_gate_poll_interval=10)
-    if tp:
-        settings.update(sglang_server_tp=tp, sglang_server_sim_gpu_count=tp,
-                        sglang_server_gpu_count=tp)
+    settings.update(tp_settings(tp))
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     extra = {"sglang_fleet_sim_root": str(nodes_root), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}

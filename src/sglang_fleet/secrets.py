@@ -1,0 +1,90 @@
+"""The one registry of secrets: which names and options hold secret values, derived from the
+server's and the router's settings tables (a setting marked secret, the env file variable it
+is stored under, the option it renders). The node-side copy that masking, evidence and process
+listings use (plugins/module_utils/sglang_fleet_secrets.py, which a node can import without this
+package) is generated from it:
+
+    python -m sglang_fleet.secrets --write   # rewrite the generated part of the node copy
+
+and tests/unit/test_secrets.py fails when it drifts. Adding a secret setting to either table
+is the whole change: run the generator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+from sglang_fleet import router_settings, settings
+from sglang_fleet.router_spec import API_KEY_VAR as ROUTER_API_KEY_VAR
+from sglang_fleet.router_spec import CONTROL_PLANE_KEY_VAR
+
+NODE_COPY = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / \
+    "sglang_fleet_secrets.py"
+_BEGIN = "# ---- generated from the settings tables: python -m sglang_fleet.secrets --write ----"
+_END = "# ---- end of the generated part ----"
+def secret_names() -> list[str]:
+    names: set[str] = {ROUTER_API_KEY_VAR}
+    for table in (settings.SETTINGS, router_settings.SETTINGS):
+        for s in table:
+            if s.secret:
+                names |= {s.variable, s.name}
+                names |= {getattr(s, "env", None)} - {None}
+    return sorted(names)
+
+
+def secret_flags() -> list[str]:
+    return sorted({s.flag for table in (settings.SETTINGS, router_settings.SETTINGS)
+                   for s in table if s.secret and s.flag})
+
+
+def secret_prefixes() -> list[str]:
+    """Env file variables numbered per item (the router's control-plane keys)."""
+    return [CONTROL_PLANE_KEY_VAR.format("")]
+
+
+def _tuple_lines(values: list[str]) -> list[str]:
+    body = ", ".join(f'"{v}"' for v in values) + ","
+    return textwrap.wrap(body, 96, initial_indent="    ", subsequent_indent="    ",
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def generated_block() -> str:
+    lines = [_BEGIN,
+             "# The toolkit's secret settings (server and router), their short names, the env "
+             "file variables",
+             "# they are stored under, and the command-line options whose values are secrets.",
+             "SECRET_NAMES = frozenset((", *_tuple_lines(secret_names()), "))",
+             "SECRET_FLAGS = (", *_tuple_lines(secret_flags()), ")",
+             "SECRET_PREFIXES = (", *_tuple_lines(secret_prefixes()), ")", _END]
+    return "\n".join(lines)
+
+
+def node_copy_text() -> str:
+    text = NODE_COPY.read_text()
+    head, _, rest = text.partition(_BEGIN)
+    _, _, tail = rest.partition(_END)
+    return head + generated_block() + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.secrets",
+                                     description="Write the node copy of the secret registry.")
+    parser.add_argument("--write", action="store_true", help="write it (else: check)")
+    args = parser.parse_args(argv)
+    text = node_copy_text()
+    if args.write:
+        NODE_COPY.write_text(text)
+        print(f"wrote {NODE_COPY}")
+        return 0
+    if NODE_COPY.read_text() != text:
+        print(f"out of date: {NODE_COPY} (run python -m sglang_fleet.secrets --write)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

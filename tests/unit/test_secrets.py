@@ -1,0 +1,69 @@
+"""One registry of secrets, derived from the server's and the router's settings tables: the
+node-side copy is generated from it, and every secret setting is masked wherever records go."""
+
+from __future__ import annotations
+
+from sglang_fleet import router_settings, secrets, settings
+from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.testfleet.local import role_defaults
+from sglang_fleet_node import sglang_fleet_secrets as node
+
+
+def test_the_node_copy_is_generated_from_the_settings_tables():
+    assert secrets.main([]) == 0, "python -m sglang_fleet.secrets --write"
+
+
+def test_every_secret_setting_of_both_tables_is_a_secret_name_everywhere():
+    for table in (settings.SETTINGS, router_settings.SETTINGS):
+        for s in table:
+            if s.secret:
+                assert node.is_secret_name(s.variable) and node.is_secret_name(s.name)
+                if s.flag:
+                    assert s.flag in node.SECRET_FLAGS
+    for env in settings.SECRET_ENV.values():
+        assert node.is_secret_name(env)
+    assert node.is_secret_name("SGLANG_ROUTER_CONTROL_PLANE_KEY_0")
+    assert not node.is_secret_name("secret_env_names")
+    assert not node.is_secret_name("tokenizer_path")
+
+
+def test_the_routers_control_plane_keys_are_masked_nested_and_whole():
+    record = {"extra_vars": {"sglang_router_control_plane_api_keys": [
+        {"id": "fleet", "name": "n", "role": "admin", "key": "cp-0123456789abcdef"}]}}
+    assert "cp-0123456789abcdef" not in repr(node.mask_secrets(record))
+
+
+def test_a_secret_option_is_masked_on_any_command_line():
+    argv = ["python", "--ssl-keyfile-password", "hunter2hunter2", "--watermark-config={}",
+            "--admin-api-key=adm1n-0123456789", "--port", "1"]
+    assert node.mask_argv(argv) == ["python", "--ssl-keyfile-password", "********",
+                                    "--watermark-config=********",
+                                    "--admin-api-key=********", "--port", "1"]
+
+
+def test_a_secret_option_reaches_the_server_only_from_the_env_file():
+    values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                  sglang_server_ssl_keyfile_password="pw-0123456789abcdef")
+    spec = build_launch_spec(values, "n1")["spec"]
+    argv = spec["argv"]
+    assert argv[argv.index("--ssl-keyfile-password") + 1] == {
+        "env": "SGLANG_FLEET_SSL_KEYFILE_PASSWORD"}
+    assert "pw-0123456789abcdef" not in repr(spec)
+    assert spec["secret_env_names"] == ["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"]
+    assert spec["secret_fingerprints"]["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"].startswith(
+        "sha256:")
+    # Given through extra_args instead, it is refused: a secret has one way in.
+    refused = build_launch_spec(dict(values, sglang_server_ssl_keyfile_password="",
+                                     sglang_server_extra_args=["--ssl-keyfile-password", "pw"]),
+                                "n1")
+    text = "\n".join(refused["errors"])
+    assert "set sglang_server_ssl_keyfile_password instead" in text and "'pw'" not in text
+
+
+def test_a_secret_option_a_release_lacks_is_refused_there():
+    values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                  sglang_server_version="0.5.4.post3",
+                  sglang_server_admin_api_key="adm1n-0123456789abcdef")
+    text = "\n".join(build_launch_spec(values, "n1")["errors"])
+    assert "sglang_server_admin_api_key=<secret>: SGLang 0.5.4.post3 has no --admin-api-key" \
+        in text
