@@ -58,9 +58,10 @@ def failure(output: str, width: int = 160) -> str:
 
 
 def host_line(output: str, host: str) -> str:
-    """The health playbook's line for `host`, in either output format."""
+    """The health playbook's line for `host`, in either output format (a failed host's block
+    starts on the line after `FAILED! =>`, indented)."""
     for line in output.splitlines():
-        for mark in ("=> ", "msg: '"):
+        for mark in ("=> ", "msg: '", "    "):
             if mark + host + ":" in line:
                 return line.split(mark + host + ":", 1)[1].rstrip("'").strip()
     return "-"

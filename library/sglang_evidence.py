@@ -10,10 +10,11 @@ module: sglang_evidence
 short_description: Collect a failed server's evidence on its node before anything is killed
 description:
   - Writes a timestamped folder with the verdict, the LaunchSpec that ran (secrets masked at
-    any depth), the log tail, the current run's full log and its phase timeline, the process
-    table with states, a py-spy dump of every server process (its absence is reported, not
-    fatal), kernel Xid/OOM lines since the start, and a GPU snapshot. The folder is 0700 and
-    every file in it 0600.
+    any depth), the log tail, the current run's log (its first and last megabytes when it is
+    longer) and its phase timeline, the process table with states, a py-spy dump of every
+    Python process of the server (its absence is reported, not fatal; the launch script's
+    shell is not Python and is not dumped), kernel Xid/OOM lines since the start, and a GPU
+    snapshot. The folder is 0700 and every file in it 0600.
   - The LaunchSpec is the one the node recorded when it started the server
     (I(running_spec_file)); when the node recorded none, the controller's I(launch_spec) is
     written instead and C(summary.json) says so. The running configuration's hash comes from
@@ -162,6 +163,16 @@ def _find_py_spy(p):
     return None
 
 
+def is_python(pid):
+    """Whether a process runs a Python interpreter (py-spy reads only those: a dump of the
+    launch script's /bin/sh is a native backtrace that says nothing)."""
+    try:
+        exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        return False
+    return bool(re.match(r"^python(?:\d+(?:\.\d+)?)?(?: \(deleted\))?$", exe))
+
+
 def _dump(py_spy, pid):
     secrets = secret_values(pid)  # py-spy prints the command line, API key included
     try:
@@ -260,7 +271,8 @@ def main():
     spec, running = running_configuration(p, state, members)
     write("verdict.json", p["verdict"])
     write("launch_spec.json", spec)
-    text, _ = read_log(p["log_file"])
+    # Bounded: the run's first and last megabytes, from where it began (logread's limits).
+    text, _, _ = read_log(p["log_file"], start=state.get("log_offset") or 0)
     run = current_run(text)
     write("run.log", run)
     write("log_tail.txt", "\n".join(split_lines(run)[-p["tail_lines"]:]) + "\n")
@@ -270,10 +282,15 @@ def main():
                                  m["utime_ticks"] + m["stime_ticks"], m["cmdline"])
         for m in members) or "no process of the deployment is running\n")
     py_spy = _find_py_spy(p)
+    skipped = []
     if py_spy:
         for m in members:
-            write("py-spy-%d.txt" % m["pid"], _dump(py_spy, m["pid"]))
-        spy_status = py_spy
+            if is_python(m["pid"]):
+                write("py-spy-%d.txt" % m["pid"], _dump(py_spy, m["pid"]))
+            else:
+                skipped.append("%d (%s)" % (m["pid"], m["cmdline"][:60]))
+        spy_status = py_spy + ("; not Python, not dumped: %s" % ", ".join(skipped)
+                               if skipped else "")
     else:
         spy_status = ("py-spy not found (install it with the server: "
                       "sglang_server_pip_extra_packages)")

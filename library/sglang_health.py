@@ -13,7 +13,15 @@ description:
     its log (phase and progress in SGLang 0.5.23 and 0.5.4-0.5.12 formats, failure lines), its
     port and C(/health), its GPU memory (NVML or simulated) and kernel Xid/OOM lines since the
     start, and returns one verdict, C(ready), C(progressing), C(stalled), C(crashed),
-    C(unhealthy), C(gpu_fault) or C(absent), with the phase, progress and evidence.
+    C(unhealthy), C(gpu_fault), C(stopped) or C(absent), with the phase, progress, evidence,
+    and for a failed verdict its cause and what to do.
+  - Failure lines count only where SGLang writes them (a log record's message, a traceback's
+    final exception line, a shell's or torch's own line), never inside SGLang's request log.
+    A live server whose log reads as fatal but which answers C(/health) and
+    C(/health_generate) with 200 is C(ready), and the reason says that the two disagree.
+  - Time is the node's monotonic clock; the log's printed timestamps are never used to judge
+    progress. The log is read from where the current run began, its first 1 MiB and last
+    8 MiB.
   - Judges progress, not elapsed time. A phase is progressing while any of its signals moves
     (log lines, shard and capture counts, bytes read, GPU memory, the port); it is stalled
     when none moved for the phase's window, or when the phase outlasts its ceiling.
@@ -107,8 +115,8 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - In check mode the observation is not remembered; the verdict then rests on the log's own
-    timestamps.
+  - In check mode the observation is not remembered; a first observation measures the time
+    since the last progress from the log file's age on the node's clock.
 """
 
 EXAMPLES = r"""
@@ -138,10 +146,34 @@ lock_released:
   type: bool
   sample: true
 verdict:
-  description: One of ready, progressing, stalled, crashed, unhealthy, gpu_fault, absent.
+  description: One of ready, progressing, stalled, crashed, unhealthy, gpu_fault, stopped,
+    absent.
   returned: always
   type: str
   sample: stalled
+cause:
+  description: Why a server failed, when it did and the evidence says - C(configuration),
+    C(environment) (a full disk, the host's OOM killer, a reboot), C(external) (a signal from
+    outside SGLang, a stopped process) or C(hardware) (a GPU fault). Only a configuration
+    cause makes recovery change the configuration.
+  returned: when the verdict is stalled, crashed, unhealthy or gpu_fault
+  type: str
+  sample: environment
+failure:
+  description: The failure the verdict rests on - its kind, C(said) (the exception's own final
+    line with the ranks that printed it and its log line), C(hint), C(ranks), C(line_no).
+  returned: when crashed or gpu_fault from a log line
+  type: dict
+advice:
+  description: What to do next (for a stall, what the phase waits on, the py-spy command for
+    each scheduler and the NCCL variables to set).
+  returned: when the verdict is failed and there is something to say
+  type: str
+stopped_by:
+  description: Who stopped the server (C(stop.yml), C(a recovery), or C(SIGTERM) from the
+    log).
+  returned: when stopped
+  type: str
 phase:
   description: Start-up phase from the log.
   returned: always

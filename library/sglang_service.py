@@ -101,6 +101,12 @@ options:
     description: Seconds to wait after SIGTERM before SIGKILL.
     type: int
     default: 60
+  stopped_by:
+    description:
+      - With I(state=stopped), who stops the server (C(stop.yml)), recorded in the state file
+        with the time; the health gate then says C(stopped by stop.yml at TIME) of it instead
+        of C(crashed). A server found already stopped gets the record too.
+    type: str
   baseline_file:
     description: Before each start, GPU memory per device is recorded here, the baseline
       that recovery verifies the GPUs return to.
@@ -247,6 +253,7 @@ from ansible.module_utils.sglang_fleet_service import (
     Supervisor,
     Systemd,
     files_digest,
+    record_stop,
 )
 from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
 
@@ -266,6 +273,7 @@ def main():
             service_user=dict(type="str", default="root"),
             node_rank=dict(type="int", default=0),
             stop_timeout=dict(type="int", default=60),
+            stopped_by=dict(type="str"),
             gpu_backend=dict(type="str", default="nvml", choices=["nvml", "simulated"]),
             sim_dir=dict(type="path"),
             shm_dir=dict(type="path"),
@@ -305,11 +313,7 @@ def main():
         module.warn(line)
 
     if p["state"] == "stopped":
-        if status["running"] or status["members"]:
-            result.update(changed=True, action="stopped", pid=None)
-            if not module.check_mode:
-                result["stop_report"] = _stop(module, service, p["stop_timeout"])
-        module.exit_json(**result)
+        _stopped(module, service, status, result)
 
     needs_restart = p["state"] == "restarted" or (
         status["running"] and status["digest"] != digest)
@@ -351,9 +355,21 @@ def _record_baseline(module, p):
     write_json_atomic(p["baseline_file"], baseline(devices))
 
 
-def _stop(module, service, timeout):
+def _stopped(module, service, status, result):
+    """state=stopped: stop what runs; a server found not running gets the stop recorded."""
+    p = module.params
+    if status["running"] or status["members"]:
+        result.update(changed=True, action="stopped", pid=None)
+        if not module.check_mode:
+            result["stop_report"] = _stop(module, service, p["stop_timeout"], p["stopped_by"])
+    elif p["stopped_by"] and not module.check_mode:
+        record_stop(p["state_file"], p["stopped_by"])
+    module.exit_json(**result)
+
+
+def _stop(module, service, timeout, by=None):
     try:
-        report = service.stop(timeout)
+        report = service.stop(timeout, by=by)
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
     if report["remaining"]:

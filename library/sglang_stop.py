@@ -269,7 +269,7 @@ def main():
                         "%d %s (%s)" % (u["pid"], u["cmdline"][:120], u["why"])
                         for u in result["unmarked_stopped"])))
     if state:
-        state.update(pid=None, stopped_at=time.time())
+        state.update(pid=None, stopped_at=time.time(), stopped_by="a recovery")
         write_json_atomic(p["state_file"], state)
     targeted = set(t["pid"] for t in report["targets"])
     baseline = read_json(p["baseline_file"]) if p["baseline_file"] else None

@@ -42,6 +42,18 @@ try:
     from sglang_fleet.reasons import group_by_reason, hosts_text
 except ImportError:  # the package is not importable: refusals are shown host by host
     group_by_reason = None
+try:
+    from sglang_fleet_node.sglang_fleet_text import inert
+except ImportError:  # the package is not importable: control characters are still escaped
+    import re as _re
+
+    def inert(text, keep_newlines=True, keep_colour=False):
+        return _re.sub(u"[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f]",
+                       lambda m: "\\x%02x" % ord(m.group(0)), text) if keep_colour else \
+            _re.sub(u"[\x00-\x08\x0b-\x1f\x7f-\x9f]",
+                    lambda m: "\\x%02x" % ord(m.group(0)), text)
+
+_FETCH_ACTIONS = ("fetch", "ansible.builtin.fetch", "ansible.legacy.fetch")
 
 _FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail",
                  "assert", "ansible.builtin.assert", "ansible.legacy.assert")
@@ -68,6 +80,22 @@ def _is_refusal(task):
     return any(name in path for name in _REFUSAL_FILES)
 
 
+class _InertDisplay(object):
+    """The display, with every message made inert before it reaches the terminal: results
+    carry text from nodes (log lines, process titles, HTTP bodies) whose escape sequences
+    could clear the screen or overwrite earlier lines. Colours the display adds stay."""
+
+    def __init__(self, display):
+        self._wrapped = display
+
+    def display(self, msg, *args, **kwargs):
+        return self._wrapped.display(inert(msg, keep_colour=True) if isinstance(msg, str)
+                                     else msg, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -75,8 +103,10 @@ class CallbackModule(DefaultCallback):
 
     def __init__(self):
         super(CallbackModule, self).__init__()
+        self._display = _InertDisplay(self._display)
         self._refusals = []  # (task, host, message, ignore_errors) of the task in progress
         self._said = {}  # host -> the failure message last shown for it
+        self._fetched = {}  # (host, task) -> [files fetched, where]
 
     # ---- the gate's polls -------------------------------------------------------------
 
@@ -128,11 +158,10 @@ class CallbackModule(DefaultCallback):
         self._flush_refusals()
         if self._last_task_banner != result.task._uuid:
             self._print_task_banner(result.task)
-        if self._said.get(host) == message.strip():
-            # A rescue that fails the host with the failure it rescued: said already.
-            message = "as above: %s" % message.strip().splitlines()[0]
-        else:
-            self._said[host] = message.strip()
+        if self._said.get(host) == message.strip() and not ignore_errors:
+            # A rescue that fails the host with the failure it rescued: said once, above.
+            return
+        self._said[host] = message.strip()
         self._show_text("fatal: [%s]: FAILED! =>" % host, message, C.COLOR_ERROR)
         # What else a module returned with its failure (who holds a lock, ...), at -v, as
         # Ansible shows results: the message says what the operator needs.
@@ -172,6 +201,15 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_ok(self, result):
         self._flush_refusals()
         res = result.result
+        if self._quiet_loop(result):
+            count, where = self._fetched.pop((result.host.get_name(), result.task._uuid),
+                                             [0, ""])
+            if self._last_task_banner != result.task._uuid:
+                self._print_task_banner(result.task)
+            self._display.display("%s: [%s] => %d files fetched into %s" % (
+                "changed" if res.get("changed") else "ok", self.host_label(result), count,
+                where or "(none)"), color=C.COLOR_CHANGED if res.get("changed") else C.COLOR_OK)
+            return
         action = (result.task.action or "").rpartition(".")[2]
         if action == "sglang_node" and res.get("summary"):
             # The node check's one line: what the deploy will do on that node, and why.
@@ -202,6 +240,20 @@ class CallbackModule(DefaultCallback):
             self._print_task_banner(result.task)
         self._handle_warnings_and_exception(result)
         self._show_text("ok: [%s] =>" % self.host_label(result), msg, C.COLOR_OK)
+
+    # ---- a loop that copies files: one line -------------------------------------------
+
+    def _quiet_loop(self, result):
+        return (result.task.action in _FETCH_ACTIONS and result.task.loop
+                and self._display.verbosity < 1)
+
+    def v2_runner_item_on_ok(self, result):
+        if not self._quiet_loop(result):
+            return super(CallbackModule, self).v2_runner_item_on_ok(result)
+        entry = self._fetched.setdefault((result.host.get_name(), result.task._uuid), [0, ""])
+        entry[0] += 1
+        entry[1] = (result.result.get("dest") or "").rsplit("/", 1)[0] or entry[1]
+        return None
 
     # ---- everything else flushes the refusals of the task before ----------------------
 

@@ -8,6 +8,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
+    from sglang_fleet.advice import failure_block, operator_stopped
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
@@ -143,6 +144,20 @@ def canary_gate(current, previous, max_drop_pct):
                         float(max_drop_pct))
 
 
+def failure_block_filter(verdict, host, facts=None, evidence=None):
+    """verdict | sglang_fleet_failure_block(inventory_hostname, facts): the verdict in words
+    with its cause, next step, a matching Rule, the fix and the evidence path."""
+    _need_package()
+    return failure_block(dict(verdict or {}), str(host), dict(facts or {}),
+                         str(evidence) if evidence else None)
+
+
+def operator_stopped_test(verdict):
+    """Whether the verdict is a stop that stop.yml recorded (health passes the host)."""
+    _need_package()
+    return operator_stopped(dict(verdict or {}))
+
+
 def lock_lease(spec, hosts=1, forks=1):
     """The lease a run declares on a deployment's lock: spec | sglang_fleet_lock_lease(
     ansible_play_batch | length, ansible_forks) (see sglang_fleet_lock.lease_for)."""
@@ -164,6 +179,8 @@ class FilterModule(object):
             "sglang_fleet_sim_devices": sim_devices_filter,
             "sglang_fleet_sim_model_files": sim_model_files_filter,
             "sglang_fleet_next_spec": next_spec,
+            "sglang_fleet_failure_block": failure_block_filter,
+            "sglang_fleet_operator_stopped": operator_stopped_test,
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,
             "sglang_fleet_running_config": running_config,

@@ -20,7 +20,7 @@ try:
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_logphase import progress_text
     from ansible.module_utils.sglang_fleet_observe import http_status, observe
-    from ansible.module_utils.sglang_fleet_service import launch_errors
+    from ansible.module_utils.sglang_fleet_text import inert
     from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node.sglang_fleet_args import DEPLOYMENT_REQUIRED_IF, deployment_argument_spec
@@ -28,7 +28,7 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_logphase import progress_text
     from sglang_fleet_node.sglang_fleet_observe import http_status, observe
-    from sglang_fleet_node.sglang_fleet_service import launch_errors
+    from sglang_fleet_node.sglang_fleet_text import inert
     from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING
 
 # sglang_health's options; sglang_node takes the same ones as its `gate` option.
@@ -70,12 +70,12 @@ def await_health(p, until):
     """Ask /health every HEALTH_GAP_S until it answers 200 (True) or `until` passes (False)."""
     url = "http://%s:%d/health" % (p["host"], p["port"])
     while True:
-        asked = time.time()
+        asked = time.monotonic()
         if http_status(url, min(p["health_timeout"], HEALTH_GRACE_S)) == 200:
             return True
-        if time.time() + HEALTH_GAP_S > until:
+        if time.monotonic() + HEALTH_GAP_S > until:
             return False
-        time.sleep(max(0.0, asked + HEALTH_GAP_S - time.time()))
+        time.sleep(max(0.0, asked + HEALTH_GAP_S - time.monotonic()))
 
 
 def watch(p, previous, windows, ceilings):
@@ -86,8 +86,8 @@ def watch(p, previous, windows, ceilings):
     HEALTH_GAP_S between them, and a phase change is reported once /health has had
     HEALTH_GRACE_S to answer 200."""
     obs = observe(p)
-    verdict, state = classify(previous, obs, time.time(), windows, ceilings)
-    deadline = time.time() + max(0.0, p["wait"])
+    verdict, state = classify(previous, obs, time.monotonic(), windows, ceilings)
+    deadline = time.monotonic() + max(0.0, p["wait"])
     pause = max(0.25, p["poll"])
     phase, changed_by = verdict["phase"], None
     while verdict["verdict"] == PROGRESSING:
@@ -95,19 +95,19 @@ def watch(p, previous, windows, ceilings):
             if not obs.get("port_open") or p["wait"] <= 0:
                 break
             if changed_by is None:
-                changed_by = time.time() + HEALTH_GRACE_S
+                changed_by = time.monotonic() + HEALTH_GRACE_S
         until = deadline if changed_by is None else changed_by
         if obs.get("port_open") and p["serves_http"]:
-            if time.time() + HEALTH_GAP_S > until:
+            if time.monotonic() + HEALTH_GAP_S > until:
                 break
-            answered = await_health(p, min(until, time.time() + pause))
+            answered = await_health(p, min(until, time.monotonic() + pause))
             obs = observe(p, health_answered=answered)
         else:
-            if time.time() + pause > until:
+            if time.monotonic() + pause > until:
                 break
             time.sleep(pause)
             obs = observe(p)
-        verdict, state = classify(state, obs, time.time(), windows, ceilings)
+        verdict, state = classify(state, obs, time.monotonic(), windows, ceilings)
     return obs, verdict, state
 
 
@@ -124,16 +124,15 @@ def judge(p, check_mode):
     if not check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
         write_json_atomic(p["gate_state_file"], state)
     verdict["progress_text"] = progress_text(obs["log"])
-    verdict["processes"] = [dict((k, m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
+    # Process titles are the node's text: made inert like the log's lines.
+    verdict["processes"] = [dict((k, inert(m[k], keep_newlines=False) if k == "cmdline"
+                                  else m[k]) for k in ("pid", "state", "cmdline", "utime_ticks"))
                             for m in obs["processes"]]
     verdict["gpus"] = obs.get("gpus", [])
     verdict["run_id"] = obs["run_id"]
-    if verdict["verdict"] == "crashed" and p["manager"] == "supervisor":
+    if verdict["verdict"] in ("crashed", "gpu_fault") and obs.get("launch_errors"):
         # Write errors in the launch path (a full log filesystem) leave nothing in the log.
-        errors = launch_errors(p["state_file"])
-        if errors:
-            verdict["evidence"]["launch_errors"] = errors
-            verdict["reason"] += "; " + errors[-1]
+        verdict["evidence"]["launch_errors"] = obs["launch_errors"]
     if obs.get("gpu_error"):
         verdict["evidence"]["gpu_error"] = obs["gpu_error"]
     return verdict

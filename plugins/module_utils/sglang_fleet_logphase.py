@@ -17,11 +17,23 @@ import time
 from collections import deque
 
 try:
+    from ansible.module_utils import sglang_fleet_failures as failures_grammar
     from ansible.module_utils import sglang_fleet_vocab as vocab
+    from ansible.module_utils.sglang_fleet_text import inert
 except ImportError:  # imported by the controller package or its tests, outside Ansible
+    from sglang_fleet_node import sglang_fleet_failures as failures_grammar
     from sglang_fleet_node import sglang_fleet_vocab as vocab
+    from sglang_fleet_node.sglang_fleet_text import inert
+
+# The failure grammar lives in sglang_fleet_failures; its names are read here too.
+FAILURES = failures_grammar.FAILURES
+FATAL_KINDS = failures_grammar.FATAL_KINDS
+FAILURE_WHY = failures_grammar.FAILURE_WHY
+FAILURE_HINTS = failures_grammar.FAILURE_HINTS
 
 RUN_SEPARATOR = "===== sglang-fleet: start "
+# The line a bounded read puts where it left bytes out (sglang_fleet_logread).
+GAP_MARKER = "~~~~~ sglang-fleet: "
 
 _PHASE_INDEX = dict((name, i) for i, name in enumerate(vocab.PHASES))
 LINE_LIMIT = 500  # characters of a line kept in failures and evidence
@@ -80,104 +92,26 @@ FRAMES = (
      "loading_weights"),
 )
 
-# Failure lines, most specific first; a line takes the first kind that matches. `fatal` says
-# whether SGLang's own code ends the server after printing it (verified in its source; see the
-# README's gate section). This table is the one definition of failure kinds and fatality.
-FAILURES = (
-    # (kind, fatal, phase the line shows the server reached or None, pattern, why it is or
-    # is not fatal)
-    ("scheduler_exception", True, None, r"\bScheduler hit an exception",
-     "run_scheduler_process logs it, then SIGQUITs its parent, which kills the process tree; "
-     "with dp_size > 1 the main process can stay up with a dead scheduler"),
-    ("subprocess_exception", True, None,
-     r"\b(?:DataParallelController|TokenizerManager|DetokenizerManager) hit an exception",
-     "the process ends and SIGQUITs its parent (the tokenizer kills the whole tree itself)"),
-    ("warmup_failed", True, "warming_up", r"Initialization failed\. warmup error",
-     "http_server kills its own process tree after a failed warm-up"),
-    ("capture_failed", True, "capturing_cuda_graph", r"Capture (?i:cuda graph) failed",
-     "raised out of the model runner's initialisation: the scheduler dies"),
-    ("kv_pool_too_small", True, "allocating_kv_cache",
-     r"Not enough memory\. Please try to increase --mem-fraction-static",
-     "raised while sizing the KV pool: the scheduler dies before serving"),
-    ("kv_alloc_oom", True, None,
-     r"\b(?:Prefill|Decode) out of memory\. Try to lower your batch size",
-     "logged, then raised as RuntimeError in the scheduler loop: the scheduler dies"),
-    ("cuda_oom", True, None, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory",
-     "the scheduler does not catch torch.OutOfMemoryError (the few places that do print "
-     "other text)"),
-    ("memory_unbalanced", True, None, r"(?:Error|Exception): The memory capacity is unbalanced",
-     "raised by default (SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK): the scheduler dies"),
-    ("memory_unbalanced_warning", False, None, r"The memory capacity is unbalanced",
-     "only logged when the balance check is turned off: start-up continues"),
-    ("nccl_timeout", True, None, r"Watchdog caught collective operation timeout",
-     "torch's NCCL watchdog aborts the process to avoid data inconsistency"),
-    ("process_abort", True, None, r"terminate called after throwing an instance of",
-     "C++ std::terminate: the process aborts without Python's cleanup"),
-    ("nccl_error", True, None, r"\bNCCL error\b",
-     "raised by a collective (pynccl or torch.distributed): the rank's scheduler dies"),
-    ("watchdog_timeout", True, None, r"^(?:Scheduler )?[Ww]atchdog timeout \((?!.*soft=True)",
-     "the scheduler's hard watchdog: a forward batch hung; it SIGQUITs the server"),
-    ("soft_watchdog_timeout", False, None, r"\b[Ww]atchdog timeout \(.*soft=True",
-     "the soft watchdogs (tokenizer, detokenizer, scheduler --soft-watchdog-timeout) only dump "
-     "stacks"),
-    ("child_failed", True, None,
-     r"Received sigquit from a child process|SIGQUIT received\..*one child failed",
-     "the main process's SIGQUIT handler kills the whole process tree"),
-    ("subprocess_exited", True, None,
-     r"Scheduler or DataParallelController \d+ terminated with|"
-     r"Subprocess \S+ \(pid=\d+\) crashed with exit code",
-     "a scheduler process has ended; the server cannot serve without it"),
-    ("killed", True, None, r"^Killed$|\bline \d+: +\d+ Killed\b",
-     "the shell reports a SIGKILLed server (the kernel's OOM killer, or a kill -9)"),
-    ("fatal_signal", True, None,
-     r"^Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|"
-     r"^(?:Segmentation fault|Aborted|Bus error)(?: \(core dumped\))?$|"
-     r"\bline \d+: +\d+ (?:Segmentation fault|Aborted|Bus error)",
-     "a process died of a signal"),
-    ("bind_failed", True, "starting_http", r"error while attempting to bind on address",
-     "uvicorn cannot listen on the port and the main process exits"),
-    ("launch_exception", True, None, None,  # a traceback through the launcher's top-level frame
-     "a traceback out of the launcher's top level: the main process exits"),
-    ("health_check_failed", False, None, r"Health check failed",
-     "/health answers 503 and marks the server unhealthy; nothing exits (the gate's own "
-     "/health probe judges it)"),
-    ("traceback", False, None, None,  # a traceback that named none of the kinds above
-     "a traceback by itself is not fatal: request errors print one and the server goes on"),
-)
-
-FATAL_KINDS = frozenset(row[0] for row in FAILURES if row[1])
-FAILURE_WHY = dict((row[0], row[4]) for row in FAILURES)
-
-# What to try, for the kinds where SGLang's own message or source says it.
-FAILURE_HINTS = {
-    "capture_failed": "lower --mem-fraction-static or --cuda-graph-max-bs-decode, or disable "
-                      "decode CUDA graphs (SGLang's own advice)",
-    "kv_pool_too_small": "raise --mem-fraction-static, or free GPU memory",
-    "kv_alloc_oom": "lower --max-running-requests or --chunked-prefill-size",
-    "cuda_oom": "lower --mem-fraction-static (graphs and activations need the rest)",
-    "memory_unbalanced": "another process holds memory on some of the GPUs",
-    "nccl_timeout": "a rank hung or the interconnect failed: the rank that failed first is "
-                    "the lead",
-    "nccl_error": "check the NCCL_* settings, the interconnect and every rank's first error",
-    "killed": "check the kernel log for the OOM killer (host memory)",
-    "bind_failed": "another process listens on the port",
-    "watchdog_timeout": "a forward batch hung for --watchdog-timeout seconds",
-}
-
 # ---- line shapes ------------------------------------------------------------------------------
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes other tools add before SGLang's own line, outermost first.
 _DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*[-_]\d+ *\| ?")
+_PM2 = re.compile(r"^\d+\|[\w.-]+ *\| ?")
 _RAY = re.compile(r"^\((?:[\w.]+ )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) ")
 _PY_LOGGING = re.compile(r"^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d),\d{3} - (?:[\w.]+ - )?"
                          r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 # SGLang: "[%(asctime)s{.ms}{ DP0 PP0 ATTN_CP0 MOE_DP0 TP0 EP0}] " (utils configure_logger);
 # some wrappers keep only the time; old releases printed "[gpu_id=N] ".
 _STAMP = re.compile(r"^\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?"
-                    r"(?: [A-Z][A-Z_]*\d+)*\] ?")
-_GPU_ID = re.compile(r"^\[gpu_id=\d+\] ?")
+                    r"((?: [A-Z][A-Z_]*\d+)*)\] ?")
+_GPU_ID = re.compile(r"^\[gpu_id=(\d+)\] ?")
+# torch's C++ logging (glog), with the rank prefix torchrun-style launchers add:
+# "[rank3]:[E1130 04:12:55.771201000 ProcessGroupNCCL.cpp:632] ".
+_TORCH_CPP = re.compile(r"^(?:\[rank(\d+)\]:)?\[[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? "
+                        r"[\w.]+:\d+\] ")
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]: ?")
 # Where one physical line holds two log lines: a bar without its newline followed by the next
 # line, or two bar redraws without their carriage return.
 _GLUED = re.compile(r"(?<=\])(?=\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?"
@@ -188,33 +122,51 @@ _BAR = re.compile(r"^\s*(?:(?P<desc>\S.*?):\s*)?(?P<pct>\d{1,3})%"
 # Python's traceback frames, and faulthandler's (no comma before "in") after a fatal signal.
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+,? in \S+')
 _TRACEBACK_HEADER = re.compile(r"(?:^|: )Traceback \(most recent call last\)")
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt)\b")
+_CHAINED = re.compile(r"^(?:The above exception was the direct cause of the following "
+                      r"exception|During handling of the above exception, another exception "
+                      r"occurred)")
 _ACCESS = re.compile(r'^INFO:\s+\S+ - "')
 _RUN_START = re.compile(r"^server_args=")
 _LAUNCH_FRAME = re.compile(r'launch_server\.py", line \d+,? in <module>$|'
                            r'[/\\]sglang[/\\]cli[/\\]main\.py", line \d+,? in main$')
-_ERRORISH = re.compile(r"Error|Exception|Traceback|failed|FAILED|Killed|terminate called")
+_ERRORISH = re.compile(r"Error|Exception|Traceback|failed|FAILED|Killed|terminate called|"
+                       r"已杀死")
+# A requested stop (tokenizer_manager.py SignalHandler and sigterm_watchdog; engine.py for the
+# ranks of other nodes): the exits that follow it are the stop's, not failures.
+_STOP = re.compile(r"SIGTERM received\. .*Draining requests|Gracefully exiting\.\.\. Remaining "
+                   r"number of requests|SIGTERM received on node_rank \d+|Signal SIGTERM "
+                   r"received while (?:health check failed|force shutdown flag set)")
+# The scheduler's batch lines with their running requests (scheduler_metrics_mixin): warm-up
+# sends one request of 8 tokens per DP rank (http_server._execute_server_warmup), so a prefill
+# beside a running request, two running requests in a decode batch, or more decode lines than
+# warm-up's 8 tokens could print, mean clients are being served.
+_BATCH_LOAD = re.compile(r"^(Prefill|Decode) batch(?: \[\d+\])?[.,] .*?#running-req: (\d+)")
+WARMUP_TOKENS = 8
+# Characters of one physical line read: the rest of a longer line (binary data, a request
+# logged whole) is not looked at.
+READ_LINE_LIMIT = 16384
 
 _PHASE_LINES = [(phase, event, re.compile(p)) for phase, event, p in PHASE_LINES]
 # One search per line first: most lines of a long log match none of the patterns.
 _ANY_PHASE_LINE = re.compile("|".join("(?:%s)" % p for _, _, p in PHASE_LINES))
 _BARS = [(re.compile(p), phase, unit) for p, phase, unit in BARS]
 _FRAMES = [(re.compile(p), phase) for p, phase in FRAMES]
-_FAILURES = [(kind, fatal, phase, re.compile(p)) for kind, fatal, phase, p, _ in FAILURES if p]
-_ANY_FAILURE = re.compile("|".join("(?:%s)" % row[3] for row in FAILURES if row[3]))
 _POOL_END = re.compile(r"^Memory pool end\b")
 _CAPTURE_STEP = re.compile(r"(?i)^Capture (.*?) ?(?:cuda|cpu) graph")
 
 
 class LogLine:
-    """One logical line: its text as written, and the message under the prefixes."""
+    """One logical line: its text as written (made inert), the message under the prefixes,
+    its stamp, the rank its prefix names, and its line number in the text read."""
 
-    __slots__ = ("raw", "message", "at")
+    __slots__ = ("raw", "message", "at", "rank", "number")
 
-    def __init__(self, raw, message, at):
+    def __init__(self, raw, message, at, rank=None, number=None):
         self.raw = raw
         self.message = message
         self.at = at  # epoch seconds of its own (or its wrapper's) stamp, else None
+        self.rank = rank  # "TP3", "DP1 TP0", "rank11", "GPU0", or None
+        self.number = number
 
 
 class _Clock:
@@ -268,49 +220,72 @@ class _Clock:
         return at
 
 
+def numbered_lines(text, first=1):
+    """(line number, physical line) of a log: one per tqdm redraw (carriage returns) and per
+    log line glued to a bar, numbered by the newline-ended line they are on; blank lines
+    dropped; each cut at READ_LINE_LIMIT characters."""
+    number = first - 1
+    for line in text.split("\n"):
+        number += 1
+        if len(line) > READ_LINE_LIMIT:
+            line = line[:READ_LINE_LIMIT]
+        for piece in line.split("\r"):
+            if not piece.strip():
+                continue
+            if "][" in piece or "]2" in piece or "it/s]" in piece or "s/it]" in piece:
+                for part in _GLUED.split(piece):
+                    if part.strip():
+                        yield number, part
+            else:
+                yield number, piece
+
+
 def split_lines(text):
-    """Physical lines of a log, one per tqdm redraw (carriage returns) and per log line glued
-    to a bar; blank lines dropped."""
-    out = []
-    for piece in re.split(r"[\r\n]+", text):
-        if not piece.strip():
-            continue
-        if "][" in piece or "]2" in piece or "it/s]" in piece or "s/it]" in piece:
-            out.extend(part for part in _GLUED.split(piece) if part.strip())
-        else:
-            out.append(piece)
-    return out
+    """Physical lines of a log, one per tqdm redraw and per log line glued to a bar."""
+    return [piece for _, piece in numbered_lines(text)]
 
 
-def read_line(raw, clock):
-    """Strip the prefixes other tools and SGLang put before the message; date the line."""
-    text = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip()
+def _strip_wrappers(text, clock):
+    """(text, epoch or None) without the prefixes docker, compose, pm2, ray and Python
+    logging wrappers put before SGLang's own line."""
     at = None
     m = _DOCKER_TS.match(text)
     if m:
         at = clock.utc(m.group(1), m.group(2))
         text = text[m.end():]
-    m = _COMPOSE.match(text)
-    if m:
-        text = text[m.end():]
-    m = _RAY.match(text)
-    if m:
-        text = text[m.end():]
+    for wrapper in (_COMPOSE, _PM2, _RAY):
+        m = wrapper.match(text)
+        if m:
+            text = text[m.end():]
     m = _PY_LOGGING.match(text)
     if m:
-        outer = m
         text = text[m.end():]
-    else:
-        outer = None
-    m = _STAMP.match(text) or _GPU_ID.match(text)
+        if at is None:
+            at = clock.local(m.group(1), m.group(2))
+    return text, at
+
+
+def read_line(raw, clock, number=None):
+    """Strip the prefixes other tools and SGLang put before the message; date the line and
+    name the rank its prefix shows."""
+    text = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip()
+    text, at = _strip_wrappers(text, clock)
+    rank = None
+    m = _STAMP.match(text)
     if m:
-        if at is None and m.re is _STAMP:
+        if at is None:
             at = (clock.local(m.group(1), m.group(2)) if m.group(1)
                   else clock.time_only(m.group(2)))
+        rank = m.group(3).strip() or None
         text = text[m.end():]
-    if at is None and outer is not None:
-        at = clock.local(outer.group(1), outer.group(2))
-    return LogLine(raw.strip()[:LINE_LIMIT], text, at)
+    else:
+        m = _GPU_ID.match(text) or _TORCH_CPP.match(text) or _TORCH_RANK.match(text)
+        if m:
+            if m.group(1) is not None:
+                rank = ("GPU" if m.re is _GPU_ID else "rank") + m.group(1)
+            text = text[m.end():]
+    return LogLine(inert(raw.strip(), keep_newlines=False)[:LINE_LIMIT], text, at, rank,
+                   number)
 
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -329,22 +304,25 @@ def _launches(segment):
         begin = max(segment.rfind("\n", 0, at), segment.rfind("\r", 0, at)) + 1
         end = segment.find("\n", at)
         line = segment[begin:end if end >= 0 else len(segment)]
-        if _RUN_START.match(read_line(line, _Clock(0)).message):
+        if _RUN_START.match(read_line(line[:READ_LINE_LIMIT], _Clock(0)).message):
             starts.append(begin)
         at = segment.find("server_args=", at + 1)
     return [starts[i] for i in range(1, len(starts))
             if _PROGRESSED.search(segment, starts[i - 1], starts[i])]
 
 
+def run_offset(text):
+    """Where the last start's part of the log begins: after the last supervisor separator
+    and, where one log holds several launches without separators (docker logs of a restarted
+    container, a service appending to its log), at the last launch's `server_args=` line."""
+    at = max(0, text.rfind(RUN_SEPARATOR))
+    cuts = _launches(text[at:])
+    return at + cuts[-1] if cuts else at
+
+
 def current_run(text):
-    """The part of the log written by the last start: after the last supervisor separator and,
-    where one log holds several launches without separators (docker logs of a restarted
-    container, a service appending to its log), from the last launch's `server_args=` line."""
-    at = text.rfind(RUN_SEPARATOR)
-    if at >= 0:
-        text = text[at:]
-    cuts = _launches(text)
-    return text[cuts[-1]:] if cuts else text
+    """The part of the log written by the last start."""
+    return text[run_offset(text):]
 
 
 def count_runs(text):
@@ -360,12 +338,18 @@ def count_runs(text):
 
 
 class _Traceback:
-    """An open traceback: its header's failure (if the header line named one) and frames."""
+    """An open traceback: the line that announced it (its failure kind, if it named one),
+    whether a request's error announced it, its frames, and its exception lines so far."""
 
-    def __init__(self, header, header_kind):
+    def __init__(self, header, header_kind, header_fatal, request):
         self.header = header
         self.header_kind = header_kind
+        self.header_fatal = header_fatal
+        self.request = request
         self.launch = False
+        self.frames = 0
+        self.exceptions = []  # (line, text, kind or None, fatal, phase)
+        self.failure = None  # the failure it was said as, once closed
 
 
 class _Parser:
@@ -375,6 +359,7 @@ class _Parser:
         self.phase = "launching"
         self.entered_by = None  # the event that entered the current phase
         self.step = None  # capture sub-step
+        self.done_steps = set()  # capture sub-steps whose end was logged
         self.phase_at = None
         self.capture_at = None  # when capture began, kept across its sub-steps
         self.last_at = None
@@ -388,6 +373,11 @@ class _Parser:
         self.failures_total = 0
         self.timeline = []
         self.traceback = None
+        self.chained = None  # a closed traceback that a chained one continues
+        self.after_request_error = False
+        self.stop = None  # the line of a requested stop (SIGTERM), once seen
+        self.decode_lines = 0
+        self.lines_from = "file"  # what line numbers count from
         self.error_lines = deque(maxlen=10)
         self.last_lines = deque(maxlen=15)
 
@@ -395,15 +385,28 @@ class _Parser:
 
     def enter(self, phase, event, line, step=None):
         now, target = _PHASE_INDEX[self.phase], _PHASE_INDEX[phase]
-        if event == "capture" and self.phase == "starting_http" and \
+        if event == "capture_end":
+            self.end_capture(line, step)
+        elif event == "capture" and self.phase == "starting_http" and \
                 self.entered_by == "capture_end":
-            self._switch(phase, event, line, step, resumed=True)
+            if step not in self.done_steps:  # (else a lagging rank's bar for a finished step)
+                self._switch(phase, event, line, step, resumed=True)
         elif target > now:
             self._switch(phase, event, line, step)
-        elif phase == self.phase == "capturing_cuda_graph" and step and step != self.step:
+        elif phase == self.phase == "capturing_cuda_graph" and step and step != self.step \
+                and step not in self.done_steps:
             self.step = step  # the next sub-step of capture
             self.bar = None
             self._row(line)
+
+    def end_capture(self, line, step):
+        """A capture sub-step's end: it leaves capture when it ends the sub-step under way
+        (another rank's end of a sub-step already left says nothing new)."""
+        self.done_steps.add(step)
+        if self.phase == "capturing_cuda_graph" and self.step not in (None, step):
+            return  # a lagging rank ends the sub-step before the one under way
+        if _PHASE_INDEX["starting_http"] > _PHASE_INDEX[self.phase]:
+            self._switch("starting_http", "capture_end", line, None)
 
     def _switch(self, phase, event, line, step, resumed=False):
         at = line.at if line.at is not None else self.last_at
@@ -424,14 +427,15 @@ class _Parser:
     def _row(self, line):
         self.timeline.append({"phase": self.phase, "step": self.step,
                               "at": line.at if line.at is not None else self.last_at,
-                              "line": line.raw[:300], "progress": None})
+                              "line": line.raw[:300], "line_no": line.number,
+                              "progress": None})
 
     # -- line kinds
 
-    def feed(self, raw):
-        if raw.startswith(RUN_SEPARATOR):
+    def feed(self, raw, number=None):
+        if raw.startswith(RUN_SEPARATOR) or raw.startswith(GAP_MARKER):
             return
-        line = read_line(raw, self.clock)
+        line = read_line(raw, self.clock, number)
         message = line.message
         if _ACCESS.match(message):
             return  # uvicorn access lines: health probes are not the server's progress
@@ -439,7 +443,8 @@ class _Parser:
         self.last_lines.append(line.raw)
         if not self.timeline:  # the run's first line starts its launch
             self.timeline.append({"phase": "launching", "step": None, "at": line.at,
-                                  "line": line.raw[:300], "progress": None})
+                                  "line": line.raw[:300], "line_no": number,
+                                  "progress": None})
         if line.at is not None:
             if self.phase_at is None:
                 self.phase_at = line.at
@@ -447,6 +452,8 @@ class _Parser:
                 self.timeline[0]["at"] = line.at
             self.last_at = line.at
         self.last_is_bar = line.at is None
+        if failures_grammar.is_request_log(message):
+            return  # SGLang's record of a request: client data, never a failure or a phase
         bar = _BAR.match(message)
         if bar:
             self.on_bar(bar, line)
@@ -454,64 +461,147 @@ class _Parser:
         if _FRAME.match(message):
             self.on_frame(message, line)
             return
-        if self.traceback is not None and message.startswith("    "):
+        if self.traceback is not None and message.startswith((" ", "\t")):
             return  # a traceback's source line: code, not something the server said
         self.on_message(message, line)
 
     def on_message(self, message, line):
         for phase, event, pattern in _PHASE_LINES if _ANY_PHASE_LINE.search(message) else ():
             if pattern.search(message):
-                step = _capture_step(message) if event == "capture" else None
+                step = _capture_step(message) if event.startswith("capture") else None
                 self.enter(phase, event, line, step)
                 break
         if not self.cuda_graph and self.phase == "allocating_kv_cache" and \
                 _POOL_END.match(message):
             self.enter("starting_http", "enter", line)
-        kind = self.on_failure(message, line)
+        self.on_serving_load(message, line)
         if _ERRORISH.search(message):
             self.error_lines.append(line.raw)
-        if self.traceback is not None:
-            if _EXCEPTION.match(message):  # the line that ends a traceback
-                self.close_traceback(line if kind is None else False)
-            elif line.at is not None:  # the server moved on without one
-                self.close_traceback(None)
+        if self.traceback is not None and self.on_traceback_line(message, line):
+            return
+        self.after_request_error = (failures_grammar.is_request_error(message) or
+                                    (self.after_request_error and line.at is None))
+        if self.stop is None and _STOP.match(message):
+            self.stop = {"line": line.raw, "at": line.at, "line_no": line.number}
+        if self.chained is not None and _CHAINED.match(message):
+            return  # the next traceback continues the one before
+        found = self.on_failure(message, line)
         if _TRACEBACK_HEADER.search(message):
-            self.traceback = _Traceback(line, kind)
+            self.open_traceback(line, found)
+            return
+        if line.at is not None or found is not None:
+            self.chained = None  # (else the rest of a multi-line exception message)
+        if found is not None and not self.after_request_error:
+            self.add_failure(found[0], found[1], line, message)
+
+    def on_serving_load(self, message, line):
+        """Decode lines with more load than warm-up makes: the server is serving clients."""
+        m = _BATCH_LOAD.match(message)
+        if m is None or self.phase == "serving":
+            return
+        running = int(m.group(2))
+        if m.group(1) == "Decode":
+            self.decode_lines += 1
+            busy = running >= 2 or self.decode_lines > WARMUP_TOKENS
+        else:
+            busy = running >= 1  # another request runs beside the one being prefilled
+        if busy:
+            self.enter("serving", "enter", line)
 
     def on_failure(self, message, line):
-        if not _ANY_FAILURE.search(message):
-            return None
-        for kind, fatal, phase, pattern in _FAILURES:
-            if pattern.search(message):
-                self.add_failure(kind, fatal, line)
-                if phase is not None:
-                    self.enter(phase, "capture" if phase == "capturing_cuda_graph" else "enter",
-                               line, self.step)
-                return kind
-        return None
+        """(kind, fatal, phase) of a failure line, or None; enters the phase it shows."""
+        found = failures_grammar.match(message, failures_grammar.exception_message(message))
+        if found is not None and found[2] is not None and not self.after_request_error:
+            phase = found[2]
+            self.enter(phase, "capture" if phase == "capturing_cuda_graph" else "enter",
+                       line, self.step)
+        return found
 
-    def add_failure(self, kind, fatal, line):
-        self.failures_total += 1
-        self.failures.append({"kind": kind, "fatal": fatal, "line": line.raw,
-                              "at": line.at if line.at is not None else self.last_at})
+    def on_traceback_line(self, message, line):
+        """A line inside an open traceback; True when it was the traceback's."""
+        tb = self.traceback
+        if line.at is not None:  # the server moved on: a new record closes it
+            self.close_traceback()
+            return False
+        if tb.frames == 0 and not tb.exceptions and \
+                failures_grammar.exception_message(message) is None:
+            return False  # no frame yet and no exception: not a traceback's body
+        if _CHAINED.match(message):
+            return True
+        m = failures_grammar.EXCEPTION_LINE.match(message)
+        if m is None:
+            return True  # an exception's message going on over several lines
+        found = failures_grammar.match(message, m.group("msg") or "")
+        if found is not None and found[2] is not None and not tb.request:
+            self.enter(found[2], "capture" if found[2] == "capturing_cuda_graph" else "enter",
+                       line, self.step)
+        tb.exceptions.append((line, message) + (found or (None, False, None)))
+        self.close_traceback()
+        return True
 
-    def close_traceback(self, exception_line):
-        """At the exception line that ends a traceback (or the next stamped line): a traceback
-        that named no failure is reported once, by its exception line when it has one."""
-        tb, self.traceback = self.traceback, None
-        if exception_line is False or tb.header_kind is not None:
+    def open_traceback(self, line, found):
+        if self.traceback is not None:
+            self.close_traceback()
+        if self.chained is not None and found is None:
+            self.traceback, self.chained = self.chained, None
             return
-        line = exception_line or tb.header
-        if tb.launch:
-            self.add_failure("launch_exception", True, line)
+        self.chained = None
+        kind, fatal = (found[0], found[1]) if found else (None, False)
+        self.traceback = _Traceback(line, kind, fatal, self.after_request_error)
+
+    def close_traceback(self):
+        """A traceback said as one failure: the kind its final exception names when that is a
+        known one, else the kind its header named, else a launch's or a request's traceback;
+        its text is the final exception line. A chained traceback ("The above exception was
+        the direct cause ...") that follows it replaces that failure with the longer chain."""
+        tb, self.traceback = self.traceback, None
+        known = [e for e in tb.exceptions if e[2] is not None]
+        final = tb.exceptions[-1] if tb.exceptions else None
+        if known:
+            kind, fatal = known[-1][2], known[-1][3] or tb.header_fatal
+        elif tb.header_kind is not None:
+            kind, fatal = tb.header_kind, tb.header_fatal
+        elif tb.launch:
+            kind, fatal = "launch_exception", True
         else:
-            self.add_failure("traceback", False, line)
+            kind, fatal = "traceback", False
+        if tb.request:
+            fatal = False  # a request's error: the server goes on
+        if tb.failure is not None:  # the chain's earlier part, said again with its end
+            self.failures.remove(tb.failure)
+            self.failures_total -= 1
+        tb.failure = self.add_failure(kind, fatal, final[0] if final else tb.header,
+                                      tb.header.message, dated=tb.header)
+        tb.failure.update(traceback=True, exception=_said(final[1]) if final else None)
+        if final is not None and tb.exceptions[0][1] != final[1]:
+            tb.failure["chain_began_with"] = _said(tb.exceptions[0][1])
+        self.chained = tb if final is not None else None
+
+    def add_failure(self, kind, fatal, line, message, dated=None):
+        """Record one failure line (or one traceback, by its final line; dated by its
+        header)."""
+        dated = dated or line
+        failure = {"kind": kind, "fatal": fatal, "line": line.raw, "message": _said(message),
+                   "at": dated.at if dated.at is not None else self.last_at,
+                   "line_no": line.number, "lines_from": self.lines_from, "rank": dated.rank,
+                   "exception": None, "traceback": False}
+        if self.stop is not None and kind in failures_grammar.CONSEQUENCE_KINDS:
+            failure.update(fatal=False, during_stop=True)  # the stop's own exits
+        if kind == "killed" and any(f["fatal"] for f in self.failures):
+            failure["after_sglang_failure"] = True
+        self.failures_total += 1
+        self.failures.append(failure)
+        return failure
 
     def on_frame(self, message, line):
-        if self.traceback is not None and _LAUNCH_FRAME.search(message):
-            self.traceback.launch = True
+        if self.traceback is not None:
+            self.traceback.frames += 1
+            if _LAUNCH_FRAME.search(message):
+                self.traceback.launch = True
         for pattern, phase in _FRAMES:
             if pattern.search(message):
+                if self.traceback is not None and self.traceback.request:
+                    break
                 event = "capture" if phase == "capturing_cuda_graph" else "enter"
                 self.enter(phase, event, line, self.step if phase == self.phase else None)
                 break
@@ -526,21 +616,38 @@ class _Parser:
                 break
         if phase is None and not desc and self._before_capture_done():
             phase = "capturing_cuda_graph"  # a capture loop's first draw, before its label
+        step = _bar_step(unit) if phase == "capturing_cuda_graph" else None
+        if phase == "capturing_cuda_graph" and self._capture_finished(step):
+            return  # a lagging rank's bar for a sub-step whose end was logged
         if phase is not None:
             event = "capture" if phase == "capturing_cuda_graph" else "enter"
-            self.enter(phase, event, line, _bar_step(unit) if event == "capture" else None)
+            self.enter(phase, event, line, step)
         key = (unit, total)
         last = self._bar_done.get(key, 0)
         self.ticks += done - last if done >= last else done
         self._bar_done[key] = done
+        shown = self._shown_count(done, total, unit)
         if phase == "loading_weights":
-            self.shards = [done, total]
+            self.shards = [shown, total]
         elif phase == "capturing_cuda_graph":
-            self.capture = [done, total]
+            self.capture = [shown, total]
         if phase is None or phase == self.phase:
-            self.bar = (done, total, unit)
+            self.bar = (shown, total, unit)
             if self.timeline:
-                self.timeline[-1]["progress"] = {"done": done, "total": total, "unit": unit}
+                self.timeline[-1]["progress"] = {"done": shown, "total": total, "unit": unit}
+
+    def _shown_count(self, done, total, unit):
+        """The count a sub-step shows: the highest its bar reached (ranks draw the same bar;
+        a lagging rank's 1/2 after a printed 2/2 is not a step back)."""
+        if self.bar is not None and self.bar[1:] == (total, unit) and self.bar[0] > done:
+            return self.bar[0]
+        return done
+
+    def _capture_finished(self, step):
+        finished = self.phase == "starting_http" and self.entered_by == "capture_end"
+        if finished and (step is None or step in self.done_steps):
+            return True
+        return step is not None and step in self.done_steps and step != self.step
 
     def _before_capture_done(self):
         index = _PHASE_INDEX[self.phase]
@@ -549,10 +656,14 @@ class _Parser:
 
     def result(self):
         if self.traceback is not None:
-            self.close_traceback(None)
-        failures = self.failures
-        if len(failures) > 40:  # the first lines are the cause, the last the latest state
-            failures = failures[:25] + failures[-15:]
+            self.close_traceback()
+        folded = failures_grammar.fold(self.failures)
+        if len(folded) > 40:  # the first lines are the cause, the last the latest state
+            folded = folded[:25] + folded[-15:]
+        cause = failures_grammar.cause(folded)
+        if cause is not None:
+            cause = dict(cause, said=failures_grammar.said(cause),
+                         hint=failures_grammar.hint(cause, self.phase))
         progress = None
         if self.bar is not None:
             progress = {"done": self.bar[0], "total": self.bar[1], "unit": self.bar[2]}
@@ -565,12 +676,18 @@ class _Parser:
             "progress_ticks": self.ticks,
             "shards": self.shards,
             "capture": self.capture,
-            "failures": failures,
+            "failures": folded,
             "failures_total": self.failures_total,
-            "fatal": any(f["fatal"] for f in self.failures),
+            "fatal": any(f["fatal"] for f in folded),
+            # The failure that ended the server, said once (`said`), with what to do (`hint`).
+            "cause": cause,
+            # A requested stop's line (SIGTERM, graceful exit), when the log has one.
+            "stop": self.stop,
             "meaningful_lines": self.meaningful,
-            # Epoch seconds of the line that entered the phase (capture: its first sub-step)
-            # and of the last dated line; whether the last meaningful line is an undated bar.
+            # Epoch seconds, as the log's own stamps say, of the line that entered the phase
+            # (capture: its first sub-step) and of the last dated line; whether the last
+            # meaningful line is an undated bar. Shown, never used to judge time: the gate
+            # measures time on the node's monotonic clock.
             "phase_started_at": self.phase_at,
             "last_line_at": self.last_at,
             "last_line_is_bar": self.last_is_bar,
@@ -578,6 +695,10 @@ class _Parser:
             "error_lines": list(self.error_lines),
             "last_lines": list(self.last_lines),
         }
+
+
+def _said(text):
+    return inert(text, keep_newlines=False)[:LINE_LIMIT]
 
 
 def _capture_step(message):
@@ -597,18 +718,45 @@ def _bar_step(unit):
             "piecewise shapes": "piecewise"}.get(unit)
 
 
-def parse_log(text, cuda_graph=True, now=None):
+def gap_line(skipped):
+    """The line that stands for `skipped` bytes a bounded read left out."""
+    return "\n%s%d bytes of the log not read ~~~~~\n" % (GAP_MARKER, skipped)
+
+
+def _parts(text, lines_from):
+    """(text, first line number, what the numbers count from) of the current run's parts:
+    one, or the head and the tail of a log read with a gap between them."""
+    at = text.find(GAP_MARKER)
+    if at < 0:
+        offset = run_offset(text)
+        return [(text[offset:], 1 + text.count("\n", 0, offset), lines_from)]
+    head, tail = text[:at], text[text.find("\n", at) + 1:]
+    tail_label = "the part read after the gap"
+    offset = run_offset(tail)
+    if offset > 0 or tail.lstrip("\n").startswith(RUN_SEPARATOR):  # the run began in the tail
+        return [(tail[offset:], 1 + tail.count("\n", 0, offset), tail_label)]
+    offset = run_offset(head)
+    return [(head[offset:], 1 + head.count("\n", 0, offset), lines_from),
+            (tail, 1, tail_label)]
+
+
+def parse_log(text, cuda_graph=True, now=None, lines_from="file"):
     """Phase, progress and failures of the current run of one server log. `now` dates
-    time-only stamps when the log has no full date (default: the current time)."""
+    time-only stamps when the log has no full date (default: the current time).
+    `lines_from` says what the text's line numbers count from: "file" when it is the whole
+    file, else e.g. "this run" (read from where the run began)."""
     parser = _Parser(cuda_graph, now)
-    for raw in split_lines(current_run(text)):
-        parser.feed(raw)
+    for part, first, label in _parts(text, lines_from):
+        parser.lines_from = label
+        for number, raw in numbered_lines(part, first):
+            parser.feed(raw, number)
     return parser.result()
 
 
 def fatal_failures(parsed, since=None):
     """The fatal failures of a parsed run, leaving out lines dated before `since` (epoch
-    seconds): a log appended to across restarts without separators keeps older runs' lines."""
+    seconds, by the log's own stamps): only for a log read as a whole, where an earlier run
+    without a separator may remain. The gate reads from the start's byte offset instead."""
     out = []
     for failure in parsed["failures"]:
         if not failure["fatal"]:

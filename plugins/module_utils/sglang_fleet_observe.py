@@ -17,17 +17,20 @@ from urllib.request import Request, urlopen
 try:
     from ansible.module_utils import sglang_fleet_gpu as gpu
     from ansible.module_utils import sglang_fleet_logphase as logphase
+    from ansible.module_utils import sglang_fleet_logread as logread
     from ansible.module_utils import sglang_fleet_procs as procs
     from ansible.module_utils import sglang_fleet_vocab as vocab
     from ansible.module_utils.sglang_fleet_files import read_json
+    from ansible.module_utils.sglang_fleet_service import launch_errors
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_gpu as gpu
     from sglang_fleet_node import sglang_fleet_logphase as logphase
+    from sglang_fleet_node import sglang_fleet_logread as logread
     from sglang_fleet_node import sglang_fleet_procs as procs
     from sglang_fleet_node import sglang_fleet_vocab as vocab
     from sglang_fleet_node.sglang_fleet_files import read_json
+    from sglang_fleet_node.sglang_fleet_service import launch_errors
 
-LOG_TAIL_BYTES = 8 << 20
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 _OOM = re.compile(r"Out of memory: Killed process (\d+)|oom-kill:.*pid=(\d+)")
 
@@ -44,15 +47,15 @@ def process_io(pid):
     return out
 
 
-def read_log(path):
+def read_log(path, start=0):
+    """(text, modification time or None, what line numbers count from) of the log from byte
+    `start` (where the current run began, when the state file records it): its first
+    logread.HEAD_BYTES and last logread.TAIL_BYTES at most."""
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            if size > LOG_TAIL_BYTES:
-                f.seek(size - LOG_TAIL_BYTES)
-            return f.read().decode("utf-8", "replace"), os.path.getmtime(path)
-    except (OSError, IOError):
-        return "", None
+        read = logread.read_bounded(path, start=start)
+    except logread.LogUnreadable:
+        return "", None, "file"
+    return read.text, read.mtime, "file" if not start else "this run"
 
 
 def port_open(host, port, timeout=1.0):
@@ -210,6 +213,22 @@ def _wait_for_exit(p, state, session, unit):
         time.sleep(0.2)
 
 
+def _read_run(p, state):
+    """The current run's log, parsed, and its file's modification time."""
+    text, mtime, lines_from = read_log(p["log_file"], start=state.get("log_offset") or 0)
+    log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True), now=mtime,
+                             lines_from=lines_from)
+    return log, mtime
+
+
+def _recorded_stop(state):
+    """The stop the state file records for the last start (stop.yml, a recovery), or None."""
+    stopped, started = state.get("stopped_at"), state.get("started_at")
+    if stopped is None or state.get("pid") is not None or (started and stopped < started):
+        return None
+    return {"at": stopped, "by": state.get("stopped_by")}
+
+
 def observe(p, health_answered=False):
     """One observation; `p` holds the module's parameters. `health_answered`: /health answered
     200 just before it (the gate's wait between observations), so it is not asked again: a
@@ -219,18 +238,15 @@ def observe(p, health_answered=False):
     session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
     unit = p.get("unit_name") if p["manager"] == "systemd" else None
     main_alive, members = _members(p, state, session, unit)
-    text, mtime = read_log(p["log_file"])
-    log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True), now=mtime)
+    log, mtime = _read_run(p, state)
     started_at = state.get("started_at")
-    if main_alive and logphase.fatal_failures(log, since=started_at):
+    if main_alive and logphase.fatal_failures(log):
         # SGLang tears its process tree down right after a fatal line: a moment's wait lets
         # the verdict carry the exit status (with dp_size > 1 it may never come).
         main_alive, members = _wait_for_exit(p, state, session, unit)
-        text, mtime = read_log(p["log_file"])
-        log = logphase.parse_log(text, cuda_graph=p.get("cuda_graph", True), now=mtime)
-    # The last thing the server did: a bar redraw has no timestamp, the file's mtime dates it.
-    activity = mtime if log["last_line_is_bar"] and mtime else log["last_line_at"]
-
+        log, mtime = _read_run(p, state)
+    wall = time.time()
+    current_boot = procs.boot_id()
     obs = {
         "run_id": started_at,
         "started": started_at is not None,
@@ -238,10 +254,19 @@ def observe(p, health_answered=False):
         "processes": members,
         "main_alive": main_alive,
         "log": log,
-        "last_log_activity": activity,
-        "phase_started_at": log["phase_started_at"],
+        # Ages on the node's own clock (a file's mtime against the time now), for an
+        # observer without history; the log's printed stamps are never used for time.
+        "log_age_s": wall - mtime if mtime else None,
+        "run_age_s": wall - started_at if started_at else None,
+        "wall_now": wall,
+        "boot_id": current_boot,
+        "boot_changed": bool(not main_alive and state.get("boot_id") and current_boot
+                             and state["boot_id"] != current_boot),
+        "stopped": None if main_alive else _recorded_stop(state),
         "serves_http": p["serves_http"],
         "exit_status": None if main_alive else exit_status(p["state_file"], p["manager"], unit),
+        "launch_errors": launch_errors(p["state_file"]) if p["manager"] == "supervisor"
+        else [],
     }
     # Asked after the log was read, never before: an answer older than the log could pair a
     # 503 from a server still starting with a log that says it is serving.
@@ -266,5 +291,10 @@ def observe(p, health_answered=False):
         obs["xids"], obs["oom_kills"] = xids, ooms
     if probe is not None:
         obs.update(probe.result())
+    if obs.get("health") == 200 and main_alive and logphase.fatal_failures(log):
+        # The log reads as a failure while /health answers: ask again, generating a token,
+        # before anything is judged crashed on a line of text.
+        obs["health_generate"] = http_status(
+            "http://%s:%d/health_generate" % (p["host"], p["port"]), p["health_timeout"])
     obs["observed_at"] = time.time()
     return obs

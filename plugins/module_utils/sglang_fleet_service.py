@@ -34,6 +34,8 @@ except ImportError:  # imported by the controller package or its tests, outside 
 #   config_hash              the LaunchSpec's 12-hex config hash of the running configuration
 #   digest                   digest of the launch files (internal, for restart decisions)
 #   started_at, stopped_at   epoch seconds
+#   stopped_by               who stopped it (stop.yml, a recovery), with stopped_at
+#   log_offset               the log's size just before the start: the run's lines follow it
 #   marker, user, manager    deployment marker, service user, service manager
 # The LaunchSpec that was started is kept beside it (running_spec_file, mode 0600).
 # After the server exits, the supervisor's wrapper writes one newline to the log with bash, so
@@ -185,6 +187,7 @@ class Supervisor(object):
             as_user = dict(user=self.uid, group=self.gid,
                            extra_groups=[g.gr_gid for g in grp.getgrall()
                                          if self.user_name in g.gr_mem])
+        offset = procs.log_size(self.log_file)
         try:
             # Never through a link (the start checks refuse one; this closes the race).
             fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT
@@ -206,25 +209,35 @@ class Supervisor(object):
             "pid": child.pid, "pid_start": ident.get("start_ticks"),
             "boot_id": ident.get("boot_id"), "digest": digest, "config_hash": config_hash,
             "started_at": time.time(), "marker": self.marker, "user": self.user,
-            "manager": "supervisor"})
+            "manager": "supervisor", "log_offset": offset})
         # Detached: the server outlives this module; init reaps it.
         child.returncode = 0
         return child.pid
 
-    def stop(self, timeout):
+    def stop(self, timeout, by=None):
         report = procs.stop_deployment(self.marker, timeout, uid=self.uid,
                                        node_rank=self.node_rank, log_file=self.log_file,
                                        **procs.recorded_session(self._state()))
-        _mark_stopped(self.state_file)
+        _mark_stopped(self.state_file, by)
         return report
 
 
-def _mark_stopped(state_file):
-    # Keep the record (start time, digest): shm cleanup dates the last run by it.
+def _mark_stopped(state_file, by=None):
+    # Keep the record (start time, digest): shm cleanup dates the last run by it. Who stopped
+    # it is what the gate says of a server that is not running ("stopped by stop.yml").
     state = read_json(state_file)
     if state is not None:
-        state.update(pid=None, stopped_at=time.time())
+        state.update(pid=None, stopped_at=time.time(), stopped_by=by)
         write_json_atomic(state_file, state)
+
+
+def record_stop(state_file, by):
+    """Record a stop of a server found not running (it had exited): its last start was
+    stopped on purpose all the same. A stop already recorded keeps its time."""
+    state = read_json(state_file)
+    if state is not None and not (state.get("stopped_at") and state.get("pid") is None
+                                  and state["stopped_at"] >= (state.get("started_at") or 0)):
+        _mark_stopped(state_file, by)
 
 
 class Systemd(object):
@@ -280,14 +293,16 @@ class Systemd(object):
             self._systemctl("daemon-reload")
         if self._props("UnitFileState").get("UnitFileState") != "enabled":
             self._systemctl("enable", self.unit)
+        offset = procs.log_size(self.log_file) if self.log_file else 0
         self._systemctl("restart", self.unit)
         write_json_atomic(self.state_file, {"digest": digest, "config_hash": config_hash,
                                              "started_at": time.time(), "marker": self.marker,
                                              "user": self.user, "manager": "systemd",
-                                             "unit": self.unit})
+                                             "unit": self.unit, "log_offset": offset,
+                                             "boot_id": procs.boot_id()})
         return self.status()["pid"]
 
-    def stop(self, timeout):
+    def stop(self, timeout, by=None):
         escalated = None
         if self.node_rank:
             # systemctl stop would wait out TimeoutStopSec on a rank that only logs SIGTERM.
@@ -304,5 +319,5 @@ class Systemd(object):
         report = procs.stop_deployment(self.marker, timeout, unit=self.unit, uid=self.uid,
                                        node_rank=self.node_rank, log_file=self.log_file)
         report["escalated"] = report["escalated"] or escalated
-        _mark_stopped(self.state_file)
+        _mark_stopped(self.state_file, by)
         return report

@@ -21,8 +21,9 @@ STALLED = "stalled"
 CRASHED = "crashed"
 UNHEALTHY = "unhealthy"
 GPU_FAULT = "gpu_fault"
+STOPPED = "stopped"  # by an operator or the toolkit (recorded), or by a SIGTERM the log shows
 ABSENT = "absent"
-VERDICTS = (READY, PROGRESSING, STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
+VERDICTS = (READY, PROGRESSING, STALLED, CRASHED, UNHEALTHY, GPU_FAULT, STOPPED, ABSENT)
 # Verdicts that end a gate: the host failed and goes to recovery.
 FAILED_VERDICTS = (STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
 
@@ -30,11 +31,38 @@ FAILED_VERDICTS = (STALLED, CRASHED, UNHEALTHY, GPU_FAULT, ABSENT)
 def verdict_phrase(verdict, phase):
     """A verdict as words, with the phase only where it says where the server is:
     'stalled in capturing_cuda_graph', 'unhealthy while serving', 'absent', 'ready'."""
-    if verdict in (READY, PROGRESSING, ABSENT) or not phase:
+    if verdict in (READY, PROGRESSING, ABSENT, STOPPED) or not phase:
         return str(verdict)
     if phase == "serving":
         return "%s while serving" % verdict
     return "%s in %s" % (verdict, phase)
+
+
+# Why a server failed (DESIGN.md "Cause"): only a configuration cause changes the
+# configuration; the others are recovered on the same one, with the cause named.
+CONFIGURATION = "configuration"  # a Rule or a flag: change the configuration
+ENVIRONMENT = "environment"  # disk, host memory, the node rebooted: fix the node
+EXTERNAL = "external"  # someone else's signal, a frozen process: same configuration
+HARDWARE = "hardware"  # a GPU fault
+CAUSES = (CONFIGURATION, ENVIRONMENT, EXTERNAL, HARDWARE)
+
+# What a phase waits on, for a stall's advice.
+WAITS_ON = {
+    "launching": "torch.distributed and NCCL set-up between all ranks (every node of a "
+                 "multi-node group must have started and reach --dist-init-addr)",
+    "loading_weights": "reading the checkpoint from disk or the network",
+    "allocating_kv_cache": "profiling GPU memory on every rank (one rank held in a collective "
+                           "holds the others)",
+    "capturing_cuda_graph": "running and recording each batch size on every rank, with "
+                            "collectives between the ranks (first-run kernel compiles can take "
+                            "minutes)",
+    "starting_http": "the tokenizer and detokenizer processes and the HTTP server",
+    "warming_up": "the warm-up request's generation through every rank",
+}
+# Phases whose hang is most often a collective between ranks.
+COLLECTIVE_PHASES = ("launching", "allocating_kv_cache", "capturing_cuda_graph", "warming_up")
+NCCL_DEBUG_ENV = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
+                  "TORCH_NCCL_DUMP_ON_TIMEOUT=1")
 
 
 def duration_text(seconds):

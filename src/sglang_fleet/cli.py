@@ -51,6 +51,7 @@ from sglang_fleet.summary import (
     write_private,
     write_summary,
 )
+from sglang_fleet_node.sglang_fleet_text import inert
 from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
 
 RENDER_TASK = "Show the rendered files (secrets masked)"
@@ -61,7 +62,8 @@ class UsageError(Exception):
 
 
 def say(text: str = "") -> None:
-    print(text, flush=True)
+    """A line of the CLI's output; what came from a node in it is shown inert."""
+    print(inert(text), flush=True)
 
 
 def run_folder(args: argparse.Namespace, command: str) -> Path:

@@ -33,7 +33,8 @@ def gate_result(action: str, res: dict[str, Any]) -> dict[str, Any] | None:
 
 def _verdict(res: dict[str, Any]) -> dict[str, Any]:
     return {k: res.get(k) for k in ("verdict", "phase", "reason", "progress_text", "headline",
-                                    "evidence")}
+                                    "evidence", "cause", "failure", "advice", "stopped_by",
+                                    "stopped_at")}
 
 
 def stage_of(data: dict[str, Any]) -> str | None:

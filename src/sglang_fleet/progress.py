@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from sglang_fleet.outcomes import REFUSED_RUN_TASK, gate_result, stage_of
 from sglang_fleet.reasons import group_by_reason, hosts_text, without_host
 from sglang_fleet_node.sglang_fleet_classify import progressing_reason
+from sglang_fleet_node.sglang_fleet_text import inert
 from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING, duration_text, verdict_phrase
 
 HEARTBEAT_S = 30.0  # SGLANG_FLEET_PROGRESS_INTERVAL overrides it
@@ -276,7 +277,8 @@ class Progress:
             if not line.text:
                 continue
             prefix = f"{line.prefix} " if line.prefix else ""
-            self.out.write("\x1b[2K" + f"{host:<16} {prefix}{line.text}"[:width] + "\n")
+            text = inert(f"{host:<16} {prefix}{line.text}", keep_newlines=False)
+            self.out.write("\x1b[2K" + text[:width] + "\n")
         self.drawn = sum(1 for line in self.hosts.values() if line.text)
         self.last_output = self.clock()
         self.out.flush()
@@ -286,5 +288,7 @@ class Progress:
             play, self.play = self.play, ""
             self.emit(f"PLAY {play}")
         self.last_output = self.clock()
-        self.out.write(self.indent + line + "\n")
+        # Every byte from a node is shown as text: a log line's escape sequences never reach
+        # the terminal.
+        self.out.write(self.indent + inert(line) + "\n")
         self.out.flush()

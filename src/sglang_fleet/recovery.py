@@ -11,6 +11,7 @@ from typing import Any
 from sglang_fleet.reasons import counted
 from sglang_fleet.rules import matching_rules
 from sglang_fleet.spec import PREFIX, public_settings
+from sglang_fleet_node import sglang_fleet_vocab as vocab
 
 # Settings that say where a server runs, how it is reached or how it is watched, not what
 # runs: recovery never changes them, and they never make two configurations differ.
@@ -23,8 +24,12 @@ NOT_CONFIGURATION = tuple(PREFIX + name for name in (
 # Why a server failed, as far as choosing its next configuration goes.
 AFTER_READY = "after_ready"  # it was ready on this configuration and failed later
 HARDWARE = "hardware"  # a GPU fault: the hardware's, not the configuration's
+ENVIRONMENT = vocab.ENVIRONMENT  # the node's fault (disk, host memory, a reboot)
+EXTERNAL = vocab.EXTERNAL  # someone else's signal, a frozen process
 START_UP = "start_up"  # it never became ready on this configuration
 REPEATED = "repeated"  # it failed on this configuration before, within the window
+# Causes that restart the configuration that ran: only a configuration fault changes it.
+SAME_CONFIGURATION = (AFTER_READY, HARDWARE, ENVIRONMENT, EXTERNAL)
 
 
 def recent_recoveries(ledger: list[dict[str, Any]], host: str, window_s: float,
@@ -72,6 +77,15 @@ def failure_cause(verdict: dict[str, Any], config_hash: str | None,
     """(cause, why): a configuration fault (START_UP, REPEATED) or a fault of the running
     server (AFTER_READY, HARDWARE), judged from the verdict's phase and the ledger."""
     name, phase = verdict.get("verdict"), verdict.get("phase")
+    cause = verdict.get("cause")
+    if cause in (ENVIRONMENT, EXTERNAL):
+        # The node's fault or someone else's signal: the same configuration comes back,
+        # however often (the crash-loop guard bounds the tries).
+        detail = (verdict.get("failure") or {}).get("said") or verdict.get("reason") or name
+        whose = ("it is the node's fault, not the configuration's" if cause == ENVIRONMENT
+                 else "it came from outside SGLang (a signal, a stopped process), not from the "
+                      "configuration")
+        return cause, f"{whose} ({name} in {phase}: {detail})"
     before = [e for e in recent_recoveries(ledger, host, window_s, now)
               if config_hash and e.get("config_hash") == config_hash]
     if before:
@@ -100,6 +114,8 @@ def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
     run's extra variables); `running` is what ran and failed, as the node recorded it
     ({config_hash, settings, facts}; either may be missing). A first failure of a server
     that was ready on its configuration (or a GPU fault) restarts that same configuration.
+    A fault of the node or from outside (the verdict's `cause`: environment, external)
+    restarts the same configuration too, even when it repeats or a Rule matches.
     A start-up failure or a repeated one goes down the chain: revert to the host's last known
     good when what ran differs from it, else the matching Rule's fix, else the next untried
     fallback. The choice carries its path (`source`), its `reason` and `why` it was taken.
@@ -113,7 +129,7 @@ def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
     base = {"failed_config": run_hash, "cause": cause, "why": why}
     effective = effective_settings(settings)
 
-    if cause in (AFTER_READY, HARDWARE):
+    if cause in SAME_CONFIGURATION:
         overrides = overrides_to_reach(run_settings, settings) if run_settings else {}
         return {**base, "overrides": overrides, "source": "restart", "config_hash": run_hash,
                 "reason": f"restart on the same configuration {run_hash}"}
@@ -167,6 +183,8 @@ def proposed_rules(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for e in ledger:
         if e.get("kind") != "recovery" or not e.get("facts"):
             continue
+        if e.get("cause") in (ENVIRONMENT, EXTERNAL, HARDWARE):
+            continue  # the node's fault, not the configuration's: no Rule to learn
         key = json.dumps([e["facts"], e.get("verdict"), e.get("phase")], sort_keys=True)
         counts[key] += 1
         examples[key] = e

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from sglang_fleet.advice import operator_stopped
 from sglang_fleet.outcomes import INTERRUPTED, NOT_OBSERVED, STAGES, HostOutcome
 from sglang_fleet.reasons import counted, group_by_reason, hosts_text, shorten, without_host, wrap
+from sglang_fleet_node.sglang_fleet_text import inert
 from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
 
 EXIT_OK = 0  # every host ready (or its command succeeded)
@@ -27,6 +30,8 @@ EXIT_CODES = {EXIT_OK: "ok", EXIT_HOSTS_FAILED: "hosts failed", EXIT_USAGE: "usa
 def judge_readiness(outcomes: dict[str, HostOutcome]) -> None:
     """For commands that observe (health, watch): a server that is not ready fails its host."""
     for o in outcomes.values():
+        if o.status == "ok" and o.verdict and operator_stopped(o.verdict):
+            continue  # stopped on purpose (stop.yml): said as stopped, not a failure
         if o.status == "ok" and o.verdict and o.verdict_name != "ready":
             v = o.verdict
             o.status = "failed"
@@ -71,6 +76,10 @@ def host_record(o: HostOutcome) -> dict[str, Any]:
     record = {
         "status": o.status, "verdict": o.verdict_name, "phase": v.get("phase"),
         "reason": v.get("reason"), "progress": v.get("progress_text"),
+        # Why it failed: configuration, environment, external or hardware, and the failure
+        # the verdict rests on in one line (the exception's own final line, ranks, log line).
+        "cause": v.get("cause"), "failure": (v.get("failure") or {}).get("said"),
+        "advice": v.get("advice"),
         "evidence": o.evidence, "message": o.message if o.status != "ok" else "",
         "failed_task": o.failed_task if o.status != "ok" else "",
         "last_stage": o.last_stage, "last_task": o.last_task,
@@ -114,6 +123,8 @@ def _failure_text(host: str, stage: str, o: HostOutcome, message: str) -> str:
     if v and stage in ("health", "recover"):
         lines.append(f"verdict: {verdict_phrase(v.get('verdict'), v.get('phase'))}: "
                      f"{v.get('reason')}")
+        if v.get("cause"):
+            lines.append(f"cause: {v['cause']}")
     if o.evidence:
         lines.append(f"evidence: {o.evidence}")
     lines.append(message)
@@ -126,10 +137,14 @@ def junit_document(suite_name: str, seconds: float,
     suite = ET.Element("testsuite", name=suite_name, time=str(seconds))
     failures = 0
     for classname, name, text, message in cases:
-        case = ET.SubElement(suite, "testcase", classname=classname, name=name)
+        case = ET.SubElement(suite, "testcase", classname=inert(classname, False),
+                             name=inert(name, False))
         if text is not None:
             failures += 1
-            ET.SubElement(case, "failure", message=message[:200]).text = text
+            # Node text made inert: control characters shown as \x1b, never written raw (XML
+            # 1.0 cannot hold them, and a CI page would render them).
+            ET.SubElement(case, "failure", message=inert(message[:200], keep_newlines=False)
+                          ).text = inert(text)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     root = ET.Element("testsuites")
@@ -176,6 +191,8 @@ def failure_reason(record: dict[str, Any]) -> str:
         return message or record["status"]
     if "Fix:" in message.split("\n", 1)[0]:
         return message.split("\n", 1)[0]  # the verdict with what to do (health.yml)
+    if re.search(r"^Fix: ", message, re.M):
+        return message  # a failure block: verdict, cause, next step, fix, evidence
     return f"{verdict_phrase(record['verdict'], record['phase'])}: {record['reason']}"
 
 
@@ -218,7 +235,7 @@ def host_table(summary: dict[str, Any], width: int | None = None) -> str:
             table.append(f"  {hosts_text(hosts)}{same}:")
             table += (wrap("\n".join(lines), width=width, indent="    ", more="      ")
                       if width else ["    " + x for x in lines])
-    return "\n".join(table)
+    return inert("\n".join(table))
 
 
 def write_private(path: Path, text: str) -> None:

@@ -68,10 +68,14 @@ def test_crash_at_start_reports_exit_status_and_error_lines(failing_fleet):
     out = failing_fleet.run.output
     # As SGLang 0.5.23 does, the main process kills itself (SIGKILL: 128 + 9) once a child
     # reports its failure.
-    assert verdict_line(out, "sim-node-3").startswith(
-        "sim-node-3: crashed in launching: the server exited (status 137)")
+    # The cause first, once, with the ranks that printed it and its log line.
+    line = verdict_line(out, "sim-node-3")
+    assert re.match(r"sim-node-3: crashed in launching: TP[\d,-]+: RuntimeError: simulated "
+                    r"crash \(SGLANG_SIM_FAULT\) \(log line \d+\); the server exited \(status "
+                    r"137, SIGKILL\)$", line), line
     block = out[out.index("sim-node-3: crashed"):][:3000]
     assert "Scheduler hit an exception" in block
+    assert "Fix: recover it (sglang-fleet recover --limit sim-node-3" in block
 
 
 def test_cuda_oom_at_kv_allocation_is_a_crash_with_the_oom_line(failing_fleet):
@@ -126,18 +130,21 @@ def test_slow_but_steady_load_is_never_called_stalled(mixed_fleet):
 
 
 def test_health_playbook_prints_one_line_per_host(mixed_fleet):
-    """One line per host; the hosts whose server is not ready fail, with what to do."""
+    """One line per ready host; one block per host whose server is not ready: its verdict,
+    cause, next step and fix."""
     run = run_playbook("playbooks/health.yml", mixed_fleet.inventory, mixed_fleet.extra)
     assert run.rc == 2, run.output[-3000:]
     assert run.failed_hosts() == {"sim-node-1", "sim-node-2"}
     task = run.output[run.output.index("TASK [One line per host"):]
-    lines = task[:task.index("PLAY RECAP")].strip().splitlines()[1:]
-    assert len(lines) == 3, lines
-    assert re.search(r"^fatal: \[sim-node-1\]: FAILED! => sim-node-1: unhealthy while serving: "
-                     r"serving, but /health.*\. Fix: recover it \(sglang-fleet recover "
-                     r"--limit sim-node-1, ", task, re.M)
-    assert re.search(r"^fatal: \[sim-node-2\]: FAILED! => sim-node-2: gpu_fault in "
-                     r"capturing_cuda_graph: Xid 79", task, re.M)
+    task = task[:task.index("PLAY RECAP")]
+    assert re.search(r"^fatal: \[sim-node-1\]: FAILED! =>\n    sim-node-1: unhealthy while "
+                     r"serving: serving, but /health answered 503\n    Next: py-spy dump the "
+                     r"scheduler processes.*\n    Fix: recover it \(sglang-fleet recover "
+                     r"--limit sim-node-1, ", task, re.M), task
+    assert re.search(r"^fatal: \[sim-node-2\]: FAILED! =>\n    sim-node-2: gpu_fault in "
+                     r"capturing_cuda_graph: Xid 79 .*\n    Cause: hardware .*\n    Next: "
+                     r"NVIDIA's action for Xid 79: reboot or power-cycle the node\n    Fix: "
+                     r"recover it .*; if the GPU stays faulty, drain the node$", task, re.M), task
     assert "ok: [sim-node-3] => sim-node-3: ready: /health answered 200" in task
 
 

@@ -113,11 +113,15 @@ def test_a_reused_pid_is_never_trusted_by_gate_stop_recover_or_deploy(
     assert f"process {nobody.pid} (uid 65534" in stop.output
     assert "does not run as the service user root: not signalled" in stop.output
 
+    # Stopped on purpose: recover leaves it stopped (and the unrelated session alone); a
+    # deploy starts it again.
     recover = run_playbook("playbooks/recover.yml", one_node.inventory,
                            {**extra, "sglang_recover_on_failure": True})
     assert recover.rc == 0, recover.output[-4000:]
-    assert f"{host}: recovered:" in recover.output
+    assert f"{host}: stopped, nothing to recover" in recover.output
     assert session_pids(recorded) == unrelated, "recover killed the unrelated session"
+    assert one_node.deploy().rc == 0
+    assert session_pids(recorded) == unrelated, "deploy killed the unrelated session"
     assert http_status(one_node.url(host) + "/health") == 200
 
     # Once more for deploy: the recovered server crashes and its new PID is reused too.

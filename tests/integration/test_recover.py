@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -136,6 +137,14 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(ready_node, tmp_pat
         assert "sglang::scheduler_TP0" in table and "sglang::detokenizer" in table
         dumps = list(bundle.glob("py-spy-*.txt"))
         assert len(dumps) >= 10 and any("hang" in d.read_text() for d in dumps)
+        # py-spy reads Python: the launch script's shell is listed, not dumped.
+        shells = [int(row.split()[0]) for row in table.splitlines()
+                  if row.split()[4:5] == ["/bin/sh"]]
+        assert shells and not any((bundle / f"py-spy-{pid}.txt").exists() for pid in shells)
+        # The fetch of the bundle is one line, and the recovery says where the bundle is.
+        assert re.search(r"changed: \[sim-node-1\] => \d+ files fetched into \S+", out)
+        assert "(item=py-spy" not in out
+        assert f"Evidence: {bundle}" in " ".join(out.split())
         spec = json.loads((bundle / "launch_spec.json").read_text())
         assert spec["facts"]["attention_backend"] == "flashinfer"
         assert "No Xid" in (bundle / "kernel.txt").read_text() or \
@@ -380,11 +389,13 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(ready_node):
         procs.signal_pids(frozen, signal.SIGCONT)
     assert run.rc == 0, run.output[-4000:]
     out = words(run.output)
-    assert (f"sim-node-1: recovered: configuration {good['config_hash']} failed (unhealthy in "
-            f"serving)") in out
-    assert (f"Path: restart, because it was ready on {good['config_hash']} and failed later "
-            f"(unhealthy while serving), its first failure: restart on the same configuration "
-            f"{good['config_hash']}. Now {good['config_hash']} is ready.") in out
+    assert (f"sim-node-1: recovered: configuration {good['config_hash']} failed (unhealthy "
+            f"while serving: serving, but /health timed out; ") in out
+    assert "processes are stopped (state T: SIGSTOP or a debugger)" in out
+    assert ("Path: restart, because it came from outside SGLang (a signal, a stopped "
+            "process), not from the configuration (unhealthy in serving: ") in out
+    assert (f"restart on the same configuration {good['config_hash']}. Now "
+            f"{good['config_hash']} is ready.") in out
     assert "The inventory already describes it." in out
     assert "processes stopped" in out and "was 1" not in out
     rec = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
@@ -450,7 +461,7 @@ def test_a_one_off_change_that_hangs_is_named_and_reverted_to_the_last_known_goo
     assert rec_run.returncode == 0, rec_run.stdout[-4000:]
     out = words(rec_run.stdout)
     assert f"recovered: configuration {spec['config_hash']} failed (stalled in " \
-           f"capturing_cuda_graph)" in out
+           f"capturing_cuda_graph: no progress for " in out
     assert (f"Path: last_known_good, because it failed while starting (stalled in "
             f"capturing_cuda_graph), so the configuration is suspect: revert to the last "
             f"known good {good}: the configuration that failed, {spec['config_hash']}, "

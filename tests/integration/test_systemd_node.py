@@ -200,7 +200,7 @@ def test_a_crash_shows_in_the_unit_and_in_the_gate(fleet):
         # reports its failure: the unit records the signal, the gate its exit status.
         status = machine.unit_property(unit, "ExecMainStatus")
         assert status in ("1", "9"), status
-        assert f"the server exited (status {128 + 9 if status == '9' else 1})" in run.output
+        assert f"the server exited (status {128 + 9 if status == '9' else 1}" in run.output
         assert machine.unit_property(unit, "ActiveState") in ("failed", "inactive")
     finally:
         fleet.set_host_vars(host, {})

@@ -128,9 +128,9 @@ def test_a_new_start_forgets_the_previous_runs_history():
     assert replay(seq)[-1]["verdict"] == "progressing"
 
 
-def test_first_look_uses_the_logs_clock():
+def test_first_look_uses_the_log_files_age_on_the_nodes_clock():
     o = obs("capturing_cuda_graph", capture=[1, 36])
-    o["last_log_activity"] = T0 - 3600  # an hour-old hang seen for the first time
+    o["log_age_s"] = 3600  # an hour-old hang seen for the first time
     v, _ = classify(None, o, T0, WINDOWS, CEILINGS)
     assert v["verdict"] == "stalled"
 
@@ -140,13 +140,13 @@ def test_default_windows_scale_with_model_size():
     small, _ = default_windows(8)
     assert big["capturing_cuda_graph"] == 600 and small["loading_weights"] < big["loading_weights"]
     assert set(VERDICTS) == {"ready", "progressing", "stalled", "crashed", "unhealthy",
-                             "gpu_fault", "absent"}
+                             "gpu_fault", "stopped", "absent"}
 
 
 # ---- fatal failure lines are verdicts --------------------------------------------------------
 
 def failure(kind, fatal, line, at=T0 + 1):
-    return {"kind": kind, "fatal": fatal, "line": line, "at": at}
+    return {"kind": kind, "fatal": fatal, "line": line, "message": line, "at": at}
 
 
 SCHEDULER_DIED = failure("scheduler_exception", True,
@@ -163,15 +163,29 @@ def test_a_fatal_line_while_processes_live_is_crashed_at_the_next_poll():
     assert [v["verdict"] for v in verdicts] == ["progressing"] * 4 + ["crashed"]
     v = verdicts[-1]
     assert v["exit_status"] is None and v["phase"] == "capturing_cuda_graph"
-    assert v["reason"].startswith("scheduler_exception in capturing_cuda_graph while 9 of its "
-                                  "processes are still running: [2026-11-30 04:02:10 DP1 TP0]")
+    assert v["reason"] == SCHEDULER_DIED["line"] + "; 9 of its processes are still running"
+    assert v["headline"].startswith("crashed in capturing_cuda_graph: ")
     assert v["evidence"]["fatal_line"] == SCHEDULER_DIED["line"]
     assert v["evidence"]["processes_alive"] == 9
 
 
-def test_a_fatal_line_beats_a_health_200():
-    v = replay([(0, obs("serving", port=True, health=200, failures=[SCHEDULER_DIED]))])[-1]
-    assert v["verdict"] == "crashed"
+def test_a_fatal_line_beats_a_health_200_when_a_generation_fails():
+    o = obs("serving", port=True, health=200, failures=[SCHEDULER_DIED])
+    o["health_generate"] = 503
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["evidence"]["health_generate"] == 503
+
+
+def test_a_fatal_line_never_crashes_a_server_that_generates():
+    # The log and the server disagree: one line of text is not enough to kill a server that
+    # answers /health and a one-token /health_generate.
+    o = obs("serving", port=True, health=200, failures=[SCHEDULER_DIED])
+    o["health_generate"] = 200
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "ready"
+    assert "/health and /health_generate answered 200, though the log reads as " \
+           "scheduler_exception" in v["reason"]
+    assert v["evidence"]["log_disagrees"]["kind"] == "scheduler_exception"
 
 
 @pytest.mark.parametrize("kind,line,phase,health,expected", [
@@ -191,16 +205,15 @@ def test_non_fatal_warnings_never_crash(kind, line, phase, health, expected):
     assert replay([(0, o)])[-1]["verdict"] == expected
 
 
-def test_a_fatal_line_of_an_earlier_run_in_the_same_log_is_ignored():
-    # systemd appends every run to one log; the line is dated before this run started.
-    old = failure("killed", True, "Killed", at=T0 - 600)
-    assert replay([(0, obs(failures=[old]))])[-1]["verdict"] == "progressing"
-
-
-def test_an_exited_server_reports_its_exit_status_before_its_lines():
-    v = replay([(0, obs(alive=False, exit_status=1, failures=[SCHEDULER_DIED]))])[-1]
+def test_an_exited_server_reports_its_cause_and_exit_status():
+    log = parse_log((LOGS / "nccl-error-init.log").read_text())
+    o = obs(alive=False, exit_status=1)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
     assert v["verdict"] == "crashed" and v["exit_status"] == 1
-    assert v["reason"].startswith("the server exited (status 1)")
+    assert v["reason"].startswith("TP2: RuntimeError: NCCL error: unhandled system error")
+    assert v["reason"].endswith("; the server exited (status 1)")
+    assert v["cause"] == "configuration" and v["failure"]["kind"] == "nccl_error"
 
 
 def test_dp2_scheduler_death_from_the_real_log_shape_is_crashed_with_its_line():
@@ -210,8 +223,10 @@ def test_dp2_scheduler_death_from_the_real_log_shape_is_crashed_with_its_line():
     o["run_id"] = o["started_at"] = time.mktime((2026, 9, 22, 7, 0, 0, 0, 0, -1))
     v, _ = classify(None, o, o["started_at"] + 60, WINDOWS, CEILINGS)
     assert v["verdict"] == "crashed"
-    assert "DP1 TP0] Scheduler hit an exception" in v["evidence"]["fatal_line"]
-    assert [f["kind"] for f in v["evidence"]["failures"]] == ["scheduler_exception", "cuda_oom"]
+    assert v["evidence"]["fatal_line"].startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert v["reason"].startswith("DP1 TP0: torch.OutOfMemoryError: CUDA out of memory. Tried "
+                                  "to allocate 2.00 GiB.")
+    assert [f["kind"] for f in v["evidence"]["failures"]] == ["cuda_oom"]
 
 
 def oom_kill(pid, at=T0 + 20):
@@ -228,8 +243,10 @@ def test_oom_killed_scheduler_while_the_main_process_lives_is_crashed_at_once():
     after["oom_kills"] = [oom_kill(13)]
     v = replay([(0, before), (25, after)])[-1]
     assert v["verdict"] == "crashed" and v["exit_status"] is None
-    assert v["reason"].startswith("killed in capturing_cuda_graph while 3 of its processes")
+    assert v["reason"].startswith("the kernel's OOM killer killed pid 13 (host memory)")
+    assert v["reason"].endswith("; 3 of its processes are still running")
     assert v["evidence"]["fatal_line"].startswith("Out of memory: Killed process 13 ")
+    assert v["cause"] == "environment"
 
 
 def test_the_observation_names_the_pid_of_each_kernel_oom_kill():
@@ -263,3 +280,104 @@ def test_a_new_capture_sub_step_restarting_its_bar_is_progress():
     verdicts = replay(seq)
     assert [v["verdict"] for v in verdicts] == ["progressing"] * 3
     assert "progress_ticks" in verdicts[1]["moved"]
+
+
+# ---- time: the node's monotonic clock, never the log's ---------------------------------------
+
+def _variant(text: str, variant: str) -> str:
+    """The log as a server with another clock would write it."""
+    import re as _re
+    if variant == "no_stamps":
+        return _re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( [A-Z0-9 ]+)?\] ", "", text, flags=_re.M)
+    hours = {"tz_3h_behind": -3, "tz_3h_ahead": 3}.get(variant, 0)
+
+    def shift(m):
+        at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + hours * 3600
+        return "[" + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return _re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", shift, text, flags=_re.M)
+
+
+@pytest.mark.parametrize("variant", ["tz_3h_behind", "tz_3h_ahead", "no_stamps", "clock_step"])
+def test_the_logs_clock_and_a_clock_step_never_change_a_verdict(variant):
+    """A server whose TZ is 3 h off the node's, a log without stamps, or the node's wall clock
+    stepping by 3 h: the same verdicts at the same moments as the log written in step."""
+    lines = (LOGS / "sglang-0.5.23-startup.log").read_text().splitlines(keepends=True)[:12]
+
+    def verdicts(kind):
+        state, out = None, []
+        for t in range(0, 30):
+            grown = min(t + 1, len(lines))  # a line a second, then a hang
+            o = obs("loading_weights", alive=True)
+            o["log"] = parse_log(_variant("".join(lines[:grown]), kind))
+            o["log_age_s"] = max(0, t - (grown - 1))  # the file's mtime on the node's clock
+            o["wall_now"] = T0 + t + (10800 if kind == "clock_step" and t >= 15 else 0)
+            v, state = classify(state, o, T0 + t, WINDOWS, CEILINGS)
+            out.append((v["verdict"], v["phase"], round(v["quiet_s"])))
+        return out
+
+    expected = verdicts("as_written")
+    assert verdicts(variant) == expected
+    first_stall = next(t for t, v in enumerate(expected) if v[0] == "stalled")
+    assert first_stall == len(lines) - 1 + WINDOWS["capturing_cuda_graph"] + 1
+
+
+# ---- causes, stops, GPU errors in the log -------------------------------------------------
+
+def exited(name, status=1, **extra):
+    o = obs(alive=False, exit_status=status)
+    o["log"] = parse_log((LOGS / name).read_text())
+    o.update(extra)
+    return replay([(0, o)])[-1]
+
+
+def test_a_sigkill_from_outside_is_external_and_never_blamed_on_the_oom_killer():
+    v = exited("killed-zh-locale.log", status=137)
+    assert v["verdict"] == "crashed" and v["cause"] == "external"
+    assert v["reason"].startswith("killed by SIGKILL from outside SGLang: the log has no fatal "
+                                  "line from SGLang and the kernel log no OOM kill")
+    assert "OOM killer sent it" in v["advice"] and "find who sent it" in v["advice"]
+    # The same log with the kernel's kill of one of its processes: the host's memory.
+    o = obs(alive=False, exit_status=137)
+    o["log"] = parse_log((LOGS / "killed-zh-locale.log").read_text())
+    o["oom_kills"] = [oom_kill(10)]
+    v = replay([(0, obs()), (5, o)])[-1]
+    assert v["cause"] == "environment"
+    assert v["reason"].startswith("the kernel's OOM killer killed pid 10 (host memory)")
+
+
+def test_sglangs_own_tree_kill_leaves_the_childs_error_as_the_cause():
+    v = exited("keyerror-tp8-per-rank.log", status=137)
+    assert v["cause"] == "configuration"
+    assert v["reason"].startswith("TP0-7: KeyError: 'model.layers.0.mlp.experts.w2_qweight'")
+
+
+def test_a_full_disk_and_a_reboot_are_the_nodes_faults():
+    assert exited("disk-full-loading.log")["cause"] == "environment"
+    v = exited("killed-during-load.log", status=None, boot_changed=True)
+    assert v["cause"] == "environment" and v["reason"].startswith("the node rebooted")
+
+
+def test_a_frozen_process_is_an_external_stall_with_its_fix():
+    seq = [(t, obs(lines=5, state="T")) for t in range(0, 12)]
+    v = replay(seq)[-1]
+    assert v["verdict"] == "stalled" and v["cause"] == "external"
+    assert "stopped (state T: SIGSTOP or a debugger)" in v["reason"]
+    assert "send SIGCONT" in v["advice"]
+
+
+def test_a_gpu_error_in_the_log_is_a_gpu_fault_naming_the_rank():
+    v = exited("ecc-error-serving.log")
+    assert v["verdict"] == "gpu_fault" and v["cause"] == "hardware"
+    assert v["reason"].startswith("TP3: RuntimeError: CUDA error: uncorrectable ECC error")
+
+
+def test_a_recorded_stop_and_a_drained_sigterm_are_stopped_not_crashed():
+    v = exited("sglang-0.5.23-startup.log", status=0,
+               stopped={"at": T0, "by": "stop.yml"})
+    assert v["verdict"] == "stopped" and v["stopped_by"] == "stop.yml"
+    assert v["headline"].startswith("stopped: stopped by stop.yml at ")
+    v = exited("sigterm-drain-stop.log", status=143)
+    assert v["verdict"] == "stopped" and v["stopped_by"] == "SIGTERM"
+    assert "stopped by a SIGTERM from outside sglang-fleet (log line 4: " in v["reason"]
+    # A crash before the SIGTERM stays a crash.
+    assert exited("nccl-error-init.log", status=1)["verdict"] == "crashed"

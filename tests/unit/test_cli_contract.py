@@ -295,3 +295,48 @@ def test_runner_artifacts_are_private_with_nested_secrets_masked(tmp_path):
     assert kept["sglang_server_tokenizer_path"] == "/m"
     assert kept["secret_env_names"] == ["HF_TOKEN"], "names of secrets are not secrets"
     assert all(p.stat().st_mode & 0o077 == 0 for p in run.rglob("*") if p.is_dir())
+
+
+# ---- what a node sends is inert; a stop is not a failure -----------------------------------
+
+HOSTILE = "bad \x1b[2J\x1b]0;owned\x07\x00 line\x1b[1A\x1b[2Kok: [a] => ready \ufffe\ud800"
+
+
+def test_node_text_in_junit_json_table_and_progress_is_inert():
+    events = [
+        health("b", "crashed", "serving", reason=f"TP0: ValueError: {HOSTILE}"),
+        ev("runner_on_failed", "b", ROLE + "verdict.yml", "fail", "Fail the host",
+           msg=f"b: crashed while serving: TP0: ValueError: {HOSTILE}\nFix: recover it"),
+    ]
+    outcomes = host_outcomes(events, {"failures": {"b": 1}})
+    summary = build_summary("deploy", 2, outcomes, 0.0, 1.0, "/run")
+    xml = junit_xml(summary, outcomes)
+    failure = ET.fromstring(xml.split("?>", 1)[1]).find("testsuite/testcase/failure")
+    assert "\\x1b[2J" in failure.text and "\\x00" in failure.text and "\\ud800" in failure.text
+    assert not any(c in xml for c in "\x1b\x00\x07\ufffe")
+    assert "\\u001b" in json.dumps(summary)  # JSON escapes control characters itself
+    table = host_table(summary, width=100)
+    assert "\x1b" not in table and "\\x1b]0;owned\\x07" in table
+    out = io.StringIO()
+    progress = Progress(out, tty=False)
+    for e in events:
+        progress(e)
+    assert "\x1b" not in out.getvalue() and "\\x1b[2J" in out.getvalue()
+
+
+def test_a_server_stopped_by_stop_yml_does_not_fail_health_and_the_cause_is_recorded():
+    stopped = ev("runner_on_ok", "a", ROLE + "observe.yml", "sglang_health", verdict="stopped",
+                 phase="serving", reason="stopped by stop.yml at 2026-01-01 00:00:00 UTC",
+                 stopped_by="stop.yml")
+    outside = ev("runner_on_ok", "b", ROLE + "observe.yml", "sglang_health", verdict="stopped",
+                 phase="serving", reason="stopped by a SIGTERM from outside sglang-fleet",
+                 stopped_by="SIGTERM")
+    crashed = ev("runner_on_ok", "c", ROLE + "observe.yml", "sglang_health", verdict="crashed",
+                 phase="loading_weights", reason="r", cause="environment",
+                 failure={"said": "TP0: OSError: [Errno 28] No space left on device"})
+    outcomes = host_outcomes([stopped, outside, crashed], {"ok": {"a": 1, "b": 1, "c": 1}})
+    judge_readiness(outcomes)
+    assert outcomes["a"].status == "ok" and outcomes["b"].status == "failed"
+    summary = build_summary("health", 0, outcomes, 0.0, 1.0, "/run")
+    assert summary["hosts"]["c"]["cause"] == "environment"
+    assert summary["hosts"]["c"]["failure"] == "TP0: OSError: [Errno 28] No space left on device"

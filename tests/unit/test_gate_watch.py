@@ -23,8 +23,11 @@ class Server:
         self.now = T0
         self.health_asked: list[float] = []
 
-    # the time module's two calls the gate makes
+    # the time module's calls the gate makes
     def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:

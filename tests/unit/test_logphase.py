@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_fleet_node import sglang_fleet_failures as failures_grammar
 from sglang_fleet_node.sglang_fleet_logphase import (
     FAILURE_HINTS,
     FAILURE_WHY,
@@ -122,10 +123,12 @@ def test_only_the_current_run_counts():
 def test_failure_lines_are_recognised():
     parsed = parse_log(read("sglang-failures.log"))
     kinds = {f["kind"] for f in parsed["failures"]}
-    # One kind per line: "Scheduler hit an exception: Traceback ..." is the scheduler's
-    # exception, not also a bare traceback (tests below cover the bare one).
-    assert kinds >= {"scheduler_exception", "cuda_oom", "child_failed", "warmup_failed",
-                     "capture_failed", "health_check_failed", "watchdog_timeout"}
+    # One failure per traceback: "Scheduler hit an exception: Traceback ..." ending in a CUDA
+    # OOM is the OOM (the kind its final line names), said once.
+    assert kinds >= {"cuda_oom", "child_failed", "warmup_failed", "capture_failed",
+                     "health_check_failed", "watchdog_timeout"}
+    oom = next(f for f in parsed["failures"] if f["kind"] == "cuda_oom")
+    assert oom["message"].startswith("Scheduler hit an exception") and oom["traceback"]
     assert any("CUDA out of memory" in line for line in parsed["error_lines"])
 
 
@@ -161,7 +164,9 @@ def test_fixture_reads_as_its_truth(name):
     assert progress_of(parsed) == truth["progress"]
     assert [f["kind"] for f in parsed["failures"]] == truth["failures"]
     assert parsed["fatal"] is truth["fatal"]
-    assert all(f["fatal"] == (f["kind"] in FATAL_KINDS) for f in parsed["failures"])
+    # A fatal kind is not fatal in a requested stop's own exits.
+    assert all(f["fatal"] == (f["kind"] in FATAL_KINDS and not f.get("during_stop"))
+               for f in parsed["failures"])
     assert count_runs(text) == truth.get("runs", 1)
     # The timeline starts at launch, moves forward only, and ends in the current phase.
     phases = [row["phase"] for row in parsed["timeline"]]
@@ -236,6 +241,17 @@ def test_a_launch_that_logs_its_arguments_twice_is_one_run():
     assert current_run(text) == text
 
 
+def test_a_separator_leaves_an_earlier_runs_fatal_line_out_whatever_the_clocks():
+    # The gate reads the current run from its separator (and from the byte offset the start
+    # recorded): the log's stamps, which a TZ offset shifts by hours, never decide.
+    old = read("killed-during-load.log")
+    new = (f"\n{RUN_SEPARATOR}n1:m-30000 config abc at 2026-11-30T06:30:00 =====\n"
+           "[2026-11-30 03:30:01] server_args=ServerArgs(tp_size=8)\n"
+           "[2026-11-30 03:30:40 TP0] Load weight begin. avail mem=93.51 GB\n")
+    parsed = parse_log(old + new)
+    assert fatal_failures(parsed) == [] and parsed["phase"] == "loading_weights"
+
+
 def test_fatal_failures_leave_out_lines_older_than_the_start():
     # A log appended to across restarts without a separator (systemd's append:) keeps the
     # previous run's lines until the new run prints its arguments.
@@ -253,7 +269,131 @@ def test_phase_timeline_keeps_its_rows_for_the_evidence_bundle():
     assert rows[1][1].startswith("[2026-11-30 00:28:40 TP0] Load weight begin")
 
 
-def test_the_readme_states_every_failure_kind_and_whether_it_is_fatal():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    rows = re.findall(r"^\| `(\w+)` \| .*? \| (yes|no) \| ", readme, re.M)
+def test_the_docs_state_every_failure_kind_and_whether_it_is_fatal():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "verdicts.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| .*? \| (yes|no) \| ", docs, re.M)
     assert dict(rows) == {row[0]: "yes" if row[1] else "no" for row in FAILURES}
+
+
+# ---- what a failure says -------------------------------------------------------------------
+
+def test_a_traceback_per_rank_is_one_failure_named_by_its_final_line_ranks_and_line():
+    parsed = parse_log(read("keyerror-tp8-per-rank.log"))
+    first = parsed["failures"][0]
+    assert first["count"] == 8 and first["ranks"] == [f"TP{r}" for r in range(8)]
+    assert parsed["cause"]["said"] == ("TP0-7: KeyError: 'model.layers.0.mlp.experts.w2_qweight'"
+                                       " (log line 14)")
+    assert read("keyerror-tp8-per-rank.log").splitlines()[13].startswith("KeyError: ")
+    assert parsed["failures_total"] == 10
+
+
+def test_a_kind_the_grammar_does_not_name_still_shows_its_exception():
+    cause = parse_log(read("triton-out-of-resources.log"))["cause"]
+    assert cause["kind"] == "scheduler_exception"
+    assert cause["said"].startswith("TP0: triton.runtime.errors.OutOfResources: out of "
+                                    "resource: shared memory")
+
+
+def test_known_kinds_keep_their_own_message_and_hint():
+    cause = parse_log(read("kv-no-memory-0523-configurator.log"))["cause"]
+    assert cause["kind"] == "kv_pool_too_small"
+    assert cause["said"].startswith("TP0-1: ValueError: Loaded weights leave no GPU memory for "
+                                    "the KV cache under --mem-fraction-static=0.8. Raise")
+    assert "raise --mem-fraction-static" in cause["hint"]
+
+
+def test_the_04_overlap_thread_and_its_sigquit_are_fatal():
+    parsed = parse_log(read("tpworker-client-044.log"))
+    assert parsed["fatal"] and parsed["cause"]["kind"] == "scheduler_exception"
+    assert parsed["cause"]["said"].startswith(
+        "TP0: RuntimeError: forward thread failed (the chain began with: RuntimeError: CUDA "
+        "error: an illegal memory access was encountered)")
+    assert [f["kind"] for f in parsed["failures"]][1] == "child_failed"  # "proces." (sic)
+
+
+def test_a_dp8_server_decoding_for_clients_is_serving():
+    assert parse_log(read("dp8-decoding-tail.log"))["phase"] == "serving"
+    # Warm-up's one request per rank is not serving.
+    warm = ("[2026-01-01 00:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 6, "
+            "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0,\n"
+            "[2026-01-01 00:00:01 TP0] Decode batch, #running-req: 1, #token: 7, token usage: "
+            "0.00, gen throughput (token/s): 9.10, #queue-req: 0\n")
+    assert parse_log(warm)["phase"] == "warming_up"
+
+
+def test_sglangs_own_kill_of_its_tree_is_not_blamed_on_the_oom_killer():
+    parsed = parse_log(read("keyerror-tp8-per-rank.log"))
+    killed = next(f for f in parsed["failures"] if f["kind"] == "killed")
+    assert killed["after_sglang_failure"] and parsed["cause"]["kind"] != "killed"
+    assert "SGLang killed its own process tree" in failures_grammar.hint(killed, "loading_weights")
+    # A Killed with nothing before it: the log alone cannot name the OOM killer.
+    alone = parse_log(read("killed-zh-locale.log"))["cause"]
+    assert alone["kind"] == "killed" and alone["said"] == "已杀死 (log line 7)"
+    assert "kernel log says whether the OOM killer" in alone["hint"]
+
+
+def test_oom_while_loading_weights_says_the_weights_do_not_fit_with_the_numbers():
+    hint = parse_log(read("oom-loading-weights-16gb.log"))["cause"]["hint"]
+    assert hint.startswith("the weights do not fit on the GPUs: GPU 0 has 15.57 GiB in all, "
+                           "310.00 MiB free, with 14.71 GiB already loaded, and loading asked "
+                           "for 1.88 GiB more")
+    assert "does not help" in hint
+    # The same OOM in graph capture is about the memory fraction.
+    capture = parse_log(read("warning-level-kv-oom.log"))["cause"]
+    assert "weights do not fit" not in (capture["hint"] or "")
+
+
+@pytest.mark.parametrize("name,rank", [("ecc-error-serving.log", "TP3"),
+                                       ("hsa-hardware-exception.log", None)])
+def test_gpu_errors_in_the_log_are_gpu_faults(name, rank):
+    cause = parse_log(read(name))["cause"]
+    assert cause["kind"] in failures_grammar.GPU_FAULT_KINDS
+    assert cause.get("rank") == rank
+
+
+@pytest.mark.parametrize("name", ["sigterm-drain-stop.log", "graceful-exit-ready-before.log"])
+def test_a_requested_stop_is_a_stop_and_its_exits_are_not_failures(name):
+    parsed = parse_log(read(name))
+    assert parsed["stop"] is not None and not parsed["fatal"]
+    assert all(f.get("during_stop") for f in parsed["failures"])
+
+
+def test_the_request_log_never_forges_a_failure():
+    text = read("log-requests-quoting-failures.log")
+    # The fixture's prompts quote a line of every kind the grammar knows...
+    quoted = [q.replace("\\'", "'") for q in
+              re.findall(r"Please explain this log line:\\n(.*?)', input_ids", text)]
+    for kind, _, _, pattern, _ in FAILURES:
+        if pattern:
+            assert any(re.match(pattern, q) for q in quoted), kind
+    # ...and none of them is a failure: they are client data in SGLang's request records.
+    parsed = parse_log(text)
+    assert parsed["failures"] == [] and parsed["phase"] == "serving"
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_every_string_from_the_log_is_inert():
+    parsed = parse_log(read("escape-sequences-in-lines.log"))
+    for text in _strings(parsed):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), text
+    assert "\\x1b]0;title\\x07\\x00\\x9b31m" in parsed["cause"]["said"]
+
+
+def test_a_finished_sub_step_shows_its_final_count():
+    parsed = parse_log(read("lagging-rank-bars.log"))
+    rows = [(r["phase"], r["progress"] and f"{r['progress']['done']}/{r['progress']['total']}")
+            for r in parsed["timeline"]]
+    assert rows == [("launching", None), ("loading_weights", "2/2"),
+                    ("allocating_kv_cache", None), ("capturing_cuda_graph", "23/23"),
+                    ("starting_http", None)]
+    assert parsed["progress"] is None and parsed["shards"] == [2, 2]

@@ -59,7 +59,7 @@ def observation(phase="loading_weights", shards=(3, 64), started=True, alive=Tru
            "fatal": []}
     return {"log": log, "processes": [{"pid": 1, "state": "S", "utime_ticks": 1}] if alive
             else [], "main_alive": alive, "started": started, "started_at": 900.0,
-            "run_id": 900.0, "phase_started_at": 950.0, "last_log_activity": 990.0}
+            "run_id": 900.0, "log_age_s": 10.0, "run_age_s": 100.0}
 
 
 def test_a_progressing_verdict_says_the_time_left_in_its_window():
@@ -71,11 +71,12 @@ def test_a_progressing_verdict_says_the_time_left_in_its_window():
     assert verdict["stalls_by"] == "window"
     assert verdict["headline"] == ("progressing: loading_weights 3/64 shards, last progress "
                                    "10 s ago; 4 min 50 s left in its 300 s window")
-    # Near its ceiling, the ceiling is what is left.
+    # Near its ceiling, the ceiling is what is left (first seen, the phase counts from the
+    # log file's last change).
     verdict, _ = classify(None, observation(), 1000.0, {"loading_weights": 300},
-                          {"loading_weights": 60})
+                          {"loading_weights": 20})
     assert verdict["stalls_by"] == "ceiling" and verdict["stalls_in_s"] == 10.0
-    assert verdict["reason"].endswith("10 s left before its 60 s ceiling")
+    assert verdict["reason"].endswith("10 s left before its 20 s ceiling")
 
 
 def test_an_absent_server_is_not_glued_to_a_phase():

@@ -220,3 +220,27 @@ def test_a_simulated_fault_counts_as_part_of_what_ran():
     assert choice["source"] == "last_known_good"
     assert "1 variable differs: sglang_server_sim_fault" in choice["reason"]
     assert choice["overrides"] == {}
+
+
+def test_faults_of_the_node_or_from_outside_restart_the_same_configuration():
+    # The incident's configuration matches a Rule and a fallback waits; a full disk, the OOM
+    # killer, a kill -9 or a frozen process are not the configuration's fault all the same.
+    settings = dict(BASE, sglang_server_attention_backend="flashinfer",
+                    sglang_server_allow_rules=["flashinfer-mla-sm120-graph-capture-hang"])
+    chain = [{"sglang_server_cuda_graph": False}]
+    ledger = [{"kind": "recovery", "host": "n1", "config_hash": "aaaaaaaaaaaa", "at": 1e12}]
+    running = {"config_hash": "aaaaaaaaaaaa", "settings": settings, "facts": INCIDENT_FACTS}
+    for cause, said in (("environment", "TP0: OSError: [Errno 28] No space left on device"),
+                        ("environment", "the kernel's OOM killer killed pid 4242"),
+                        ("external", "killed by SIGKILL from outside SGLang")):
+        verdict = {"verdict": "crashed", "phase": "loading_weights", "cause": cause,
+                   "failure": {"said": said}}
+        choice = choose_next(settings, INCIDENT_FACTS, ledger, "n1", chain, verdict=verdict,
+                             running=running, now=1e12 + 60)
+        assert choice["source"] == "restart" and choice["overrides"] == {}, choice
+        assert choice["cause"] == cause and said in choice["why"]
+        assert choice["reason"] == "restart on the same configuration aaaaaaaaaaaa"
+    # A configuration fault still goes to the Rule.
+    verdict = {"verdict": "stalled", "phase": "capturing_cuda_graph", "cause": "configuration"}
+    choice = choose_next(settings, INCIDENT_FACTS, [], "n1", chain, verdict=verdict)
+    assert choice["source"] == "rule"

@@ -17,9 +17,11 @@ import json
 import os
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from sglang_fleet.sim import request_log
 from sglang_fleet.sim.runtime import VERSION, effective_backend, log
 from sglang_fleet.sim.serving import STARTING, UNHEALTHY, UP, Generation, ServerState, token_text
 
@@ -269,17 +271,21 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(400, {"error": {"message": message}})
             return
         keys, batched = prompts
+        st = self.state
+        rid = uuid.uuid4().hex
+        logged = self._log_received(body, rid)
         params = body.get("sampling_params") or {}
         params = params if isinstance(params, list) else [params] * len(keys)
-        st = self.state
+        if not self._sampling_params_valid(params):
+            return
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
-        logged = threading.Event()
+        prefilled = threading.Event()
 
         def on_prefill(_gen: Generation) -> None:
-            if not logged.is_set():
-                logged.set()
+            if not prefilled.is_set():
+                prefilled.set()
                 for replica in {id(g.replica): g.replica for g in gens}.values():
                     st.log_prefill([g for g in gens if g.replica is replica])
 
@@ -301,7 +307,51 @@ class Handler(BaseHTTPRequestHandler):
             t.join()
         if any(r is None for r in results):
             return  # generation never finished: the connection dies with the server
+        if logged:
+            self._log_finished(body, rid, results if batched else results[0])
         self._send(200, results if batched else results[0])
+
+    # --- --log-requests (utils/request_logger.py) -------------------------------------------
+    def _request_log_options(self) -> tuple[bool, int, str]:
+        args = self.state.rt.args
+        level = getattr(args, "log_requests_level", None)
+        return (bool(getattr(args, "log_requests", False)), 2 if level is None else int(level),
+                getattr(args, "log_requests_format", None) or "text")
+
+    def _log_received(self, body: dict[str, Any], rid: str) -> bool:
+        """The request's record as it arrives (before validation), when requests are logged."""
+        enabled, level, fmt = self._request_log_options()
+        if enabled:
+            log(request_log.received(body, rid, level, fmt))
+        return enabled
+
+    def _log_finished(self, body: dict[str, Any], rid: str, out: Any) -> None:
+        _, level, fmt = self._request_log_options()
+        log(request_log.finished(body, rid, out, level, fmt))
+
+    def _sampling_params_valid(self, params: list[Any]) -> bool:
+        """SamplingParams.verify on max_new_tokens: a negative number is the client's error
+        (400, logged by generate_request); a value that is not a number raises TypeError,
+        which FastAPI answers with 500 and uvicorn logs as an ASGI exception."""
+        for one in params:
+            value = (one or {}).get("max_new_tokens") if isinstance(one, dict) else None
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                log("ERROR:    Exception in ASGI application\n"
+                    "Traceback (most recent call last):\n"
+                    f'  File "{__file__}", line 1, in generate_request\n'
+                    "    sampling_params.verify(self.model_config.vocab_size)\n"
+                    "TypeError: '<' not supported between instances of "
+                    f"'{type(value).__name__}' and 'int'")
+                self._send(500, "Internal Server Error")
+                return False
+            if value < 0:
+                message = f"max_new_tokens must be at least 0, got {value}."
+                log(f"[http_server] Error: {message}")
+                self._send(400, {"error": {"message": message}})
+                return False
+        return True
 
     def _stream_generations(self, gens: list[Generation], batched: bool, on_prefill) -> None:
         self._start_stream()

@@ -1,0 +1,78 @@
+"""The gate's observation on a real node: time is the node's monotonic clock, so a server whose
+TZ differs from the node's, or a log without stamps, is judged as one written in step.
+
+A process this test starts (a `sleep` carrying a deployment marker of the test's own) stands
+for the server; its log is a file the test writes, line by line, as SGLang would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sglang_fleet_node import sglang_fleet_gate as gate
+from sglang_fleet_node import sglang_fleet_procs as procs
+
+WINDOWS = {p: 3.0 for p in ("launching", "loading_weights", "allocating_kv_cache",
+                            "capturing_cuda_graph", "starting_http", "warming_up")}
+
+
+@pytest.fixture
+def node(tmp_path):
+    marker = f"clock-test:{uuid.uuid4().hex}"
+    child = subprocess.Popen(["sleep", "300"], env={**os.environ, procs.MARKER_VAR: marker},
+                             start_new_session=True)
+    ident = procs.identity(child.pid)
+    state = tmp_path / "server.pid"
+    state.write_text(json.dumps({"pid": child.pid, "pid_start": ident["start_ticks"],
+                                 "boot_id": ident["boot_id"], "started_at": time.time(),
+                                 "marker": marker, "manager": "supervisor"}))
+    p = {"marker": marker, "state_file": str(state), "log_file": str(tmp_path / "server.log"),
+         "gate_state_file": str(tmp_path / "gate.json"), "manager": "supervisor",
+         "unit_name": None, "host": "127.0.0.1", "port": 1, "serves_http": False,
+         "health_timeout": 1.0, "gpu_backend": "simulated", "sim_dir": str(tmp_path / "gpus"),
+         "gpu_timeout": 1.0, "kernel_log": "none", "cuda_graph": True,
+         "stall_windows": WINDOWS, "ceilings": {k: 1000 for k in WINDOWS}, "wait": 0,
+         "poll": 0.25}
+    yield p
+    child.kill()
+    child.wait()
+
+
+def stamp(offset_h: float | None) -> str:
+    if offset_h is None:
+        return ""
+    return time.strftime("[%Y-%m-%d %H:%M:%S TP0] ", time.localtime(time.time() + offset_h * 3600))
+
+
+@pytest.mark.parametrize("offset_h", [-3, 3, None], ids=["tz-3h", "tz+3h", "no-stamps"])
+def test_the_servers_clock_never_decides_progress_or_a_stall(node, offset_h):
+    log = Path(node["log_file"])
+    log.write_text(f"{stamp(offset_h)}server_args=ServerArgs(tp_size=1)\n")
+    seen = []
+    for shard in range(1, 6):  # loading steadily: a line a second
+        with log.open("a") as f:
+            f.write(f"{stamp(offset_h)}Load weight begin. avail mem=70.00 GB\n"
+                    f"Loading safetensors checkpoint shards: {shard * 20}% Completed | "
+                    f"{shard}/5 [00:0{shard}<00:00,  1.00s/it]\n")
+        seen.append(gate.judge(node, check_mode=False))
+        time.sleep(0.5)
+    assert [v["verdict"] for v in seen] == ["progressing"] * 5
+    assert all(v["quiet_s"] < 3 for v in seen), [v["quiet_s"] for v in seen]
+    with log.open("a") as f:  # a stamped last line (an undated bar would be dated by mtime)
+        f.write(f"{stamp(offset_h)}Load weight end. type=LlamaForCausalLM, avail mem=60 GB\n")
+    assert gate.judge(node, check_mode=False)["verdict"] == "progressing"
+    # Then nothing: stalled after the window on the node's clock, not at once, not never.
+    deadline = time.monotonic() + 20
+    while True:
+        verdict = gate.judge(node, check_mode=False)
+        if verdict["verdict"] != "progressing" or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    assert verdict["verdict"] == "stalled", verdict
+    assert 3 <= verdict["quiet_s"] < 10, verdict["quiet_s"]
