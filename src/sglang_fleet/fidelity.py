@@ -5,7 +5,7 @@
   parsed value when both accept);
 - every shipped inventory's rendered command line through SGLang's prepare_server_args.
 
-Used by tests/reference (CI) and bench/fidelity.py (the README's table).
+Used by tests/reference (CI) and bench/fidelity.py (docs/sglang-reference.md's table).
 """
 
 from __future__ import annotations

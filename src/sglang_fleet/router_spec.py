@@ -270,8 +270,8 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     version = v["version"]
     if version not in shipped_versions():
         p.error(PREFIX + "version", version, "is not an sglang-router release this toolkit has "
-                "catalogued", f"pin one of: {', '.join(shipped_versions())} (README: the "
-                "router, adding a release)")
+                "catalogued", f"pin one of: {', '.join(shipped_versions())} (docs/router.md: "
+                "adding a release)")
         return _result(p, None)
     cat = router_catalogue(version)
     for s in SETTINGS:

@@ -29,8 +29,8 @@ MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25F
 
 # Failure modes, from SGLANG_SIM_FAULT ("kind:phase", comma separated) or from one of SGLang's
 # known bugs (data/sim_bugs.yml).
-# Each prints what SGLang 0.5.23 prints for it (see sglang_fleet.sim.failures); the README's
-# simulator section lists them with their default phase.
+# Each prints what SGLang 0.5.23 prints for it (see sglang_fleet.sim.failures); docs/simulator.md
+# lists them with their default phase.
 STARTUP_PHASES = ("launching", "loading_weights", "allocating_kv_cache", "capturing_cuda_graph",
                   "starting_http", "warming_up")
 PHASES = (*STARTUP_PHASES, "serving")
