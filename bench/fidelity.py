@@ -1,4 +1,5 @@
-"""Fidelity to real SGLang: the figures of docs/sglang-reference.md's table, measured against the real package.
+"""Fidelity to real SGLang: the figures of docs/sglang-reference.md's table, measured against
+the real package.
 
     .venv/bin/python bench/fidelity.py [--lines 400] [--seed 1]
 

@@ -296,7 +296,8 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
     known = [v for v in shipped_versions() if v in releases()]
     if not isinstance(version, str) or version not in known:
         p.error("version", version, "is not a SGLang release this toolkit has catalogued",
-                f"pin one of: {', '.join(reversed(known))} (docs/sglang-reference.md: adding a release)")
+                f"pin one of: {', '.join(reversed(known))} (docs/sglang-reference.md: adding "
+                "a release)")
         return None
     cat = catalogue(version)
 
