@@ -41,7 +41,7 @@ KEYS = {"router client key": ROUTER_KEY, "control-plane key": ADMIN_KEY,
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
-    return router_venv(tmp_path_factory.getbasetemp())
+    return router_venv(tmp_path_factory.getbasetemp().parent)
 
 
 def _add_vars(path: Path, values: dict) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -19,16 +20,23 @@ VENV_VAR = "SGLANG_FLEET_TEST_ROUTER_VENV"
 
 def router_venv(folder: Path) -> Path:
     """A virtualenv with the pinned sglang-router: $SGLANG_FLEET_TEST_ROUTER_VENV when set, else
-    built once in `folder` (about 40 s; the role's pip step then finds it installed)."""
+    built once in `folder` (about 40 s; the role's pip step then finds it installed). Test
+    workers sharing `folder` build it once: the first builds it under a lock, the others wait
+    for it."""
     given = os.environ.get(VENV_VAR)
     if given:
         return Path(given)
     venv = folder / f"sglang-router-{VERSION}"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"sglang-router=={VERSION}"],
-                       check=True)
+    ready = venv / ".ready"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f".sglang-router-{VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            python = venv / "bin" / "python"
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q",
+                            f"sglang-router=={VERSION}"], check=True)
+            ready.touch()
     return venv
 
 
