@@ -106,6 +106,29 @@ def _message(res: dict[str, Any]) -> str:
     return str(msg).strip()
 
 
+def _read_result(o: HostOutcome, kind: str, action: str, res: dict[str, Any]) -> None:
+    """What one task's result records of a host: its verdict, benchmark, canary, recovery,
+    notes."""
+    gate = gate_result(action, res)
+    if gate and kind == "runner_retry":
+        # A gate poll still waiting: the host's last known verdict if the run ends here.
+        o.verdict = _verdict(gate)
+    if kind not in _OK:
+        return
+    if gate:
+        o.verdict = _verdict(gate)
+    elif action in _SET_FACT:
+        facts = res.get("ansible_facts") or {}
+        if "sglang_bench_result" in facts:
+            o.benchmark = facts["sglang_bench_result"]
+        if "sglang_bench_canary" in facts:
+            o.canary = facts["sglang_bench_canary"]
+    elif action == "sglang_ledger" and (res.get("entry") or {}).get("kind") == "recovery":
+        o.recovery = res["entry"]
+    elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
+        o.notes.append(res["msg"])
+
+
 def _hold_back(out: dict[str, HostOutcome], why: str) -> None:
     """A run refused before any node was touched: the hosts whose own configuration passed
     were never started."""
@@ -151,24 +174,7 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             o = get(host)
             o.message, o.failed_task = _message(res), data.get("task", "")
-        gate = gate_result(action, res)
-        if gate and kind == "runner_retry":
-            # A gate poll still waiting: the host's last known verdict if the run ends here.
-            get(host).verdict = _verdict(gate)
-        if kind not in _OK:
-            continue
-        if gate:
-            get(host).verdict = _verdict(gate)
-        elif action in _SET_FACT:
-            facts = res.get("ansible_facts") or {}
-            if "sglang_bench_result" in facts:
-                get(host).benchmark = facts["sglang_bench_result"]
-            if "sglang_bench_canary" in facts:
-                get(host).canary = facts["sglang_bench_canary"]
-        elif action == "sglang_ledger" and (res.get("entry") or {}).get("kind") == "recovery":
-            get(host).recovery = res["entry"]
-        elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
-            get(host).notes.append(res["msg"])
+        _read_result(get(host), kind, action, res)
     _apply_recap(out, stats or {}, interrupted, refused_run[0] if refused_run else None)
     return out
 

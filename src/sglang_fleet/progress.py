@@ -129,7 +129,6 @@ class Progress:
         kind = event.get("event")
         data = event.get("event_data") or {}
         host = data.get("host")
-        res = data.get("res") or {}
         if self.refusals and data.get("task_uuid") != self.refusals[0][0]:
             self._flush_refusals()  # the refusing task is over: say each reason once
         if kind == "playbook_on_play_start" and not self.tty:
@@ -159,6 +158,13 @@ class Progress:
         if kind in ("runner_on_ok", "runner_on_failed", "runner_on_skipped",
                     "runner_on_unreachable"):
             line.busy = False
+        self._result(kind, data, host, line, stage, step)
+
+    def _result(self, kind: str, data: dict[str, Any], host: str, line: HostLine, stage: str,
+                step: str) -> None:
+        """What one task's result says about a host."""
+        res = data.get("res") or {}
+        action = data.get("task_action")
         if kind == "runner_retry" and action == "sglang_health":
             line.busy, line.gate, line.gate_at = True, res, self.clock()
             self.update(host, gate_text(res), "GATE",

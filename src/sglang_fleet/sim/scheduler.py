@@ -123,56 +123,67 @@ class Scheduler:
 
     def play(self, fault: Fault) -> None:
         kind = fault.kind
-        if kind == "hang":
-            raise SimHang()
-        if kind == "xid":
-            if self.rank.tp_rank == 0:
-                write_kmsg(self.rt, f"NVRM: Xid (PCI:0000:{self.gpu + 1:02x}:00): {fault.xid}, "
-                                    f"pid={os.getpid()}, name={self.rank.title[:15]}, GPU has "
-                                    f"fallen off the bus.")
-            raise SimHang()
-        if kind == "killed":
-            if self.rank.tp_rank == 0:
-                # The kernel's OOM killer: SIGKILL, nothing printed by the process itself.
-                write_kmsg(self.rt, f"Out of memory: Killed process {os.getpid()} "
-                                    f"({self.rank.title[:15]}) total-vm:412345678kB, "
-                                    f"anon-rss:98765432kB, file-rss:0kB, shmem-rss:0kB, UID:0 "
-                                    f"pgtables:234567kB oom_score_adj:0")
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise SimHang()
+        if kind in ("hang", "xid", "killed"):
+            self.stop_dead(fault)
         if kind == "nccl_timeout":
             self.nccl_watchdog_abort()
+        if kind == "scheduler_watchdog":
+            self.scheduler_watchdog()
+        error = self.error_of(fault)
+        if error is not None:
+            raise error
+
+    def stop_dead(self, fault: Fault) -> None:
+        """Faults that leave no Python error: a hang, a GPU off the bus, the OOM killer."""
+        if fault.kind == "xid" and self.rank.tp_rank == 0:
+            write_kmsg(self.rt, f"NVRM: Xid (PCI:0000:{self.gpu + 1:02x}:00): {fault.xid}, "
+                                f"pid={os.getpid()}, name={self.rank.title[:15]}, GPU has "
+                                f"fallen off the bus.")
+        if fault.kind == "killed" and self.rank.tp_rank == 0:
+            # The kernel's OOM killer: SIGKILL, nothing printed by the process itself.
+            write_kmsg(self.rt, f"Out of memory: Killed process {os.getpid()} "
+                                f"({self.rank.title[:15]}) total-vm:412345678kB, "
+                                f"anon-rss:98765432kB, file-rss:0kB, shmem-rss:0kB, UID:0 "
+                                f"pgtables:234567kB oom_score_adj:0")
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimHang()
+
+    def error_of(self, fault: Fault) -> BaseException | None:
+        """The Python error SGLang (or torch under it) raises for a fault, logged first where
+        SGLang logs it."""
+        kind = fault.kind
         if kind == "oom":
             need = self.rt.profile["kv_size_gb"]
-            raise failures.OutOfMemoryError(failures.cuda_oom(
+            return failures.OutOfMemoryError(failures.cuda_oom(
                 need, self.gpu, self.total / GB, max(self.avail_gb() * 0.1, 0.0)))
         if kind == "nccl_error":
-            raise failures.DistBackendError(failures.nccl_error())
+            return failures.DistBackendError(failures.nccl_error())
         if kind == "not_enough_memory":
-            raise RuntimeError(failures.not_enough_memory(
+            return RuntimeError(failures.not_enough_memory(
                 getattr(self.rt.args, "mem_fraction_static", None)))
         if kind in ("prefill_oom", "decode_oom"):
             stage = "Prefill" if kind == "prefill_oom" else "Decode"
             msg = failures.allocation_oom(stage, 8192 if stage == "Prefill" else 1, 0)
             log(msg, self.p)
-            raise RuntimeError(msg)
-        if kind == "scheduler_watchdog":
-            self.scheduler_watchdog()
+            return RuntimeError(msg)
         if kind == "capture_failed":
             try:
                 raise RuntimeError(fault.message or "CUDA error: out of memory")
             except RuntimeError as exc:
-                raise Exception(f"Capture cuda graph failed: {exc}\n"
-                                f"{failures.CUDA_GRAPH_CAPTURE_FAILED_MSG}") from exc
+                error = Exception(f"Capture cuda graph failed: {exc}\n"
+                                  f"{failures.CUDA_GRAPH_CAPTURE_FAILED_MSG}")
+                error.__cause__ = exc  # `raise ... from exc`, as the capture runner does
+                return error
         if kind == "prefill_capture_failed":
             exc = RuntimeError(fault.message or "CUDA error: out of memory")
             log(f"{type(exc).__name__}: {exc}\n"
                 + failures.PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG.format(
                     backend="breakable", suggestions=failures.BCG_FAILURE_HINT), self.p)
-            raise exc
+            return exc
         if kind == "crash":
-            raise RuntimeError((fault.message or f"simulated crash ({fault.source})")
-                               .removeprefix("RuntimeError: "))
+            return RuntimeError((fault.message or f"simulated crash ({fault.source})")
+                                .removeprefix("RuntimeError: "))
+        return None
 
     def nccl_watchdog_abort(self) -> None:
         """A collective never completes: torch's watchdog aborts after --dist-timeout."""
