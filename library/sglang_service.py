@@ -250,10 +250,9 @@ from ansible.module_utils.sglang_fleet_procs import describe_foreign
 from ansible.module_utils.sglang_fleet_service import (
     START_OPTIONS,
     ServiceError,
-    Supervisor,
-    Systemd,
     files_digest,
     record_stop,
+    service_of,
 )
 from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
 
@@ -294,13 +293,7 @@ def main():
         module.fail_json(msg="launch_spec is configuration %s but config_hash says %s"
                          % (p["launch_spec"].get("config_hash"), config_hash))
     try:
-        if p["manager"] == "systemd":
-            service = Systemd(p["marker"], p["unit_name"], p["state_file"],
-                              user=p["service_user"], node_rank=p["node_rank"],
-                              log_file=p["log_file"])
-        else:
-            service = Supervisor(p["marker"], p["script"], p["log_file"], p["state_file"],
-                                 p["workdir"], user=p["service_user"], node_rank=p["node_rank"])
+        service = service_of(dict(p, user=p["service_user"]))
         status = service.status()
     except ServiceError as exc:
         module.fail_json(msg=str(exc))

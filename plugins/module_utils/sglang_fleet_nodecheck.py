@@ -378,49 +378,69 @@ def _shown(value):
 
 
 def check_node(p, check_mode, warn, want_diff=False):
-    """One node check; `p` holds the module's parameters. Returns the module's result."""
+    """One node check; `p` holds the module's parameters. Returns the module's result: what
+    the node has (observe), what differs from the rendered deployment and why, and what the
+    check could do itself (the lock, the files, the start of a server that is not running)."""
     result = dict(changed=False)
-    python = p["server_python"]
     _refuse_early(p)
     _refuse_orphans(p["service"])
-
-    sim = p.get("sim") or None
-    if sim:
-        model = os.path.realpath(sim["model_dir"])
-        root = os.path.realpath(sim["root"])
-        if not (model + "/").startswith(root.rstrip("/") + "/"):
-            raise NodeRefused(
-                "sglang_server_model_path=%s is outside %s, the simulated node's folder: the "
-                "simulator writes its stand-in model at the model path and writes nothing "
-                "outside that folder. Fix: set sglang_server_model_path under %s"
-                % (sim["model_dir"], root, root))
-        written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
-                                    sim["model_files"], sim["shm_dir"], check_mode)
-        result["provisioned"] = written
-        result["changed"] = bool(written)
-
-    svc = p["service"]
-    try:
-        if svc["manager"] == "systemd":
-            service = service_mod.Systemd(svc["marker"], svc["unit_name"], svc["state_file"],
-                                          user=svc["user"], node_rank=svc["node_rank"],
-                                          log_file=svc.get("log_file"))
-        else:
-            service = service_mod.Supervisor(svc["marker"], svc["script"], svc["log_file"],
-                                             svc["state_file"], svc["workdir"],
-                                             user=svc["user"], node_rank=svc["node_rank"])
-        if service.running():  # the common case of a re-run: no scan of the node's processes
-            state = read_json(svc["state_file"]) or {}
-            status = {"running": True, "members": None, "digest": state.get("digest"),
-                      "config_hash": state.get("config_hash"),
-                      "pid": state.get("pid") if svc["manager"] == "supervisor" else None}
-        else:
-            status = service.status()
-    except service_mod.ServiceError as exc:
-        raise NodeRefused(str(exc)) from exc
+    _provision_simulated_node(p, check_mode, result)
+    service, status = _service_status(p["service"])
     result["service"] = dict(running=status["running"], pid=status["pid"],
                              digest=status["digest"], config_hash=status["config_hash"])
+    _compare_files(p, status, result)
+    changing = not (result["files_current"] and result["service_current"])
+    observation, parsing = _start_background_work(p, changing, check_mode, result)
+    devices = _check_gpus(p, check_mode, result, warn)
+    if p.get("model") and devices:
+        _check_model(p["model"], devices)
+    if not status["running"] and not status["members"]:
+        _remove_leaked_segments(p, check_mode, result)
+    _collect_background_work(observation, parsing, result)
+    if changing and not check_mode:
+        _change_what_needs_no_drain(p, service, status, devices, result, want_diff, warn)
+    result["summary"] = _summary(result)
+    return result
 
+
+def _provision_simulated_node(p, check_mode, result):
+    sim = p.get("sim") or None
+    if not sim:
+        return
+    model = os.path.realpath(sim["model_dir"])
+    root = os.path.realpath(sim["root"])
+    if not (model + "/").startswith(root.rstrip("/") + "/"):
+        raise NodeRefused(
+            "sglang_server_model_path=%s is outside %s, the simulated node's folder: the "
+            "simulator writes its stand-in model at the model path and writes nothing "
+            "outside that folder. Fix: set sglang_server_model_path under %s"
+            % (sim["model_dir"], root, root))
+    written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
+                                sim["model_files"], sim["shm_dir"], check_mode)
+    result["provisioned"] = written
+    result["changed"] = bool(written)
+
+
+def _service_status(svc):
+    """The deployment's service and its status; a running server is read from its state file
+    (the common case of a re-run: no scan of the node's processes)."""
+    try:
+        service = service_mod.service_of(svc)
+        if service.running():
+            state = read_json(svc["state_file"]) or {}
+            return service, {"running": True, "members": None, "digest": state.get("digest"),
+                             "config_hash": state.get("config_hash"),
+                             "pid": state.get("pid") if svc["manager"] == "supervisor"
+                             else None}
+        return service, service.status()
+    except service_mod.ServiceError as exc:
+        raise NodeRefused(str(exc)) from exc
+
+
+def _compare_files(p, status, result):
+    """Whether the files on disk and the running server are the rendered ones (and which
+    settings differ from the running LaunchSpec's), and whether SGLang parsed these
+    arguments before."""
     files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
     result["files_current"] = files_current
     if not files_current and p.get("settings"):
@@ -430,60 +450,68 @@ def check_node(p, check_mode, warn, want_diff=False):
     result["files_reason"] = why
     result["service_current"] = bool(status["running"]) and \
         status["digest"] == p["expected_digest"]
+    python = p["server_python"]
     record = None
     if p["argcheck_record"] and files_current and python:
         record = args_record(python, p["args_parser"], p["args"])
     stored = read_json(p["argcheck_record"]) if p["argcheck_record"] else None
     result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
-    changing = not (files_current and result["service_current"])
-    # Nothing to change: the gate's first observation runs here, beside the GPU query, so that
-    # a re-run asks the server in this module run (SGLang's /health takes a second or more).
+
+
+def _start_background_work(p, changing, check_mode, result):
+    """Calls that wait on something else, started beside the GPU query: the gate's first
+    observation when nothing is to change (a re-run asks the server in this module run), and
+    the installed SGLang's parse of arguments it has not parsed yet."""
     observation = parsing = None
     if p.get("gate") and not check_mode and not changing and result["argcheck_current"]:
         observation = _Background(gate.judge, p["gate"], False)
         observation.start()
-    # Arguments not parsed yet: the installed SGLang parses them here, beside the GPU query,
-    # instead of in a module run of its own.
+    python = p["server_python"]
     if python and p["argcheck_record"] and not result["argcheck_current"] and not check_mode:
         parsing = _Background(_parse_and_record, python, p["args_parser"], p["args"],
                               p["argcheck_record"])
         parsing.start()
+    return observation, parsing
 
-    devices = []
-    if not (check_mode and sim and result["changed"]):
-        try:
-            devices = gpu.gpu_snapshot(p["gpu_backend"], p["sim_dir"], p["gpu_timeout"],
-                                       python=python)
-        except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
-            if not check_mode:
-                raise NodeRefused("GPU query failed (%s backend): %s"
-                                  % (p["gpu_backend"], exc)) from exc
-            warn("GPU query failed in check mode (%s backend): %s" % (p["gpu_backend"], exc))
-        else:
-            ccs = sorted(set(d["compute_capability"] for d in devices))
-            result["gpus"] = dict(count=len(devices), compute_capabilities=ccs)
-            if len(devices) != p["gpu_count"] or ccs != [p["compute_capability"]]:
-                raise NodeRefused(
-                    "the node has %d GPU(s) with compute capability %s, the inventory says "
-                    "sglang_server_gpu_count=%s and sglang_server_gpu_compute_capability=%s. "
-                    "Fix: correct those variables for this host (or its group)"
-                    % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
-                       p["compute_capability"]))
 
-    if p.get("model") and devices:
-        _check_model(p["model"], devices)
+def _check_gpus(p, check_mode, result, warn):
+    """The node's GPUs against the inventory's count and compute capability."""
+    if check_mode and p.get("sim") and result["changed"]:
+        return []  # a simulated node not provisioned yet has no GPUs to read
+    try:
+        devices = gpu.gpu_snapshot(p["gpu_backend"], p["sim_dir"], p["gpu_timeout"],
+                                   python=p["server_python"])
+    except (gpu.GpuQueryTimeout, gpu.GpuUnavailable) as exc:
+        if not check_mode:
+            raise NodeRefused("GPU query failed (%s backend): %s"
+                              % (p["gpu_backend"], exc)) from exc
+        warn("GPU query failed in check mode (%s backend): %s" % (p["gpu_backend"], exc))
+        return []
+    ccs = sorted(set(d["compute_capability"] for d in devices))
+    result["gpus"] = dict(count=len(devices), compute_capabilities=ccs)
+    if len(devices) != p["gpu_count"] or ccs != [p["compute_capability"]]:
+        raise NodeRefused(
+            "the node has %d GPU(s) with compute capability %s, the inventory says "
+            "sglang_server_gpu_count=%s and sglang_server_gpu_compute_capability=%s. "
+            "Fix: correct those variables for this host (or its group)"
+            % (len(devices), ", ".join(ccs) or "none", p["gpu_count"],
+               p["compute_capability"]))
+    return devices
 
-    if not status["running"] and not status["members"]:
-        owner = service_uid(svc["user"])
-        remove, kept = shm.leaked_segments(p["shm_dir"], svc["state_file"], svc["marker"],
-                                           owner)
-        result["shm_removed"], result["shm_kept_in_use"] = remove, kept
-        if remove:
-            result["changed"] = True
-            if not check_mode:
-                for path in remove:
-                    os.unlink(path)
 
+def _remove_leaked_segments(p, check_mode, result):
+    svc = p["service"]
+    remove, kept = shm.leaked_segments(p["shm_dir"], svc["state_file"], svc["marker"],
+                                       service_uid(svc["user"]))
+    result["shm_removed"], result["shm_kept_in_use"] = remove, kept
+    if remove:
+        result["changed"] = True
+        if not check_mode:
+            for path in remove:
+                os.unlink(path)
+
+
+def _collect_background_work(observation, parsing, result):
     if parsing is not None:
         rejected = parsing.result()
         result["argcheck_current"] = rejected is None
@@ -494,24 +522,27 @@ def check_node(p, check_mode, warn, want_diff=False):
         except (gate.GateArgsInvalid, OSError, IOError) as exc:
             # Anything else is a bug and keeps its traceback, as sglang_health would crash.
             raise NodeRefused("the gate's observation failed: %s" % exc) from exc
-    # Last, once nothing here can refuse the node: the lock of a deploy that changes it.
-    if p.get("lock") and changing and not check_mode:
-        try:
-            result["lock"] = _take_lock(p["lock"])
-        except lk.LockError as exc:
-            raise NodeRefused("%s: lock %s: %s" % (p["lock"]["name"], p["lock"]["path"],
-                                                   exc)) from exc
-    locked = result.get("lock", {}).get("outcome") in ("acquired", "reentered")
-    if p.get("write") and changing and not files_current and result["argcheck_current"] \
-            and locked:
+
+
+def _change_what_needs_no_drain(p, service, status, devices, result, want_diff, warn):
+    """Last, once nothing here can refuse the node: the lock of a deploy that changes it,
+    then the files (when SGLang accepts the arguments), then the start of a server that is
+    not running and has no process left to stop."""
+    if not p.get("lock"):
+        return
+    try:
+        result["lock"] = _take_lock(p["lock"])
+    except lk.LockError as exc:
+        raise NodeRefused("%s: lock %s: %s" % (p["lock"]["name"], p["lock"]["path"],
+                                               exc)) from exc
+    if result["lock"]["outcome"] not in ("acquired", "reentered") or \
+            not result["argcheck_current"]:
+        return
+    if p.get("write") and not result["files_current"]:
         _write_files(p, want_diff, result)
-    # A server that is not running, and has no process left to stop, starts here too.
-    if p.get("start") and changing and locked and result["argcheck_current"] \
-            and (files_current or "files_written" in result) \
-            and not status["running"] and not status["members"] and not check_mode:
+    if p.get("start") and (result["files_current"] or "files_written" in result) \
+            and not status["running"] and not status["members"]:
         _start_server(p, service, status, devices, result, warn)
-    result["summary"] = _summary(result)
-    return result
 
 
 def _summary(r):

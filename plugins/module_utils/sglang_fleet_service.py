@@ -88,6 +88,19 @@ class ServiceError(Exception):
     pass
 
 
+def service_of(svc):
+    """The service of a deployment from its description (manager, marker, unit_name,
+    state_file, user, node_rank; script, log_file and workdir for the supervisor): the one
+    place both managers are constructed."""
+    if svc["manager"] == "systemd":
+        return Systemd(svc["marker"], svc["unit_name"], svc["state_file"],
+                       user=svc.get("user") or "root", node_rank=svc.get("node_rank") or 0,
+                       log_file=svc.get("log_file"))
+    return Supervisor(svc["marker"], svc["script"], svc["log_file"], svc["state_file"],
+                      svc.get("workdir") or "/", user=svc.get("user") or "root",
+                      node_rank=svc.get("node_rank") or 0)
+
+
 def resolve_user(user):
     """(uid, gid, name) of the service user, or ServiceError naming it."""
     try:

@@ -2,7 +2,9 @@
 TZ differs from the node's, or a log without stamps, is judged as one written in step.
 
 A process this test starts (a `sleep` carrying a deployment marker of the test's own) stands
-for the server; its log is a file the test writes, line by line, as SGLang would."""
+for the server; its log is a file the test writes, line by line, as SGLang would. The stall
+window (5 s) is ten times the interval between lines, so that a loaded machine, which delays
+an observation by seconds, cannot turn steady progress into a stall."""
 
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 from sglang_fleet_node import sglang_fleet_gate as gate
 from sglang_fleet_node import sglang_fleet_procs as procs
 
-WINDOWS = {p: 3.0 for p in ("launching", "loading_weights", "allocating_kv_cache",
+WINDOW = 5.0
+WINDOWS = {p: WINDOW for p in ("launching", "loading_weights", "allocating_kv_cache",
                             "capturing_cuda_graph", "starting_http", "warming_up")}
 
 
@@ -63,16 +68,16 @@ def test_the_servers_clock_never_decides_progress_or_a_stall(node, offset_h):
         seen.append(gate.judge(node, check_mode=False))
         time.sleep(0.5)
     assert [v["verdict"] for v in seen] == ["progressing"] * 5
-    assert all(v["quiet_s"] < 3 for v in seen), [v["quiet_s"] for v in seen]
+    assert all(v["quiet_s"] < WINDOW for v in seen), [v["quiet_s"] for v in seen]
     with log.open("a") as f:  # a stamped last line (an undated bar would be dated by mtime)
         f.write(f"{stamp(offset_h)}Load weight end. type=LlamaForCausalLM, avail mem=60 GB\n")
     assert gate.judge(node, check_mode=False)["verdict"] == "progressing"
     # Then nothing: stalled after the window on the node's clock, not at once, not never.
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         verdict = gate.judge(node, check_mode=False)
         if verdict["verdict"] != "progressing" or time.monotonic() > deadline:
             break
         time.sleep(0.25)
     assert verdict["verdict"] == "stalled", verdict
-    assert 3 <= verdict["quiet_s"] < 10, verdict["quiet_s"]
+    assert WINDOW <= verdict["quiet_s"] < 4 * WINDOW, verdict["quiet_s"]
