@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 from sglang_fleet_node import sglang_fleet_gate as gate
 from sglang_fleet_node import sglang_fleet_procs as procs
+
+pytestmark = pytest.mark.integration
 
 WINDOW = 5.0
 WINDOWS = {p: WINDOW for p in ("launching", "loading_weights", "allocating_kv_cache",
