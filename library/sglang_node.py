@@ -73,9 +73,9 @@ options:
     type: float
     default: 10
   sim:
-    description: The simulated node to provision (devices, model_dir, model_files (its JSON
-      files by name), shm_dir, and root, the folder the model path must be inside); unset on
-      real nodes.
+    description: The simulated node to provision, as the LaunchSpec's C(sim) section describes
+      it (GPUs, stand-in model, the folder the model path must be inside), with model_dir,
+      family and shm_dir; unset on real nodes.
     type: dict
   running_spec_file:
     description: The LaunchSpec the deployment last started from (the service keeps it).

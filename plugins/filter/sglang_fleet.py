@@ -12,7 +12,6 @@ try:
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
-    from sglang_fleet.sim.hardware import sim_devices, sim_model_files
     from sglang_fleet.spec import (
         IDENTITY_SETTINGS,
         PREFIX,
@@ -94,16 +93,6 @@ def start_args_filter(spec, group_hosts=None):
     return start_module_args(dict(spec), list(group_hosts or []))
 
 
-def sim_devices_filter(spec):
-    _need_package()
-    return sim_devices(spec)
-
-
-def sim_model_files_filter(spec):
-    _need_package()
-    return sim_model_files(spec)
-
-
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
               running=None, window_s=3600):
     """The next configuration for a failed server: `verdict` is the gate's, `running` what
@@ -176,8 +165,6 @@ class FilterModule(object):
             "sglang_fleet_group_errors": group_errors,
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,
-            "sglang_fleet_sim_devices": sim_devices_filter,
-            "sglang_fleet_sim_model_files": sim_model_files_filter,
             "sglang_fleet_next_spec": next_spec,
             "sglang_fleet_failure_block": failure_block_filter,
             "sglang_fleet_operator_stopped": operator_stopped_test,

@@ -415,8 +415,9 @@ def _provision_simulated_node(p, check_mode, result):
             "simulator writes its stand-in model at the model path and writes nothing "
             "outside that folder. Fix: set sglang_server_model_path under %s"
             % (sim["model_dir"], root, root))
-    written = simnode.provision(p["sim_dir"], sim["devices"], sim["model_dir"],
-                                sim["model_files"], sim["shm_dir"], check_mode)
+    written = simnode.provision(p["sim_dir"], simnode.node_devices(p["host_name"], sim),
+                                sim["model_dir"], simnode.model_files(sim, sim["family"]),
+                                sim["shm_dir"], check_mode)
     result["provisioned"] = written
     result["changed"] = bool(written)
 

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
-# What a simulated node is made of, written on the node: its GPUs (devices.json and one device
-# file per GPU, which the simulated workers hold open) and a stand-in model folder. Idempotent:
-# reports what it wrote, writes nothing in check mode.
+# What a simulated node is made of, written on the node from the LaunchSpec's description of it
+# (its `sim` section): its GPUs (devices.json and one device file per GPU, which the simulated
+# workers hold open) and a stand-in model folder. Idempotent: reports what it wrote, writes
+# nothing in check mode. The GPU layer's simulated backend reads what this writes.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -11,6 +12,42 @@ import os
 
 SHARDS = 8
 SHARD_SIZE = 262144
+GIB = 1 << 30
+GPU_NAMES = {"12.0": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "10.0": "NVIDIA B200",
+             "9.0": "NVIDIA H200"}
+
+
+def node_devices(host, sim):
+    """The simulated node's GPUs, as NVML would list them."""
+    major, minor = (int(x) for x in sim["compute_capability"].split("."))
+    name = GPU_NAMES.get(sim["compute_capability"], sim.get("gpu_model") or "NVIDIA GPU")
+    return [{
+        "index": i,
+        "name": "%s (simulated)" % name,
+        "uuid": "GPU-sim-%s-%02d" % (host, i),
+        "compute_capability": [major, minor],
+        "memory_total": int(sim["gpu_memory_gb"] * GIB),
+        "interconnect": sim["interconnect"],
+    } for i in range(int(sim["gpu_count"]))]
+
+
+def model_files(sim, family):
+    """The stand-in model folder's JSON files: a config.json with the shape of the model the
+    path names where the toolkit knows it (the node check and the simulator read its heads,
+    experts and layers), and for a known model the safetensors index with its checkpoint's
+    size (its shards are sparse stand-ins)."""
+    config = dict(sim.get("model_config") or {})
+    arch = sim["model_type"] if family == "MLA" else "LlamaForCausalLM"
+    config.update({"architectures": [arch], "model_type": "sglang-fleet-simulated",
+                   "num_safetensors_shards": sim["weight_shards"],
+                   "_comment": "Stand-in model folder for sglang-sim: no weights."})
+    files = {"config.json": config}
+    if sim.get("checkpoint_bytes"):
+        files["model.safetensors.index.json"] = {
+            "metadata": {"total_size": sim["checkpoint_bytes"],
+                         "_comment": "simulated: the named model's checkpoint size"},
+            "weight_map": {}}
+    return files
 
 
 class _Writer(object):

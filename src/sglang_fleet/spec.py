@@ -22,7 +22,13 @@ from typing import Any
 
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
-from sglang_fleet.reviewed import Release, nccl_did_you_mean, nccl_variable_names, releases
+from sglang_fleet.reviewed import (
+    Release,
+    nccl_did_you_mean,
+    nccl_variable_names,
+    releases,
+    sim_profile,
+)
 from sglang_fleet.rules import Rule, matching_rules
 from sglang_fleet.settings import (
     BY_NAME,
@@ -976,7 +982,6 @@ def build_launch_spec(
             "service": service}
     chash = config_hash(core)
     env[CONFIG_VAR] = chash
-    sim = v["sim_compute_capability"]
     spec = {
         "host": host,
         "deployment": deployment,
@@ -1025,12 +1030,33 @@ def build_launch_spec(
         "allowed_rules": cmd.allowed_rules,
         # The simulated node's own hardware, independent of what the inventory claims, so
         # that preflight's comparison means the same on a simulated node as on a real one.
-        "sim": {"gpu_count": v["sim_gpu_count"],
-                "compute_capability": _compute_capability(sim),
-                "profile": str(v["sim_profile"])} if simulated else None,
+        "sim": _simulated_node(v, cmd, layout, topo) if simulated else None,
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
     return _result(p, spec)
+
+
+def _simulated_node(v: Validated, cmd: ServerCommand, layout: dict[str, Any],
+                    topo: Topology) -> dict[str, Any]:
+    """What the simulated node is made of, independent of what the inventory claims (so that
+    the node check's comparison means the same on a simulated node as on a real one): its
+    GPUs, and the stand-in of the model its path names (the shape and size of a model the
+    toolkit knows). The node check writes it; the GPU layer's simulated backend reads it."""
+    profile = sim_profile(str(v["sim_profile"]))
+    known = known_model(v["model_path"])
+    return {"gpu_count": v["sim_gpu_count"],
+            "compute_capability": _compute_capability(v["sim_compute_capability"]),
+            "profile": str(v["sim_profile"]),
+            "gpu_model": v["gpu_model"],
+            "gpu_memory_gb": profile["gpu_memory_total_gb"],
+            "interconnect": cmd.facts["interconnect"],
+            "model_type": profile["model_type"],
+            "weight_shards": profile["weight_shards"],
+            "model_config": known.config_json() if known else {},
+            "checkpoint_bytes": known.checkpoint_bytes if known else None,
+            # The simulated node's folder: the stand-in model must lie inside it (a group's
+            # nodes share the folder that holds their roots).
+            "root": layout["root"].rsplit("/", 1)[0] if topo.group else layout["root"]}
 
 
 def _group_view(spec: dict[str, Any]) -> dict[str, Any]:
