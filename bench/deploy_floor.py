@@ -1,11 +1,14 @@
 """Deploy against Ansible's own floor, side by side in one run, on the local simulated fleet.
 
-    .venv/bin/python bench/deploy_floor.py [--hosts 4 16 64] [--reruns 5]
+    .venv/bin/python bench/deploy_floor.py [--hosts 4 16 64] [--reruns 5] [--no-router]
 
-For each fleet size: the first deploy (with a probe that polls every server's /health every
+Each fleet is the default one: its servers and, in front of them, the real router (sim-router,
+the pinned sglang-router in a virtualenv built once, testfleet.router.router_venv). For each
+fleet size: the first deploy (with a probe that polls every server's /health every
 50 ms, and the time each host's ready line reaches the output), then no-change re-runs of
-deploy.yml alternated with bench/floor.yml (two module runs and eight set_fact per host: the
-least a deploy that checks a node and asks its server can cost), medians of each. Printed:
+deploy.yml alternated with bench/floor.yml (two module runs and eight set_fact per host, router
+included: the least a deploy that checks a node and asks its server can cost), medians of
+each. Printed:
 the re-run against the floor; the first deploy's overhead above the servers' own start (the
 probe's first 200 after each server's recorded start), also as a multiple of the floor's time
 (which scales with the machine's speed as the overhead does); how long after a server first
@@ -32,8 +35,11 @@ from pathlib import Path
 import requests
 
 from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet, run_playbook
+from sglang_fleet.testfleet.router import router_venv
 
 FLOOR = REPO / "bench" / "floor.yml"
+# The router's virtualenv, kept between runs (or $SGLANG_FLEET_TEST_ROUTER_VENV).
+ROUTER_VENVS = Path(tempfile.gettempdir()) / "sglang-fleet-bench"
 
 
 def children_cpu() -> float:
@@ -96,10 +102,14 @@ def started_at(fleet, host: str) -> float | None:
     return time.monotonic() - (time.time() - wall)
 
 
-def measure(hosts: int, reruns: int, time_factor: float, gate_interval: int | None) -> dict:
+def measure(hosts: int, reruns: int, time_factor: float, gate_interval: int | None,
+            router: Path | None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"deploy-floor-{hosts}-") as tmp:
         fleet = make_fleet(Path(tmp), hosts=hosts, time_factor=time_factor,
-                           tp=None if hosts <= 4 else 1, gate_poll_interval=gate_interval)
+                           tp=None if hosts <= 4 else 1, gate_poll_interval=gate_interval,
+                           router=router)
+        # Every host of the run has its recap line: the servers and the router.
+        recaps = hosts + (1 if router else 0)
         extra = fleet.extra
         try:
             probe = HealthProbe({h: fleet.url(h) for h in fleet.hosts})
@@ -124,7 +134,7 @@ def measure(hosts: int, reruns: int, time_factor: float, gate_interval: int | No
                 r_wall, r_cpu, r_rc, r_lines = timed_playbook("deploy.yml", fleet.inventory,
                                                               extra)
                 recap = [x for _, x in r_lines if " ok=" in x and "changed=" in x]
-                if f_rc or r_rc or len(recap) < hosts or any("changed=0 " not in x
+                if f_rc or r_rc or len(recap) < recaps or any("changed=0 " not in x
                                                              for x in recap):
                     raise SystemExit(f"{hosts} hosts: a re-run changed something or failed "
                                      f"(rc {r_rc}, floor rc {f_rc}): {recap}")
@@ -135,6 +145,7 @@ def measure(hosts: int, reruns: int, time_factor: float, gate_interval: int | No
             fleet.kill_leftovers()
     return {
         "hosts": hosts,
+        "router": router is not None,
         "floor_s": statistics.median(w for w, _ in floor_runs),
         "rerun_s": statistics.median(w for w, _ in rerun_runs),
         "floor_cpu_s": statistics.median(c for _, c in floor_runs),
@@ -156,17 +167,21 @@ def main() -> None:
     # new module run every second per host.
     parser.add_argument("--gate-interval", type=int, default=None,
                         help="sglang_server_gate_poll_interval (default: the role's, 10 s)")
+    parser.add_argument("--no-router", action="store_true",
+                        help="the servers alone (the default fleet has the router too)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    router = None if args.no_router else router_venv(ROUTER_VENVS)
     rows = []
     for hosts in args.hosts:
         rows.append(measure(hosts, args.reruns if hosts <= 16 else max(2, args.reruns // 2),
-                            args.time_factor, args.gate_interval))
+                            args.time_factor, args.gate_interval, router))
         if args.json:
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
         return
-    print(f"simulated fleet, local connection (sglang-sim, time factor {args.time_factor}, "
+    print(f"simulated fleet{'' if router else ' without its router'}, local connection "
+          f"(sglang-sim, time factor {args.time_factor}, "
           f"gate interval {args.gate_interval or 'the default 10'} s); "
           f"medians of {args.reruns} alternated runs")
     print(f"{'hosts':>5} {'floor s':>8} {'re-run s':>9} {'ratio':>6} {'first s':>8} "

@@ -8,7 +8,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_fleet.router_render import render_router_files
+    from sglang_fleet.router_render import render_router_files, router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
         admin_key,
@@ -64,6 +64,13 @@ def routers_of(server, groups, hostvars):
 def render(spec, secrets=None, masked=False):
     _need_package()
     return render_router_files(spec, dict(secrets or {}), masked=bool(masked))
+
+
+def router_node_filter(spec, api_key, control_plane_keys):
+    """spec | sglang_fleet_router_node(api_key, control_plane_keys): sglang_router_node's
+    `router` option, the env file written with the keys."""
+    _need_package()
+    return router_node(spec, router_secrets(api_key, list(control_plane_keys or [])))
 
 
 def secrets(api_key, control_plane_keys):
@@ -125,6 +132,7 @@ class FilterModule(object):
             "sglang_fleet_router_spec": router_spec,
             "sglang_fleet_routers_of": routers_of,
             "sglang_fleet_router_render": render,
+            "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_secrets": secrets,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,

@@ -432,12 +432,17 @@ def admin_key(control_plane_keys: list[Any] | None) -> str:
     return ""
 
 
+def flag_variables() -> dict[str, str]:
+    """Each router option the role sets, and the sglang_router_* variable that sets it."""
+    return {s.flag: s.variable for s in SETTINGS if s.flag}
+
+
 def flag_variable(message: str) -> str:
     """The sglang_router_* variable behind the first router option a refusal names."""
+    variables = flag_variables()
     for flag in re.findall(r"--[a-z0-9-]+", message):
-        for s in SETTINGS:
-            if s.flag == flag:
-                return s.variable
+        if flag in variables:
+            return variables[flag]
     return PREFIX + "extra_args"
 
 

@@ -1,0 +1,288 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_router_node
+short_description: Bring SGLang's router on its host to the rendered one, in one pass
+description:
+  - One module run for the router's host, where separate stock tasks would take one each, so
+    that a re-run with nothing to change costs one module run.
+  - With I(router.install.mode=pip), first reads the router's virtualenv for the pinned
+    release (its dist-info folders, without starting pip). When it is missing, returns
+    I(install_needed) and does nothing else, for the role's install step to install it and
+    call this module again with I(after_install).
+  - With I(router.install.mode=existing), refuses a router Python that does not exist.
+  - Lets the installed router's own parser (the one behind C(sglang-router launch)) read the
+    rendered command (secrets masked) when the files changed or the installed router did
+    since it last accepted that command (a record beside the service's state file), and
+    refuses it, naming the variable behind the refused option and the fix, before anything is
+    written. In check mode a router not installed yet is not asked.
+  - Writes the folders, launch script, env file (mode 0600) and unit that differ, with the
+    deployment file writer the servers' files have (atomically, with their modes; with
+    C(--diff) a diff per file, the env file's secrets shown only as fingerprints).
+  - Starts a router that is not running, and restarts one that runs from other files, through
+    the service the servers have (systemd or the supervisor), with the same checks before a
+    start; then waits until the router answers on C(/liveness).
+version_added: "0.2.0"
+author: sglang-fleet maintainers
+options:
+  host_name:
+    description: Inventory name of the router host, for messages.
+    type: str
+    required: true
+  router:
+    description:
+      - The router as its host is given it, built on the controller from the RouterSpec
+        (C(spec | sglang_fleet_router_node(api_key, control_plane_keys))).
+    type: dict
+    required: true
+    suboptions:
+      marker:
+        description: The router's deployment marker (C(host:sglang-router-PORT)).
+        type: str
+        required: true
+      config_hash:
+        description: The RouterSpec's configuration hash.
+        type: str
+        required: true
+      version:
+        description: The pinned sglang-router release, for messages.
+        type: str
+        required: true
+      folders:
+        description: The router's folders (I(path), I(mode)).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          path:
+            description: Folder path.
+            type: path
+            required: true
+          mode:
+            description: Octal mode, e.g. C("0755").
+            type: str
+            required: true
+      files:
+        description: The launch script and, with systemd, the unit, as
+          M(sglang_deployment_files) takes its I(files).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          path:
+            description: File path.
+            type: path
+            required: true
+          content:
+            description: The whole content.
+            type: str
+            required: true
+          mode:
+            description: Octal mode, e.g. C("0644").
+            type: str
+            required: true
+          owner:
+            description: Owner (user name); left as created when unset.
+            type: str
+          group:
+            description: Group name; left as created when unset.
+            type: str
+      secret_files:
+        description: The env file, whose content (the router's keys) is never logged or
+          shown.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          path:
+            description: File path.
+            type: path
+            required: true
+          content:
+            description: The whole content (secrets).
+            type: str
+            required: true
+          mode:
+            description: Octal mode, e.g. C("0600").
+            type: str
+            required: true
+          owner:
+            description: Owner (user name); left as created when unset.
+            type: str
+          group:
+            description: Group name; left as created when unset.
+            type: str
+      service:
+        description: The router's service.
+        type: dict
+        required: true
+        suboptions:
+          manager:
+            description: The service manager.
+            type: str
+            required: true
+            choices: [systemd, supervisor]
+          unit_name:
+            description: The systemd unit.
+            type: str
+          state_file:
+            description: The service's record of what runs.
+            type: path
+            required: true
+          script:
+            description: The launch script.
+            type: path
+          log_file:
+            description: The router's log.
+            type: path
+          workdir:
+            description: Working folder of the supervised router.
+            type: path
+            default: /
+          user:
+            description: The service user.
+            type: str
+            default: root
+          stop_timeout:
+            description: Seconds a stop waits before SIGKILL.
+            type: int
+            default: 60
+      install:
+        description: How the router is installed.
+        type: dict
+        required: true
+        suboptions:
+          mode:
+            description: C(pip) (its own virtualenv) or C(existing) (an environment as it is).
+            type: str
+            required: true
+            choices: [pip, existing]
+          python:
+            description: The configured Python (sglang_router_python), for messages.
+            type: path
+          router_python:
+            description: The Python the router runs with.
+            type: path
+            required: true
+          venv:
+            description: The router's virtualenv (pip).
+            type: path
+          requirements:
+            description: The pinned requirements (C(name==version)) the virtualenv must hold.
+            type: list
+            elements: str
+            default: []
+      args:
+        description: The router's command line after C(launch), secrets masked.
+        type: list
+        elements: str
+        default: []
+      args_parser:
+        description: The installed router's parser (module:function).
+        type: str
+        default: sglang_router.launch_router:parse_router_args
+      argcheck_record:
+        description: Record file of the last command the installed router accepted.
+        type: path
+      liveness_url:
+        description: The router's C(/liveness), polled after a start and asked once on a
+          re-run.
+        type: str
+        required: true
+      flag_variables:
+        description: Each router option the role sets and its sglang_router_* variable, to
+          name the variable behind a refused option.
+        type: dict
+        default: {}
+  after_install:
+    description: The role's install step ran just before; go on even when the pinned release
+      is not installed (in check mode, where the install step only said it would install).
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait for the router to answer after a start (and on a re-run).
+    type: float
+    default: 60
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be written and started; the installed router still parses a
+      changed command.
+  diff_mode:
+    support: full
+    details: A diff per folder and file it would write; the env file's secrets as
+      fingerprints.
+"""
+
+EXAMPLES = r"""
+- name: Write, check and start the router, in one pass
+  sglang_router_node:
+    host_name: "{{ inventory_hostname }}"
+    router: >-
+      {{ sglang_router__spec | sglang_fleet_router_node(sglang_router_api_key,
+         sglang_router_control_plane_api_keys) }}
+  register: sglang_router__node
+"""
+
+RETURN = r"""
+install_needed:
+  description: Whether the pinned release is missing from the router's virtualenv (pip).
+  returned: always
+  type: bool
+files_changed:
+  description: The folders and files written (in check mode, to be written).
+  returned: unless the install is needed first
+  type: list
+  elements: str
+args_parsed:
+  description: C(accepted) (the installed router parsed the command in this run), C(before)
+    (it had accepted this command, and is unchanged since) or C(skipped) (check mode, router
+    not installed yet).
+  returned: unless the install is needed first
+  type: str
+  sample: before
+action:
+  description: C(none), C(started) or C(restarted) (in check mode, what would be done).
+  returned: always
+  type: str
+pid:
+  description: The router's main process.
+  returned: unless the install is needed first
+  type: int
+config_hash:
+  description: The configuration the router runs (the rendered one after a start).
+  returned: unless the install is needed first
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_routernode import ROUTER_OPTIONS, RouterRefused, converge
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host_name=dict(type="str", required=True),
+            router=dict(type="dict", required=True, options=ROUTER_OPTIONS),
+            after_install=dict(type="bool", default=False),
+            wait_timeout=dict(type="float", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        result = converge(module.params, module.check_mode, module.warn, module._diff)
+    except RouterRefused as exc:
+        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
+    except (OSError, IOError) as exc:
+        module.fail_json(msg="host %s: the router's host failed: %s"
+                         % (module.params["host_name"], exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_router_probe
+short_description: Ask SGLang's router for its workers and one answer, in one module run
+description:
+  - Reads the router's workers (C(GET /workers), with the control-plane key) and sends one
+    short chat request through it (C(POST /v1/chat/completions), with the clients' key), in one
+    module run on the router's host.
+  - Changes nothing, and never fails on the router's answer; the caller decides what an
+    answer other than 200 means (the router role's report fails the host, naming the fix).
+version_added: "0.2.0"
+author: sglang-fleet maintainers
+options:
+  url:
+    description: The router's URL as its host reaches it.
+    type: str
+    required: true
+  admin_key:
+    description: A control-plane key with the admin role (the worker API), if the router has
+      any.
+    type: str
+  api_key:
+    description: The clients' key, if the router has one.
+    type: str
+  timeout:
+    description: Seconds the request through the router may take.
+    type: float
+    default: 60
+attributes:
+  check_mode:
+    support: full
+    details: It only reads, and sends the one request, in check mode too.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Ask the router for its workers and one answer
+  sglang_router_probe:
+    url: http://127.0.0.1:30000
+    admin_key: "{{ sglang_router_control_plane_api_keys | sglang_fleet_router_admin_key }}"
+    api_key: "{{ sglang_router_api_key }}"
+  register: sglang_router__probe
+"""
+
+RETURN = r"""
+workers:
+  description: The router's workers as C(GET /workers) lists them (empty when it could not be
+    read).
+  returned: always
+  type: list
+  elements: dict
+workers_error:
+  description: Why the workers could not be read, or null.
+  returned: always
+  type: str
+status:
+  description: The HTTP status of the request through the router; null when nothing answered.
+  returned: always
+  type: int
+  sample: 200
+answer:
+  description: The router's answer (OpenAI chat completion) when the status is 200.
+  returned: always
+  type: dict
+error:
+  description: The router's error, or why nothing answered, when the status is not 200.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_fleet_routernode import ask
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            admin_key=dict(type="str", no_log=True),
+            api_key=dict(type="str", no_log=True),
+            timeout=dict(type="float", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.exit_json(changed=False, **ask(p["url"].rstrip("/"), p["admin_key"] or None,
+                                          p["api_key"] or None, p["timeout"]))
+
+
+if __name__ == "__main__":
+    main()
