@@ -119,7 +119,9 @@ def _parser_fingerprint(python, parser):
     """Where the installed parser's code lives and when it (and its package) last changed,
     read by the server's interpreter without importing it (importing SGLang takes seconds)."""
     module = parser.partition(":")[0]
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # Not realpath: a virtualenv's python links to the interpreter it was made from, and sees
+    # other packages.
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         out = []  # this very interpreter: no second one to start
         for name in (module, module.split(".")[0]):
             try:
