@@ -194,6 +194,14 @@ options:
           re-run.
         type: str
         required: true
+      admin_url:
+        description: The router's URL as its host reaches it; its workers are read there once
+          it answers.
+        type: str
+      admin_key:
+        description: The control-plane key with the admin role the workers are read with, if
+          the router has any.
+        type: str
       flag_variables:
         description: Each router option the role sets and its sglang_router_* variable, to
           name the variable behind a refused option.
@@ -258,6 +266,14 @@ config_hash:
   description: The configuration the router runs (the rendered one after a start).
   returned: unless the install is needed first
   type: str
+workers:
+  description: The workers the router lists once it answers (I(url), I(healthy)), or null
+    when they could not be read; a server already in it and unchanged since is not asked to
+    join again.
+  returned: when not in check mode and the install was not needed first
+  type: list
+  elements: dict
+  sample: [{url: "http://10.0.0.11:30000", healthy: true}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -70,7 +70,29 @@ def router_node_filter(spec, api_key, control_plane_keys):
     """spec | sglang_fleet_router_node(api_key, control_plane_keys): sglang_router_node's
     `router` option, the env file written with the keys."""
     _need_package()
-    return router_node(spec, router_secrets(api_key, list(control_plane_keys or [])))
+    keys = list(control_plane_keys or [])
+    return router_node(spec, router_secrets(api_key, keys), admin_key(keys))
+
+
+def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
+    """The routers a server's membership task calls. A server to be present is left out of a
+    router that listed it healthy when this run deployed that router (its node module reads
+    the workers once it answers), unless this run called that router for the server already
+    (it left it, or asked it): nothing of the membership changed since, and the call would be
+    one more module run per server and router on every re-run."""
+    if state != "present":
+        return list(routers)
+    called = set(r.get("item", {}).get("name") for r in (earlier or {}).get("results") or []
+                 if isinstance(r, dict) and not r.get("skipped"))
+    wanted = str(worker_url).rstrip("/")
+    out = []
+    for router in routers:
+        node = hostvars[router["name"]].get("sglang_router__node") or {}
+        listed = node.get("workers") if isinstance(node, dict) else None
+        if router["name"] in called or not any(
+                w.get("url") == wanted and w.get("healthy") for w in listed or []):
+            out.append(router)
+    return out
 
 
 def secrets(api_key, control_plane_keys):
@@ -131,6 +153,7 @@ class FilterModule(object):
         return {
             "sglang_fleet_router_spec": router_spec,
             "sglang_fleet_routers_of": routers_of,
+            "sglang_fleet_routers_to_call": routers_to_call,
             "sglang_fleet_router_render": render,
             "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_secrets": secrets,

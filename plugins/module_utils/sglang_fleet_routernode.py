@@ -73,6 +73,8 @@ ROUTER_OPTIONS = dict(
     args_parser=dict(type="str", default="sglang_router.launch_router:parse_router_args"),
     argcheck_record=dict(type="path"),
     liveness_url=dict(type="str", required=True),
+    admin_url=dict(type="str"),
+    admin_key=dict(type="str", no_log=True),
     flag_variables=dict(type="dict", default={}),
 )
 
@@ -276,7 +278,24 @@ def converge(p, check_mode, warn, want_diff=False):
         raise RouterRefused(
             "the router at %s did not answer within %g s (last: %s). Fix: read its log, %s"
             % (r["liveness_url"], p["wait_timeout"], late, r["service"]["log_file"]))
+    result["workers"] = listed_workers(r)
     return result
+
+
+def listed_workers(r):
+    """The workers the router lists now ({url, healthy}), or None when it cannot say: the
+    membership of a server that has not changed since follows from it without asking again."""
+    if not r["admin_url"]:
+        return None
+    try:
+        status, body = http("GET", r["admin_url"] + "/workers", r["admin_key"] or None,
+                            timeout=10)
+    except RouterUnreachable:
+        return None
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
+        return None
+    return [{"url": str(w.get("url") or "").rstrip("/"), "healthy": bool(w.get("is_healthy"))}
+            for w in body["workers"] if isinstance(w, dict)]
 
 
 def _apply(r, actions, record):

@@ -77,11 +77,12 @@ def render_router_files(spec: dict[str, Any], secrets: dict[str, str] | None = N
     }
 
 
-def router_node(spec: dict[str, Any], secrets: dict[str, str]) -> dict[str, Any]:
+def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = ""
+                ) -> dict[str, Any]:
     """The router as its host is given it (sglang_router_node's `router` option): its folders
     and files as the deployment file writer takes them (the env file apart: it holds the
-    secrets), its service, its install, the command its own parser checks (secrets masked) and
-    where it answers once started."""
+    secrets), its service, its install, the command its own parser checks (secrets masked),
+    where it answers once started, and the key its workers are read with."""
     paths, service = spec["paths"], spec["service"]
     rendered = render_router_files(spec, secrets)
     files = [{"path": paths["script"], "content": rendered["script"], "mode": "0755"}]
@@ -109,5 +110,7 @@ def router_node(spec: dict[str, Any], secrets: dict[str, str]) -> dict[str, Any]
         "args_parser": ROUTER_PARSER,
         "argcheck_record": f"{paths['run_dir']}/{spec['name']}.argcheck.json",
         "liveness_url": f"{spec['admin_url']}/liveness",
+        "admin_url": spec["admin_url"],
+        "admin_key": admin_key,
         "flag_variables": flag_variables(),
     }

@@ -1,0 +1,117 @@
+"""The router's host as the router node module sees it: the pinned release read from the
+virtualenv without pip, the files and digest it is given, the refusal of a command the installed
+router rejects, and the parser's fingerprint read by the router's own Python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sglang_fleet.router_render import router_node
+from sglang_fleet.router_spec import build_router_spec, router_secrets
+from sglang_fleet_node import sglang_fleet_routernode as rn
+from sglang_fleet_node.sglang_fleet_nodecheck import args_record
+from sglang_fleet_node.sglang_fleet_service import content_digest
+
+API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
+ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
+KEYS = [{"id": "fleet", "name": "sglang fleet", "role": "admin", "key": ADMIN_KEY}]
+
+
+def view(tmp_path: Path, **settings) -> dict:
+    settings = {"sglang_router_root": str(tmp_path / "router"),
+                "sglang_router_host": "127.0.0.1",
+                "sglang_router_service_manager": "supervisor", **settings}
+    built = build_router_spec(settings, "r1", "10.0.0.5")
+    assert built["ok"], built["errors"]
+    return router_node(built["spec"], router_secrets(API_KEY, KEYS))
+
+
+def fake_venv(root: Path, *dists: str) -> Path:
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").write_text("")
+    for dist in dists:
+        (site / f"{dist}.dist-info").mkdir()
+    return root
+
+
+def test_the_pinned_release_is_read_from_the_virtualenv(tmp_path):
+    venv = fake_venv(tmp_path / "venv", "sglang_router-0.3.2", "requests-2.32.3")
+    assert rn.pinned_installed(str(venv), ["sglang-router==0.3.2"])
+    assert rn.pinned_installed(str(venv), ["SGLang.Router == 0.3.2", "requests==2.32.3"])
+    assert not rn.pinned_installed(str(venv), ["sglang-router==0.3.3"]), "another release"
+    assert not rn.pinned_installed(str(venv), ["sglang-router>=0.3"]), "not a pin: pip decides"
+    assert not rn.pinned_installed(str(tmp_path / "none"), ["sglang-router==0.3.2"])
+    (venv / "bin" / "python").unlink()
+    assert not rn.pinned_installed(str(venv), ["sglang-router==0.3.2"]), "no interpreter"
+
+
+def test_the_host_is_given_its_files_with_the_keys_only_in_the_env_file(tmp_path):
+    r = view(tmp_path, sglang_router_api_key=API_KEY,
+             sglang_router_control_plane_api_keys=KEYS)
+    env = r["secret_files"][0]
+    assert env["mode"] == "0600" and env["path"].endswith(".env")
+    assert API_KEY in env["content"] and ADMIN_KEY in env["content"]
+    public = repr({k: v for k, v in r.items() if k != "secret_files"})
+    assert API_KEY not in public and ADMIN_KEY not in public
+    assert "********" in r["args"] and r["args"][0] == "--host"
+    assert [f["mode"] for f in r["folders"]] == ["0755", "0750", "0755", "0755"]
+    assert r["liveness_url"] == "http://127.0.0.1:30000/liveness"
+    assert r["argcheck_record"].endswith("/run/sglang-router-30000.argcheck.json")
+    # The digest the service records: script, env file, then the unit, in that order.
+    script = r["files"][0]
+    assert rn.digest_of(r) == content_digest([(script["path"], script["content"].encode()),
+                                              (env["path"], env["content"].encode())])
+    unit = view(tmp_path, sglang_router_service_manager="systemd")
+    assert [f["mode"] for f in unit["files"]] == ["0755", "0644"]
+    assert rn.config_files(unit)[1:] == [unit["secret_files"][0]["path"],
+                                         unit["files"][1]["path"]]
+
+
+def test_a_refused_command_names_the_variable_behind_the_option(tmp_path):
+    r = view(tmp_path)
+    message = rn.refusal(r, "SGLang rejected the rendered arguments: argument --policy: "
+                            "invalid choice: 'x' (choose from 'random', 'round_robin')")
+    python_dir = str(tmp_path / "router" / "venv" / "bin")
+    assert message == (
+        "sglang_router_policy: sglang-router 0.3.2 on this host refused the rendered command: "
+        "argument --policy: invalid choice: 'x' (choose from 'random', 'round_robin'). Fix: "
+        f"correct sglang_router_policy (`{python_dir}/sglang-router launch --help` lists what "
+        "this release takes), or pin the release whose options you use with "
+        "sglang_router_version")
+    assert rn.flag_variable("unrecognized arguments: --foo", r["flag_variables"]) == \
+        "sglang_router_extra_args"
+
+
+def test_an_existing_environment_without_its_python_is_refused(tmp_path):
+    r = view(tmp_path, sglang_router_install_mode="existing",
+             sglang_router_python=str(tmp_path / "nowhere" / "python3"))
+    try:
+        rn.refuse_missing_python(r["install"], r["version"])
+    except rn.RouterRefused as exc:
+        assert str(exc).startswith(f"sglang_router_python={tmp_path}/nowhere/python3 does not "
+                                   "exist on the router host. Fix:")
+    else:
+        raise AssertionError("a missing Python was not refused")
+    assert not rn.install_needed(r["install"]), "an existing environment is never installed"
+
+
+def test_the_parsers_fingerprint_is_read_by_the_routers_own_python(tmp_path):
+    """A virtualenv's python resolves to the interpreter it was made from, but sees its own
+    packages: a change of the router installed there changes the record, so the installed
+    router parses the command again."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "fakerouter").mkdir()
+    (site / "fakerouter" / "__init__.py").write_text("")
+    launch = site / "fakerouter" / "launch.py"
+    launch.write_text("def parse(args):\n    return args\n")
+    first = args_record(python, "fakerouter.launch:parse", ["--port", "1"])
+    assert first == args_record(python, "fakerouter.launch:parse", ["--port", "1"])
+    launch.write_text("def parse(args):\n    return list(args)  # a new release\n")
+    assert args_record(python, "fakerouter.launch:parse", ["--port", "1"]) != first
