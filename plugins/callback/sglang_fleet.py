@@ -8,9 +8,14 @@
 #   message of one of its sglang_* modules) is shown once, as written: not again as an [ERROR]
 #   block with the task's source excerpt (ansible-core 2.19 prints every failed task both
 #   ways), and not as YAML, which doubles quotes;
-# - a refused LaunchSpec is one block per reason, naming every host refused for it.
-# Every other result (other modules' failures, template errors, crashes, unreachable hosts,
-# -vv and above) is shown exactly as the default callback shows it.
+# - a refused LaunchSpec is one block per reason, naming every host refused for it;
+# - quiet by default: without -v, only those lines, the ready and other messages the playbooks
+#   write, failures and the recap; no play or task banners, no ok, changed, skipped or
+#   included lines; a GATE line only when a host's phase or progress changed, or once a minute
+#   while nothing does.
+# At -v every play and task is named with each host's status; every other result (other
+# modules' failures, template errors, crashes, unreachable hosts, -vv and above) is shown as
+# the default callback shows it.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -27,13 +32,20 @@ description:
     failure messages of its C(sglang_*) modules) are shown once, as text, without the
     C([ERROR]) block and source excerpt that ansible-core 2.19 adds to every failed task.
   - A refused LaunchSpec is shown once per distinct reason, naming the hosts it refuses.
-  - At C(-vv) and above, every result is shown as the default callback shows it.
+  - Without C(-v), only the NODE and GATE lines, the messages the playbooks write (ready
+    lines, router membership), failures and the recap are shown; play and task banners, ok,
+    changed, skipped and included results are not. A GATE line is shown when a host's phase
+    or progress changes, or once a minute while nothing changes.
+  - At C(-v) every play and task is named with each host's status; at C(-vv) and above, every
+    result is shown as the default callback shows it.
 extends_documentation_fragment:
   - default_callback
   - result_format_callback
 requirements:
   - set as stdout callback in ansible.cfg
 """
+
+import time
 
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
@@ -54,6 +66,8 @@ except ImportError:  # the package is not importable: control characters are sti
                     lambda m: "\\x%02x" % ord(m.group(0)), text)
 
 _FETCH_ACTIONS = ("fetch", "ansible.builtin.fetch", "ansible.legacy.fetch")
+# Seconds between GATE lines of a host whose phase and progress do not change.
+GATE_REPEAT_S = 60
 
 _FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail",
                  "assert", "ansible.builtin.assert", "ansible.legacy.assert")
@@ -107,6 +121,33 @@ class CallbackModule(DefaultCallback):
         self._refusals = []  # (task, host, message, ignore_errors) of the task in progress
         self._said = {}  # host -> the failure message last shown for it
         self._fetched = {}  # (host, task) -> [files fetched, where]
+        self._gate_shown = {}  # host -> (what the last GATE line said, when)
+
+    # ---- quiet by default -------------------------------------------------------------
+
+    def _quiet(self):
+        return self._display.verbosity < 1
+
+    def set_options(self, task_keys=None, var_options=None, direct=None):
+        super(CallbackModule, self).set_options(task_keys=task_keys, var_options=var_options,
+                                                direct=direct)
+        if self._quiet():
+            # The default callback then prints a task's banner only with a result it shows.
+            self._plugin_options["display_ok_hosts"] = False
+            self._plugin_options["display_skipped_hosts"] = False
+
+    def _banner(self, task):
+        if not self._quiet() and self._last_task_banner != task._uuid:
+            self._print_task_banner(task)
+
+    def _gate_line(self, host, text, color, key):
+        """A GATE line when the host's phase or progress changed, or a minute passed."""
+        now = time.monotonic()
+        last = self._gate_shown.get(host)
+        if self._quiet() and last and last[0] == key and now - last[1] < GATE_REPEAT_S:
+            return
+        self._gate_shown[host] = (key, now)
+        self._display.display("GATE [%s]: %s" % (host, text), color=color)
 
     # ---- the gate's polls -------------------------------------------------------------
 
@@ -117,7 +158,8 @@ class CallbackModule(DefaultCallback):
             return super(CallbackModule, self).v2_runner_retry(result)
         text = res.get("headline") or "%s: %s" % (res["verdict"], res.get("progress_text")
                                                   or res.get("phase"))
-        self._display.display("GATE [%s]: %s" % (result.host.get_name(), text), color="cyan")
+        self._gate_line(result.host.get_name(), text, "cyan",
+                        (res["verdict"], res.get("phase"), res.get("progress_text")))
 
     # ---- messages the playbooks write -------------------------------------------------
 
@@ -156,8 +198,7 @@ class CallbackModule(DefaultCallback):
             self._refusals.append((result.task, host, message, ignore_errors))
             return
         self._flush_refusals()
-        if self._last_task_banner != result.task._uuid:
-            self._print_task_banner(result.task)
+        self._banner(result.task)
         if self._said.get(host) == message.strip() and not ignore_errors:
             # A rescue that fails the host with the failure it rescued: said once, above.
             return
@@ -178,9 +219,7 @@ class CallbackModule(DefaultCallback):
         if not self._refusals:
             return
         refusals, self._refusals = self._refusals, []
-        task = refusals[0][0]
-        if self._last_task_banner != task._uuid:
-            self._print_task_banner(task)
+        self._banner(refusals[0][0])
         ignored = all(r[3] for r in refusals)
         for hosts, reason in group_by_reason((host, msg) for _, host, msg, _ in refusals):
             same = " (the same on %d hosts)" % len(hosts) if len(hosts) > 1 else ""
@@ -204,8 +243,7 @@ class CallbackModule(DefaultCallback):
         if self._quiet_loop(result):
             count, where = self._fetched.pop((result.host.get_name(), result.task._uuid),
                                              [0, ""])
-            if self._last_task_banner != result.task._uuid:
-                self._print_task_banner(result.task)
+            self._banner(result.task)
             self._display.display("%s: [%s] => %d files fetched into %s" % (
                 "changed" if res.get("changed") else "ok", self.host_label(result), count,
                 where or "(none)"), color=C.COLOR_CHANGED if res.get("changed") else C.COLOR_OK)
@@ -216,18 +254,20 @@ class CallbackModule(DefaultCallback):
             self._display.display("NODE [%s]: %s" % (result.host.get_name(), res["summary"]),
                                   color="cyan")
             gate = res.get("gate") or {}
-            if gate.get("verdict") in ("ready", "progressing"):
+            if gate.get("verdict") == "progressing" or (
+                    gate.get("verdict") == "ready" and not self._quiet()):
                 # Nothing was to change and the node check asked the server: its verdict is
-                # the gate's (a failed one is shown once, by the task that fails the host).
-                self._display.display("GATE [%s]: %s" % (
-                    result.host.get_name(), gate.get("headline") or gate["verdict"]),
-                    color="green" if gate["verdict"] == "ready" else "cyan")
+                # the gate's (a failed one is shown once, by the task that fails the host; a
+                # ready one, quietly, by the host's ready line).
+                self._gate_line(result.host.get_name(), gate.get("headline") or gate["verdict"],
+                                "green" if gate["verdict"] == "ready" else "cyan",
+                                (gate["verdict"], gate.get("phase"), gate.get("progress_text")))
         elif action == "sglang_health" and res.get("verdict") == "ready" and \
                 float(res.get("invocation", {}).get("module_args", {}).get("wait") or 0) > 0:
             # The gate's verdict the moment this host has it (the play moves on once every
             # host of the batch has one).
-            self._display.display("GATE [%s]: %s" % (
-                result.host.get_name(), res.get("headline") or "ready"), color="green")
+            self._gate_line(result.host.get_name(), res.get("headline") or "ready", "green",
+                            ("ready",))
         msg = res.get("msg")
         # A debug line, or the success message of an assert that is not quiet.
         shown = result.task.action in _DEBUG_ACTIONS or (
@@ -235,9 +275,14 @@ class CallbackModule(DefaultCallback):
         plain = (shown and isinstance(msg, str) and self._display.verbosity < 2
                  and not result.task.loop and not (set(res) - set(_QUIET_KEYS) - {"msg"}))
         if not plain:
+            if self._quiet():
+                self._handle_warnings_and_exception(result)
+                return None  # an ok or changed result without words of its own
+            if self._display.verbosity < 2:
+                # -v names every task and its status; the results themselves come at -vv.
+                res["_ansible_verbose_override"] = True
             return super(CallbackModule, self).v2_runner_on_ok(result)
-        if self._last_task_banner != result.task._uuid:
-            self._print_task_banner(result.task)
+        self._banner(result.task)
         self._handle_warnings_and_exception(result)
         self._show_text("ok: [%s] =>" % self.host_label(result), msg, C.COLOR_OK)
 
@@ -249,6 +294,8 @@ class CallbackModule(DefaultCallback):
 
     def v2_runner_item_on_ok(self, result):
         if not self._quiet_loop(result):
+            if self._quiet():
+                return None
             return super(CallbackModule, self).v2_runner_item_on_ok(result)
         entry = self._fetched.setdefault((result.host.get_name(), result.task._uuid), [0, ""])
         entry[0] += 1
@@ -275,7 +322,14 @@ class CallbackModule(DefaultCallback):
 
     def v2_playbook_on_include(self, included_file):
         self._flush_refusals()
+        if self._quiet():
+            return None
         return super(CallbackModule, self).v2_playbook_on_include(included_file)
+
+    def v2_playbook_on_no_hosts_matched(self):
+        if self._quiet():
+            return None
+        return super(CallbackModule, self).v2_playbook_on_no_hosts_matched()
 
     def v2_playbook_on_no_hosts_remaining(self):
         self._flush_refusals()
@@ -283,6 +337,9 @@ class CallbackModule(DefaultCallback):
 
     def v2_playbook_on_play_start(self, play):
         self._flush_refusals()
+        if self._quiet():
+            self._play = play  # the default callback reads the play's strategy later
+            return None
         return super(CallbackModule, self).v2_playbook_on_play_start(play)
 
     def v2_playbook_on_stats(self, stats):

@@ -446,8 +446,9 @@ def _compare_files(p, status, result):
     arguments before."""
     files_current, why = _files_state(p["files"], p["folders"], p["expected_digest"])
     result["files_current"] = files_current
-    if not files_current and p.get("settings"):
-        changes = setting_changes(_running_spec(p).get("settings") or {}, p["settings"])
+    before = _running_spec(p).get("settings")
+    if not files_current and p.get("settings") and before:
+        changes = setting_changes(before, p["settings"])
         if changes:
             why = "%s: %s" % (why, "; ".join(changes))
     result["files_reason"] = why

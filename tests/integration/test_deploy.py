@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     fleet = make_fleet(tmp_path_factory.mktemp("fleet"))
-    first = fleet.deploy()
+    # -v: the tasks that ran are named, for the checks of which steps the node check spared.
+    first = fleet.deploy("-v")
     fleet.first_run = first
     yield fleet
     fleet.stop()
@@ -68,7 +69,7 @@ def test_files_have_the_right_modes(fleet):
 
 def test_second_run_changes_nothing_and_restarts_nothing(fleet):
     pids = {h: fleet.main_pid(h) for h in fleet.hosts}
-    run = fleet.deploy("-e", "sglang_fleet_serial=2")
+    run = fleet.deploy("-v", "-e", "sglang_fleet_serial=2")
     assert run.rc == 0, run.output[-3000:]
     assert run.changed_hosts() == set()
     assert {h: fleet.main_pid(h) for h in fleet.hosts} == pids

@@ -29,8 +29,8 @@ def test_a_typo_on_four_hosts_is_said_once_naming_them(tmp_path):
     fleet = make_fleet(tmp_path, hosts=4)
     run = fleet.deploy(extra={"sglang_server_attention_backend": "flashinfr"})
     assert run.rc == 2
-    banner = run.output.index("TASK [sglang_server : Refuse an invalid LaunchSpec")
-    block = run.output[banner:run.output.index("PLAY RECAP")].strip().splitlines()[1:]
+    start = run.output.index("fatal: [")
+    block = run.output[start:run.output.index("PLAY RECAP")].strip().splitlines()
     assert block[0] == ("fatal: [sim-node-1, sim-node-2, sim-node-3, sim-node-4]: LaunchSpec "
                         "refused (the same on 4 hosts):")
     assert len(block) == 2, block  # the hosts, then the one problem on one line
@@ -121,7 +121,7 @@ def test_a_node_whose_sglang_rejects_the_arguments_starts_nothing(one_node, tmp_
     older = tmp_path / "python-with-sglang-0.5.4"
     older.write_text(f'#!/bin/sh\nSGLANG_SIM_VERSION=0.5.4.post3 exec {sys.executable} "$@"\n')
     older.chmod(0o755)
-    run = one_node.deploy(extra={"sglang_server_python": str(older),
+    run = one_node.deploy("-v", extra={"sglang_server_python": str(older),
                                  "sglang_server_extra_args": ["--enable-dynamic-chunking"]})
     assert run.rc != 0
     out = " ".join(run.output.split())
@@ -171,8 +171,8 @@ def test_other_failures_keep_ansibles_own_output(tmp_path):
         "            msg: \"the server's 'words'\\nsecond line\"\n"
         "      rescue:\n        - name: Fail again\n          ansible.builtin.fail:\n"
         "            msg: '{{ ansible_failed_result.msg }}'\n")
-    out = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          str(playbook)], cwd=REPO, env=ansible_env(), capture_output=True,
+    out = subprocess.run([str(BIN / "ansible-playbook"), "-v", "-i", "localhost,", "-c",
+                          "local", str(playbook)], cwd=REPO, env=ansible_env(), capture_output=True,
                          text=True, timeout=120).stdout
     template = out[out.index("TASK [A template error]"):out.index("TASK [Fail]")]
     assert "[ERROR]: Task failed: Finalization of task args" in template

@@ -78,12 +78,30 @@ def _run(command: str, fleet, extra: str, env: dict[str, str]) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
+    """The default fleet: four simulated nodes and the real router."""
     tmp = tmp_path_factory.mktemp("readme")
-    fleet = make_fleet(tmp, hosts=2, time_factor=0.005,
+    fleet = make_fleet(tmp, hosts=4, time_factor=0.005,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
     yield fleet
     fleet.stop()
     fleet.kill_leftovers()
+
+
+def test_a_first_deploy_and_a_rerun_say_little(fleet):
+    """Without -v a deploy says what each node will do (NODE), where each server is (GATE, on
+    a change of phase or progress), the ready and router lines and the recap: under 60 lines
+    for a first deploy of the default fleet, under 20 for a re-run that changes nothing."""
+    first = fleet.deploy()
+    assert first.rc == 0, first.output[-3000:]
+    lines = first.output.strip().splitlines()
+    assert len(lines) < 60, first.output
+    assert not [x for x in lines if x.startswith(("TASK [", "PLAY [", "skipping:",
+                                                   "included:", "changed:"))]
+    assert sum(x.startswith("NODE [") for x in lines) == 4
+    assert sum(": ready at http" in x for x in lines) == 4
+    again = fleet.deploy()
+    assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
+    assert len(again.output.strip().splitlines()) < 20, again.output
 
 
 def test_every_command_of_the_readme_runs(fleet):

@@ -233,7 +233,7 @@ def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
     last = fleet.hosts[-1]
     fleet.set_host_vars(last, {"sglang_server_tp": 3})
     try:
-        run = fleet.deploy()
+        run = fleet.deploy("-v")  # every play and task that ran is named
     finally:
         (fleet.inventory / "host_vars" / f"{last}.yml").unlink()
     fleet.outputs.append(run.output)
@@ -282,7 +282,7 @@ def test_bad_router_settings_are_refused_before_anything_is_touched(tmp_path, ve
         "sglang_router_policy": "cache_awre",
         "sglang_router_retry_max_retries": "lots",
         "sglang_router_extra_args": ["--worker-urls", "http://10.0.0.1:30000"]})
-    run = fleet.deploy()
+    run = fleet.deploy("-v")  # every play and task that ran is named
     assert run.rc != 0
     text = " ".join(run.output.split())
     for line in (
