@@ -21,6 +21,7 @@ import requests
 import yaml
 
 from sglang_fleet.loadgen import Load, summarize
+from sglang_fleet.runner import playbook_run
 from sglang_fleet.testfleet.local import (
     make_fleet,
     run_playbook,
@@ -87,6 +88,42 @@ def router_pid(fleet) -> int:
     return json.loads((fleet.router_root / "run" / f"sglang-router-{port}.pid").read_text())["pid"]
 
 
+# Tasks that run on the controller only: everything else is a module run on a host.
+_CONTROLLER_ACTIONS = {"set_fact", "assert", "debug", "fail", "include_tasks", "include_role",
+                       "import_tasks", "validate_argument_spec", "meta"}
+
+
+def module_runs(events: list[dict], host: str, play: str) -> list[str]:
+    """The modules run for one host (its delegated runs included) in the plays whose name
+    starts with `play`."""
+    out = []
+    for event in events:
+        data = event.get("event_data") or {}
+        if event["event"] not in ("runner_on_ok", "runner_on_failed") or \
+                data.get("host") != host or not str(data.get("play")).startswith(play):
+            continue
+        action = str(data.get("task_action")).rpartition(".")[2]
+        if action not in _CONTROLLER_ACTIONS:
+            out.append(action)
+    return out
+
+
+def deploy_events(fleet, *cmdline: str) -> tuple[int, list[dict], str]:
+    """deploy.yml run through ansible-runner: its rc, events and output."""
+    with playbook_run("deploy.yml", inventory=str(fleet.inventory), extravars=fleet.extra,
+                      cmdline=" ".join(cmdline) or None) as run:
+        events = list(run.events)
+        rc = run.rc
+    output = "\n".join(e.get("stdout", "") for e in events)
+    fleet.outputs.append(output)
+    return rc, events, output
+
+
+def changed_hosts(events: list[dict]) -> set[str]:
+    stats = next(e["event_data"] for e in events if e["event"] == "playbook_on_stats")
+    return {h for h, n in (stats.get("changed") or {}).items() if n}
+
+
 def cli(fleet, *args: str):
     run = sglang_fleet(*args, "-i", str(fleet.inventory), "-e", json.dumps(fleet.extra))
     fleet.outputs.append(run.stdout)
@@ -113,10 +150,56 @@ def test_deploy_brings_up_the_router_and_answers_through_it(fleet):
         "Authorization": f"Bearer {ROUTER_KEY}"}).status_code == 401
 
     pid = router_pid(fleet)
-    again = fleet.deploy()
-    fleet.outputs.append(again.output)
-    assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
+    rc, events, output = deploy_events(fleet)
+    assert rc == 0 and changed_hosts(events) == set(), output[-3000:]
     assert router_pid(fleet) == pid
+    # A re-run with nothing to change: one module run on the router's host to check, write
+    # and start it (it asks /liveness), one for the report; no server asks the router again.
+    assert module_runs(events, "sim-router", "Deploy SGLang's router") == ["sglang_router_node"]
+    assert module_runs(events, "sim-router", "Show each router") == ["sglang_router_probe"]
+    for host in fleet.hosts:
+        assert "sglang_router_member" not in module_runs(events, host, "Deploy SGLang servers")
+    text = " ".join(output.split())
+    assert "sim-router: router running at" in text
+    assert "2 workers registered, 2 healthy; one request answered through it" in text
+
+
+def router_starts(fleet) -> int:
+    port = fleet.extra["sglang_fleet_router_port"]
+    log = fleet.router_root / "logs" / f"sglang-router-{port}.log"
+    return log.read_text(errors="replace").count("===== sglang-fleet: start")
+
+
+def test_a_changed_router_setting_restarts_the_router_once(fleet):
+    pid, starts = router_pid(fleet), router_starts(fleet)
+    script = next((fleet.router_root / "conf").glob("*.launch.sh"))
+    _add_vars(fleet.inventory / "group_vars" / "sglang_routers.yml",
+              {"sglang_router_health_check_interval_secs": 7})
+
+    rc, events, output = deploy_events(fleet, "--check", "--diff")
+    assert rc == 0 and changed_hosts(events) == {"sim-router"}, output[-3000:]
+    assert "-    --health-check-interval-secs 5 \\" in output
+    assert "+    --health-check-interval-secs 7 \\" in output
+    # The env file's diff: its keys as fingerprints (the keys test scans this output too).
+    assert "SGLANG_ROUTER_API_KEY=******** (sha256:" in output
+    assert router_pid(fleet) == pid and "--health-check-interval-secs 5" in script.read_text()
+
+    rc, events, output = deploy_events(fleet, "--diff")
+    text = " ".join(output.split())
+    assert rc == 0, output[-3000:]
+    assert router_pid(fleet) != pid and router_starts(fleet) == starts + 1
+    assert text.count("sim-router: router restarted at") == 1
+    assert module_runs(events, "sim-router", "Deploy SGLang's router") == ["sglang_router_node"]
+    # It starts with no workers: each ready server joins it again in the same run.
+    for host in fleet.hosts:
+        assert f"{host}: joined router sim-router" in text
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+    assert "2 workers registered, 2 healthy; one request answered through it" in text
+
+    pid = router_pid(fleet)
+    rc, events, output = deploy_events(fleet)
+    assert rc == 0 and changed_hosts(events) == set(), output[-3000:]
+    assert router_pid(fleet) == pid and router_starts(fleet) == starts + 1
 
 
 def test_a_rolling_change_drains_each_worker_and_drops_no_request(fleet):
