@@ -115,3 +115,32 @@ def test_the_parsers_fingerprint_is_read_by_the_routers_own_python(tmp_path):
     assert first == args_record(python, "fakerouter.launch:parse", ["--port", "1"])
     launch.write_text("def parse(args):\n    return list(args)  # a new release\n")
     assert args_record(python, "fakerouter.launch:parse", ["--port", "1"]) != first
+
+
+def test_a_command_the_installed_router_refuses_writes_nothing(tmp_path):
+    """The installed router's own parser reads the command before any file is written; its
+    refusal names the variable behind the option."""
+    venv = tmp_path / "router-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    package = next(venv.glob("lib/python*/site-packages")) / "sglang_router"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    # A stand-in release whose parser knows fewer policies than the catalogue.
+    (package / "launch_router.py").write_text(
+        "import argparse\n"
+        "def parse_router_args(args):\n"
+        "    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--policy', choices=['random'])\n"
+        "    return p.parse_known_args(args)[0]\n")
+    r = view(tmp_path, sglang_router_install_mode="existing",
+             sglang_router_python=str(venv / "bin" / "python"))
+    try:
+        rn.converge({"router": r, "after_install": False, "wait_timeout": 1}, False, print)
+    except rn.RouterRefused as exc:
+        assert str(exc).startswith(
+            "sglang_router_policy: sglang-router 0.3.2 on this host refused the rendered "
+            "command: -c: error: argument --policy: invalid choice: 'cache_aware' (choose from 'random')"
+            ". Fix: correct sglang_router_policy"), str(exc)
+    else:
+        raise AssertionError("the refused command was not refused")
+    assert not (tmp_path / "router").exists(), "nothing is written before the parse"
