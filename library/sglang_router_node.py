@@ -26,7 +26,8 @@ description:
     C(--diff) a diff per file, the env file's secrets shown only as fingerprints).
   - Starts a router that is not running, and restarts one that runs from other files, through
     the service the servers have (systemd or the supervisor), with the same checks before a
-    start; then waits until the router answers on C(/liveness).
+    start; then waits until the router answers on C(/liveness), and reads its workers, so that
+    a server already in it and unchanged since need not be asked to join again.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:

@@ -8,12 +8,11 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_fleet.router_render import render_router_files, router_node
+    from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
         admin_key,
         build_router_spec,
-        flag_variable,
         router_secrets,
         worker_url,
     )
@@ -61,11 +60,6 @@ def routers_of(server, groups, hostvars):
     return out
 
 
-def render(spec, secrets=None, masked=False):
-    _need_package()
-    return render_router_files(spec, dict(secrets or {}), masked=bool(masked))
-
-
 def router_node_filter(spec, api_key, control_plane_keys):
     """spec | sglang_fleet_router_node(api_key, control_plane_keys): sglang_router_node's
     `router` option, the env file written with the keys."""
@@ -93,11 +87,6 @@ def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
                 w.get("url") == wanted and w.get("healthy") for w in listed or []):
             out.append(router)
     return out
-
-
-def secrets(api_key, control_plane_keys):
-    _need_package()
-    return router_secrets(api_key, list(control_plane_keys or []))
 
 
 def admin_key_filter(control_plane_keys):
@@ -143,23 +132,15 @@ def view_text(results, host, verdict):
     return "%s: %s" % (host, " | ".join(parts)) if parts else ""
 
 
-def flag_variable_filter(message):
-    _need_package()
-    return flag_variable(str(message))
-
-
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_fleet_router_spec": router_spec,
             "sglang_fleet_routers_of": routers_of,
             "sglang_fleet_routers_to_call": routers_to_call,
-            "sglang_fleet_router_render": render,
             "sglang_fleet_router_node": router_node_filter,
-            "sglang_fleet_router_secrets": secrets,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,
-            "sglang_fleet_router_flag_variable": flag_variable_filter,
             "sglang_fleet_membership_text": membership_text,
             "sglang_fleet_router_view_text": view_text,
         }

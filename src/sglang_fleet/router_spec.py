@@ -433,17 +433,11 @@ def admin_key(control_plane_keys: list[Any] | None) -> str:
 
 
 def flag_variables() -> dict[str, str]:
-    """Each router option the role sets, and the sglang_router_* variable that sets it."""
+    """Each router option the role sets, and the sglang_router_* variable that sets it: the
+    router's host names the variable behind an option its router refuses with it."""
     return {s.flag: s.variable for s in SETTINGS if s.flag}
 
 
-def flag_variable(message: str) -> str:
-    """The sglang_router_* variable behind the first router option a refusal names."""
-    variables = flag_variables()
-    for flag in re.findall(r"--[a-z0-9-]+", message):
-        if flag in variables:
-            return variables[flag]
-    return PREFIX + "extra_args"
 
 
 def spec_json(spec: dict[str, Any]) -> str:

@@ -139,8 +139,8 @@ def test_a_command_the_installed_router_refuses_writes_nothing(tmp_path):
     except rn.RouterRefused as exc:
         assert str(exc).startswith(
             "sglang_router_policy: sglang-router 0.3.2 on this host refused the rendered "
-            "command: -c: error: argument --policy: invalid choice: 'cache_aware' (choose from 'random')"
-            ". Fix: correct sglang_router_policy"), str(exc)
+            "command: -c: error: argument --policy: invalid choice: 'cache_aware' (choose "
+            "from 'random'). Fix: correct sglang_router_policy"), str(exc)
     else:
         raise AssertionError("the refused command was not refused")
     assert not (tmp_path / "router").exists(), "nothing is written before the parse"

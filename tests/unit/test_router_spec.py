@@ -14,10 +14,11 @@ from sglang_fleet.router_render import render_router_files
 from sglang_fleet.router_spec import (
     admin_key,
     build_router_spec,
-    flag_variable,
+    flag_variables,
     router_secrets,
     worker_url,
 )
+from sglang_fleet_node.sglang_fleet_routernode import flag_variable
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
@@ -198,8 +199,10 @@ def test_worker_urls_as_the_router_reaches_each_server():
 
 
 def test_a_refusal_from_the_installed_router_names_the_variable():
-    assert flag_variable("argument --policy: invalid choice: 'x'") == "sglang_router_policy"
-    assert flag_variable("unrecognized arguments: --foo") == "sglang_router_extra_args"
+    variables = flag_variables()
+    assert flag_variable("argument --policy: invalid choice: 'x'", variables) == \
+        "sglang_router_policy"
+    assert flag_variable("unrecognized arguments: --foo", variables) == "sglang_router_extra_args"
 
 
 def test_the_cli_refuses_a_router_secret_on_its_command_line():
