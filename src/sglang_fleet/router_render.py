@@ -12,7 +12,8 @@ import shlex
 from typing import Any
 
 from sglang_fleet.render import HEADER, env_file, service_unit
-from sglang_fleet.router_spec import SECRET_ARG, flag_variables
+from sglang_fleet.router_settings import OWNED_FLAGS
+from sglang_fleet.router_spec import SECRET_ARG
 
 # The installed router's own parser, the one behind `sglang-router launch`.
 ROUTER_PARSER = "sglang_router.launch_router:parse_router_args"
@@ -112,5 +113,6 @@ def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = 
         "liveness_url": f"{spec['admin_url']}/liveness",
         "admin_url": spec["admin_url"],
         "admin_key": admin_key,
-        "flag_variables": flag_variables(),
+        # The variable behind each option, for the refusal of one the installed router rejects.
+        "flag_variables": dict(OWNED_FLAGS),
     }

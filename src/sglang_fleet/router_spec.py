@@ -432,12 +432,6 @@ def admin_key(control_plane_keys: list[Any] | None) -> str:
     return ""
 
 
-def flag_variables() -> dict[str, str]:
-    """Each router option the role sets, and the sglang_router_* variable that sets it: the
-    router's host names the variable behind an option its router refuses with it."""
-    return {s.flag: s.variable for s in SETTINGS if s.flag}
-
-
 
 
 def spec_json(spec: dict[str, Any]) -> str:

@@ -14,7 +14,6 @@ from sglang_fleet.router_render import render_router_files
 from sglang_fleet.router_spec import (
     admin_key,
     build_router_spec,
-    flag_variables,
     router_secrets,
     worker_url,
 )
@@ -199,7 +198,7 @@ def test_worker_urls_as_the_router_reaches_each_server():
 
 
 def test_a_refusal_from_the_installed_router_names_the_variable():
-    variables = flag_variables()
+    variables = router_settings.OWNED_FLAGS
     assert flag_variable("argument --policy: invalid choice: 'x'", variables) == \
         "sglang_router_policy"
     assert flag_variable("unrecognized arguments: --foo", variables) == "sglang_router_extra_args"
