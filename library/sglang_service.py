@@ -239,13 +239,6 @@ stop_report:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_files import write_json_atomic
-from ansible.module_utils.sglang_fleet_gpu import (
-    GpuQueryTimeout,
-    GpuUnavailable,
-    baseline,
-    gpu_snapshot,
-)
 from ansible.module_utils.sglang_fleet_procs import describe_foreign
 from ansible.module_utils.sglang_fleet_service import (
     START_OPTIONS,
@@ -254,7 +247,12 @@ from ansible.module_utils.sglang_fleet_service import (
     record_stop,
     service_of,
 )
-from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
+from ansible.module_utils.sglang_fleet_start import (
+    StartRefused,
+    StopIncomplete,
+    start_server,
+    stop_server,
+)
 
 
 def main():
@@ -312,40 +310,19 @@ def main():
         status["running"] and status["digest"] != digest)
     if status["running"] and not needs_restart:
         module.exit_json(**result)
-    result.update(changed=True, action="restarted" if status["running"] else "started",
-                  config_hash=config_hash)
-    blockers = server_start_blockers(p, [m["pid"] for m in status["members"]])
-    result["start_blockers"] = blockers
-    if module.check_mode:
-        for line in blockers:
-            module.warn("the start would fail: %s" % line)
-        module.exit_json(**result)
-    if blockers:
-        kept = (" Nothing was stopped: the running server (pid %s, config %s) keeps serving."
-                % (status["pid"], status["config_hash"] or "unrecorded")
-                if status["running"] else " Nothing was started.")
-        module.fail_json(msg="%s: the new server cannot start here: %s.%s"
-                         % (p["marker"], "; ".join(blockers), kept),
-                         **dict(result, changed=False, action="none"))
-    if status["running"] or status["members"]:
-        result["stop_report"] = _stop(module, service, p["stop_timeout"])
-    if p["baseline_file"]:
-        _record_baseline(module, p)
+    result.update(changed=True, config_hash=config_hash)
+    options = dict(p, config_hash=config_hash)
     try:
-        result["pid"] = service.start(digest, config_hash, p["launch_spec"],
-                                      p["running_spec_file"])
+        result.update(start_server(service, status, options, p["stop_timeout"],
+                                   check_mode=module.check_mode, warn=module.warn))
+    except StartRefused as exc:
+        module.fail_json(msg=str(exc), **dict(result, changed=False, action="none",
+                                              start_blockers=exc.blockers))
+    except StopIncomplete as exc:
+        module.fail_json(msg=str(exc), stop_report=exc.report)
     except (ServiceError, OSError) as exc:
         module.fail_json(msg="could not start %s: %s" % (p["marker"], exc), **result)
     module.exit_json(**result)
-
-
-def _record_baseline(module, p):
-    try:
-        devices = gpu_snapshot(p["gpu_backend"], p["sim_dir"])
-    except (GpuQueryTimeout, GpuUnavailable) as exc:
-        module.warn("no GPU baseline recorded: %s" % exc)
-        return
-    write_json_atomic(p["baseline_file"], baseline(devices))
 
 
 def _stopped(module, service, status, result):
@@ -354,24 +331,16 @@ def _stopped(module, service, status, result):
     if status["running"] or status["members"]:
         result.update(changed=True, action="stopped", pid=None)
         if not module.check_mode:
-            result["stop_report"] = _stop(module, service, p["stop_timeout"], p["stopped_by"])
+            try:
+                result["stop_report"] = stop_server(service, p["stop_timeout"],
+                                                    p["stopped_by"])
+            except StopIncomplete as exc:
+                module.fail_json(msg=str(exc), stop_report=exc.report)
+            except ServiceError as exc:
+                module.fail_json(msg=str(exc))
     elif p["stopped_by"] and not module.check_mode:
         record_stop(p["state_file"], p["stopped_by"])
     module.exit_json(**result)
-
-
-def _stop(module, service, timeout, by=None):
-    try:
-        report = service.stop(timeout, by=by)
-    except ServiceError as exc:
-        module.fail_json(msg=str(exc))
-    if report["remaining"]:
-        module.fail_json(
-            msg="processes of the deployment survived SIGKILL (D state?): %s; "
-                "run playbooks/recover.yml, or reboot the node"
-                % ", ".join("%d(%s)" % (x["pid"], x["state"]) for x in report["remaining"]),
-            stop_report=report)
-    return report
 
 
 if __name__ == "__main__":

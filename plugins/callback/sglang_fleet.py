@@ -314,10 +314,12 @@ class CallbackModule(DefaultCallback):
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._flush_refusals()
+        self._play_banner()
         return super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
 
     def v2_playbook_on_handler_task_start(self, task):
         self._flush_refusals()
+        self._play_banner()
         return super(CallbackModule, self).v2_playbook_on_handler_task_start(task)
 
     def v2_playbook_on_include(self, included_file):
@@ -329,18 +331,26 @@ class CallbackModule(DefaultCallback):
     def v2_playbook_on_no_hosts_matched(self):
         if self._quiet():
             return None
+        self._play_banner()
         return super(CallbackModule, self).v2_playbook_on_no_hosts_matched()
 
     def v2_playbook_on_no_hosts_remaining(self):
         self._flush_refusals()
+        self._play_banner()
         return super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
 
     def v2_playbook_on_play_start(self, play):
         self._flush_refusals()
-        if self._quiet():
-            self._play = play  # the default callback reads the play's strategy later
-            return None
-        return super(CallbackModule, self).v2_playbook_on_play_start(play)
+        self._play = play  # the default callback reads the play's strategy later
+        # -v names a play when it runs a task: a play left with no host after a refusal or a
+        # stopped rollout prints nothing.
+        self._play_banner_due = not self._quiet()
+        return None
+
+    def _play_banner(self):
+        if getattr(self, "_play_banner_due", False):
+            self._play_banner_due = False
+            super(CallbackModule, self).v2_playbook_on_play_start(self._play)
 
     def v2_playbook_on_stats(self, stats):
         self._flush_refusals()

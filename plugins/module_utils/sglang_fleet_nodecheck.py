@@ -29,10 +29,10 @@ try:
     from ansible.module_utils import sglang_fleet_simnode as simnode
     from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
     from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
+    from ansible.module_utils.sglang_fleet_start import StartRefused, start_server
     from ansible.module_utils.sglang_fleet_startcheck import (
         orphan_refusal,
         other_deployments_running,
-        server_start_blockers,
     )
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
@@ -45,10 +45,10 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node import sglang_fleet_simnode as simnode
     from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
+    from sglang_fleet_node.sglang_fleet_start import StartRefused, start_server
     from sglang_fleet_node.sglang_fleet_startcheck import (
         orphan_refusal,
         other_deployments_running,
-        server_start_blockers,
     )
 
 
@@ -255,31 +255,26 @@ def _write_files(p, want_diff, result):
 
 
 def _start_server(p, service, status, devices, result, warn):
-    """Start a server that is not running, as sglang_service does, in the node check's run
-    once it holds the lock and the launch files are the rendered ones: the checks before a
-    start, the GPU baseline (from the snapshot just taken), the start. Anything in the way is
-    left to the role's service step, which fails with it while the release of the lock is
-    certain."""
+    """Start a server that is not running (the one start, sglang_fleet_start), in the node
+    check's run once it holds the lock and the launch files are the rendered ones, its GPU
+    baseline from the snapshot just taken. Anything in the way is left to the role's service
+    step, which fails with it while the release of the lock is certain."""
     svc, start = p["service"], p["start"]
     options = dict(start, log_file=svc["log_file"], state_file=svc["state_file"],
-                   shm_dir=p["shm_dir"])
-    blockers = server_start_blockers(options, [])
-    if blockers:
-        result["start_blockers"] = blockers
-        return
+                   shm_dir=p["shm_dir"], marker=svc["marker"])
     for line in describe_foreign(status["foreign"], svc["user"]):
         warn(line)
     try:
-        if start["baseline_file"]:
-            write_json_atomic(start["baseline_file"], gpu.baseline(devices))
-        digest = service_mod.files_digest(start["config_files"])
-        pid = service.start(digest, start["config_hash"], start["launch_spec"],
-                            start["running_spec_file"])
+        started = start_server(service, status, options, devices=devices, warn=warn)
+    except StartRefused as exc:
+        result["start_blockers"] = exc.blockers
+        return
     except (service_mod.ServiceError, OSError, IOError) as exc:
         result["start_error"] = "could not start %s: %s" % (svc["marker"], exc)
         return
-    result["started"] = dict(action="started", pid=pid, config_hash=start["config_hash"],
-                             digest=digest, changed=True)
+    result["started"] = dict(action="started", pid=started["pid"],
+                             config_hash=start["config_hash"], digest=started["digest"],
+                             changed=True)
     result["changed"] = True
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
@@ -213,11 +214,16 @@ def shipped_catalogue(version: str) -> dict[str, Any]:
 
 def rendered_server_args(inventory: str) -> dict[str, dict[str, Any]]:
     """Every host's rendered LaunchSpec (server arguments, release) through the render
-    playbook, as `sglang-fleet render` builds it."""
+    playbook, as `sglang-fleet render` builds it. The example inventories read the API key
+    from the controller's SGLANG_API_KEY; where it is unset, a placeholder key stands in (the
+    parser checks the argument's shape, never the key)."""
     from sglang_fleet.cli import RENDER_TASK
     from sglang_fleet.runner import failures, playbook_run, task_results
 
-    with playbook_run("playbooks/render.yml", inventory=str(PROJECT / inventory)) as run:
+    extravars = {} if os.environ.get("SGLANG_API_KEY") else \
+        {"sglang_server_api_key": "placeholder-key-for-the-parser-check"}
+    with playbook_run("playbooks/render.yml", inventory=str(PROJECT / inventory),
+                      extravars=extravars) as run:
         results = task_results(run, RENDER_TASK)
         problems = failures(run)
     if problems:

@@ -137,6 +137,15 @@ def _hold_back(out: dict[str, HostOutcome], why: str) -> None:
             o.status, o.message = NOT_STARTED, why
 
 
+def _left_behind(out: dict[str, HostOutcome]) -> None:
+    """A rollout stopped by a failure: the hosts it never reached (checked, never deployed or
+    observed) keep what they were running."""
+    for o in out.values():
+        if o.status == OK and not o.verdict and set(o.stages) <= {"spec"}:
+            o.status = NOT_STARTED
+            o.message = "not reached: the rollout stopped at a failed host; it runs as before"
+
+
 def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
                   interrupted: bool = False) -> dict[str, HostOutcome]:
     """Each host's outcome. `stats` is the run's recap (None when the run ended without
@@ -190,6 +199,8 @@ def _apply_recap(out: dict[str, HostOutcome], stats: dict[str, Any], interrupted
                 o.status = status
     if refused:
         _hold_back(out, refused)
+    elif any(o.status in (FAILED, UNREACHABLE) for o in out.values()):
+        _left_behind(out)
     for host in stats.get("ok") or {}:
         out.setdefault(host, HostOutcome(host))
     recapped = {h for value in stats.values() if isinstance(value, dict) for h in value}

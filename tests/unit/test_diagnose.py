@@ -217,14 +217,19 @@ def _diagnose_stdin(chunk: bytes, times: int) -> tuple[int, str, float, int]:
         usage.ru_maxrss * 1024
 
 
-def test_a_gigabyte_of_binary_through_a_pipe_takes_seconds_and_under_200_mb():
+def binary_chunk() -> bytes:
     random = bytes((i * 7919 + 13) % 256 for i in range(1 << 16))
-    chunk = (random + b"\x00" * 4096 + b"\x1b[2J\x1b]0;x\x07\n"
-             + b"[2026-01-01 00:00:00 TP0] Load weight begin. avail mem=1.00 GB\n") * 15
-    times = (1 << 30) // len(chunk) + 1
-    code, out, seconds, peak = _diagnose_stdin(chunk, times)
+    return (random + b"\x00" * 4096 + b"\x1b[2J\x1b]0;x\x07\n"
+            + b"[2026-01-01 00:00:00 TP0] Load weight begin. avail mem=1.00 GB\n") * 15
+
+
+def test_binary_through_a_pipe_is_read_within_its_bounds():
+    """128 MiB of binary through a pipe: read once through, under 200 MB, the bounds said.
+    (bench/diagnose_reading.py times 1 GiB.)"""
+    chunk = binary_chunk()
+    code, out, _, peak = _diagnose_stdin(chunk, (128 << 20) // len(chunk) + 1)
     assert code == 0, out
-    assert seconds < 60 and peak < 200 << 20, (seconds, peak >> 20)
+    assert peak < 200 << 20, peak >> 20
     assert "stdin: " in out and "not read" in out  # the bounds are stated
     assert not any(c in out for c in "\x00\x1b\x07")
 
