@@ -53,6 +53,10 @@ def launch_script(spec: dict[str, Any]) -> str:
         f"{shlex.quote(spec['marker'])} {spec['config_hash']} \"$(date '+%Y-%m-%d %H:%M:%S')\"",
         *[f': "${{{name}:?is empty: refusing to start with an empty secret}}"'
           for name in spec["secret_env_names"]],
+        "# sglang-router colours its log whatever NO_COLOR says: the colour codes are taken "
+        "out",
+        "# on the way to the log file, which then reads as plain text.",
+        "exec > >(exec sed -u 's/\\x1b\\[[0-9;]*[A-Za-z]//g') 2>&1",
         "exec " + command,
         "",
     ])

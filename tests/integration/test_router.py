@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -331,6 +332,16 @@ def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
     assert _node_state(fleet) == before
     assert {host: server_pid(fleet, host) for host in fleet.hosts} == pids
     assert view(fleet) == members
+
+
+def test_the_routers_log_reads_as_plain_text(fleet):
+    """sglang-router colours its log whatever NO_COLOR says; the log the toolkit writes has
+    its lines without the escape codes."""
+    log = max((fleet.router_root / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
+    text = log.read_text(errors="replace")
+    assert "Starting router on 127.0.0.1" in text, text[:2000]
+    assert "\x1b" not in text, repr(text[:400])
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +INFO ", text, re.M), text[:2000]
 
 
 def test_the_routers_keys_never_show(fleet):
