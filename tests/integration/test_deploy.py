@@ -104,6 +104,11 @@ def test_one_variable_change_restarts_only_that_server(fleet):
     # The node check wrote the changed launch script and unit, and showed their diffs.
     assert "+    --num-continuous-decode-steps 4 \\" in run.output
     assert "launch files written (" in run.output
+    # The NODE line names the changed setting with its old and new value.
+    node = [line for line in run.output.splitlines() if line.startswith("NODE [sim-node-2]")]
+    assert len(node) == 1 and ("the launch files differ from the rendered ones: "
+                               "sglang_server_num_continuous_decode_steps: 1 -> 4"
+                               in node[0]), node
     after = {h: fleet.main_pid(h) for h in fleet.hosts}
     assert after["sim-node-2"] != pids["sim-node-2"]
     assert {h: p for h, p in after.items() if h != "sim-node-2"} == {

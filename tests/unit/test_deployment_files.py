@@ -86,3 +86,25 @@ def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
         plan(folders, [])
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
     assert list(private.iterdir()) == []
+
+
+def test_the_node_line_names_each_changed_setting_with_its_old_and_new_value():
+    """What the NODE line appends to `the launch files differ ...`: one `name: old -> new`
+    per changed setting, a nested mapping by key, a setting new or removed as `unset`."""
+    from sglang_fleet_node.sglang_fleet_nodecheck import setting_changes
+
+    before = {"sglang_server_tp": 8, "sglang_server_nccl_profile": {"NCCL_PROTO": "LL",
+                                                                     "NCCL_IB_DISABLE": 1},
+              "sglang_server_mem_fraction_static": 0.9, "sglang_server_model_path": "/m"}
+    after = {"sglang_server_tp": 4, "sglang_server_nccl_profile": {"NCCL_PROTO": "Simple",
+                                                                    "NCCL_IB_DISABLE": 1},
+             "sglang_server_num_continuous_decode_steps": 4, "sglang_server_model_path": "/m"}
+    assert setting_changes(before, after) == [
+        "sglang_server_mem_fraction_static: 0.9 -> unset",
+        "sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple",
+        "sglang_server_num_continuous_decode_steps: unset -> 4",
+        "sglang_server_tp: 8 -> 4"]
+    assert setting_changes(before, dict(before)) == []
+    many = {f"sglang_server_x{i}": i for i in range(9)}
+    assert setting_changes({}, many, most=6)[-1] == "3 more"
+    assert setting_changes({"a": "x" * 60}, {"a": "y"}) == [f"a: {'x' * 37}... -> y"]
