@@ -182,8 +182,18 @@ class CallbackModule(DefaultCallback):
             return None
         return msg
 
+    def _refusal_cause(self, result):
+        """The cause of a template error while building the LaunchSpec: an inventory value
+        that did not resolve (a secret's environment variable unset, with the inventory's
+        undef hint), said as a refusal rather than as ansible-core's chain through the
+        role's internals; None otherwise, and at -vv (the whole chain, with its sources)."""
+        if self._display.verbosity >= 2 or not _is_refusal(result.task):
+            return None
+        exception = getattr(self._current_task_result, "exception", None)
+        return _innermost_message(exception) if exception is not None else None
+
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        message = self._own_message(result)
+        message = self._own_message(result) or self._refusal_cause(result)
         host = self.host_label(result)
         if message is None:
             self._flush_refusals()

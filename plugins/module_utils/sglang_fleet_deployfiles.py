@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import contextlib
+import difflib
 import grp
 import hashlib
 import os
@@ -118,14 +119,35 @@ def plan(folders, files):
         before_header = path if st is None else "%s (mode %04o)" % (
             path, stat.S_IMODE(st.st_mode))
         if item.get("secret"):
-            before = "" if current is None else masked_env(current)
-            after = masked_env(content)
-        else:
-            before = "" if current is None else current.decode("utf-8", "replace")
-            after = content.decode("utf-8", "replace")
+            diffs.append({"prepared": env_diff(
+                before_header, header, "" if current is None else masked_env(current),
+                masked_env(content))})
+            continue
+        before = "" if current is None else current.decode("utf-8", "replace")
+        after = content.decode("utf-8", "replace")
         diffs.append({"before_header": before_header, "after_header": header,
                       "before": before, "after": after})
     return actions, diffs
+
+
+def env_diff(before_header, after_header, before, after):
+    """An env file's diff, prepared here as Ansible would show it. Its content is a no_log
+    parameter (it may hold secrets), and Ansible hides every string of a result that holds
+    such a value whole: as 'after', an env file with no secret in it would read
+    VALUE_SPECIFIED_IN_NO_LOG_PARAMETER. Every line of a unified diff is prefixed, so the
+    content (always several lines: the managed-by header and the deployment's variables)
+    never appears whole in it."""
+    def lines(text):
+        out = text.splitlines(True)
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n\\ No newline at end of file\n"
+        return out
+    diff = "".join(difflib.unified_diff(lines(before), lines(after),
+                                        "before: " + before_header, "after: " + after_header,
+                                        "", "", n=3))
+    if not diff and before_header != after_header:  # the mode alone changes: say so
+        diff = "--- before: %s\n+++ after: %s\n" % (before_header, after_header)
+    return diff + "\n" if diff else ""
 
 
 def apply(actions):

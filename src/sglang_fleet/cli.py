@@ -246,7 +246,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     with playbook_run(VALIDATE_PLAYBOOK, inventory=args.inventory, limit=args.limit,
                       extravars=extra) as run:
         problems = [(host, msg) for host, task, msg in failures(run) if task != REFUSED_RUN_TASK]
+        # A host refused before its spec checks ran (its variables did not resolve) counts.
         checked = {host for task in SPEC_CHECKS for host in task_results(run, task)}
+        checked |= {host for host, _ in problems}
         warnings = [(host, res["msg"]) for task in SPEC_CHECKS
                     for host, res in task_results(run, task).items()
                     if not res["_failed"] and res.get("msg") not in (None, "", "All assertions "

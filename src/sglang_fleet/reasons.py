@@ -17,11 +17,23 @@ WIDTH = 100
 
 _LIMIT = "--limit \0"  # a message's `--limit <host>`, standing for the hosts it applies to
 
+# ansible-core 2.19 words a template error as the chain of what it was doing: "Task failed:
+# Finalization of task args for 'ansible.builtin.set_fact' failed: Error while resolving value
+# for 'sglang_server__launch': <cause>". The cause (an inventory's undef(hint=...), "'x' is
+# undefined") is what the operator acts on; the chain names only the project's own internals.
+_ANSIBLE_CHAIN = re.compile(r"^(?:Task failed: |Finalization of task args for '[^']*' failed: "
+                            r"|Error while resolving value for '[^']*': )+")
+
 
 def without_host(message: str, host: str) -> str:
     """The message without the LaunchSpec's `host <name>: ` and the playbooks' `<name>: `
     prefixes on its lines."""
     return re.sub(r"^(?:host )?" + re.escape(host) + r": ", "", message.strip(), flags=re.M)
+
+
+def ansible_cause(message: str) -> str:
+    """A task's failure message without ansible-core's chain of what it was doing."""
+    return _ANSIBLE_CHAIN.sub("", message)
 
 
 def group_by_reason(items: Iterable[tuple[str, str]]) -> list[tuple[list[str], str]]:

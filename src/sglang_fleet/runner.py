@@ -16,6 +16,7 @@ from typing import Any
 
 import ansible_runner
 
+from sglang_fleet.reasons import ansible_cause
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_secrets import MASK, is_secret_env_name, mask_secrets
 
@@ -246,7 +247,7 @@ def task_results(runner: ansible_runner.Runner, task_name: str) -> dict[str, dic
 
 
 def failures(runner: ansible_runner.Runner) -> list[tuple[str, str, str]]:
-    """(host, task, message) of every failed task."""
+    """(host, task, message) of every failed task; a template error as its cause."""
     out = []
     for event in runner.events:
         if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
@@ -254,5 +255,6 @@ def failures(runner: ansible_runner.Runner) -> list[tuple[str, str, str]]:
             if data.get("ignore_errors"):
                 continue
             res = data.get("res") or {}
-            out.append((data.get("host", "?"), data.get("task", "?"), str(res.get("msg", res))))
+            out.append((data.get("host", "?"), data.get("task", "?"),
+                        ansible_cause(str(res.get("msg", res)))))
     return out

@@ -413,6 +413,32 @@ def test_watch_recovers_a_server_that_hangs_after_start_and_exports_metrics(tmp_
         fleet.kill_leftovers()
 
 
+def test_an_unset_key_variable_is_refused_with_the_inventorys_own_hint():
+    """The example inventory of real nodes reads its API key from the controller's
+    SGLANG_API_KEY. Unset, `sglang-fleet check` and `ansible-playbook deploy.yml` say the
+    inventory's hint itself (naming the variable and the fix), not ansible-core's chain
+    through the role's internals, and count every host refused. Touches no node."""
+    env = {k: v for k, v in ansible_env().items() if k != "SGLANG_API_KEY"}
+    hint = ("SGLANG_API_KEY is not set on the controller: export it (e.g. `export "
+            "SGLANG_API_KEY=$(openssl rand -hex 24)`, kept in your secret store), or set "
+            "sglang_server_api_key from ansible-vault")
+    hosts = ", ".join(f"gpu-node-{n:02d}" for n in range(1, 9))
+    check = subprocess.run([str(BIN / "sglang-fleet"), "check", "-i",
+                            "inventory/examples/rtxpro6000-fleet"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert check.stdout == (f"refused [{hosts}]:\n    {hint}\nresult: refused (exit 2): 8 of "
+                            f"8 hosts have problems; no node was contacted\n"), check.stdout
+    deploy = subprocess.run([str(BIN / "ansible-playbook"), "-i",
+                             "inventory/examples/rtxpro6000-fleet", "deploy.yml"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert deploy.returncode != 0
+    assert (f"fatal: [{hosts}]: LaunchSpec refused (the same on 8 hosts):\n    {hint}\n"
+            in deploy.stdout), deploy.stdout[-3000:]
+    assert "Task failed" not in deploy.stdout + check.stdout
+    assert "Finalization of task args" not in deploy.stdout + check.stdout
+
+
 def test_check_and_a_refused_deploy_touch_no_node(tmp_path):
     """`sglang-fleet check` is the deploy's own validation alone, for a pull request's CI step;
     a deploy refused on one host reports every other host as not started, exit 2."""

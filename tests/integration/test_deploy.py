@@ -12,10 +12,14 @@ from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 pytestmark = pytest.mark.integration
 
+NODE3_VARS = {"sglang_server_nccl_profile": {"NCCL_PROTO": "LL"}}
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     fleet = make_fleet(tmp_path_factory.mktemp("fleet"))
+    # An NCCL variable on one host, for the review step's diff of a change to it.
+    fleet.set_host_vars("sim-node-3", NODE3_VARS)
     # -v: the tasks that ran are named, for the checks of which steps the node check spared.
     first = fleet.deploy("-v")
     fleet.first_run = first
@@ -81,18 +85,25 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet):
 
 def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):
     pids = {h: fleet.main_pid(h) for h in fleet.hosts}
-    fleet.set_host_vars("sim-node-3", {"sglang_server_num_continuous_decode_steps": 4})
+    fleet.set_host_vars("sim-node-3", {"sglang_server_num_continuous_decode_steps": 4,
+                                       "sglang_server_nccl_profile": {"NCCL_PROTO": "Simple"}})
     try:
         run = fleet.deploy("--check", "--diff")
         assert run.rc == 0, run.output[-3000:]
         assert run.changed_hosts() == {"sim-node-3"}
         assert "+    --num-continuous-decode-steps 4 \\" in run.output
-        script = (fleet.host_root("sim-node-3") / "conf" /
-                  f"Kimi-K2.5-{fleet.port('sim-node-3')}.launch.sh").read_text()
-        assert "--num-continuous-decode-steps" not in script
+        # The env file holds no secret here: its diff shows the NCCL variable's old and new
+        # line, not a digest.
+        assert "\n-NCCL_PROTO=LL\n" in run.output and "\n+NCCL_PROTO=Simple\n" in run.output, \
+            run.output[-3000:]
+        conf = fleet.host_root("sim-node-3") / "conf"
+        port = fleet.port("sim-node-3")
+        assert "--num-continuous-decode-steps" not in (conf / f"Kimi-K2.5-{port}.launch.sh"
+                                                       ).read_text()
+        assert "NCCL_PROTO=LL\n" in (conf / f"Kimi-K2.5-{port}.env").read_text()
         assert {h: fleet.main_pid(h) for h in fleet.hosts} == pids
     finally:
-        (fleet.inventory / "host_vars" / "sim-node-3.yml").unlink()
+        fleet.set_host_vars("sim-node-3", NODE3_VARS)
 
 
 def test_one_variable_change_restarts_only_that_server(fleet):
@@ -104,6 +115,11 @@ def test_one_variable_change_restarts_only_that_server(fleet):
     # The node check wrote the changed launch script and unit, and showed their diffs.
     assert "+    --num-continuous-decode-steps 4 \\" in run.output
     assert "launch files written (" in run.output
+    # The NODE line names the changed setting with its old and new value.
+    node = [line for line in run.output.splitlines() if line.startswith("NODE [sim-node-2]")]
+    assert len(node) == 1 and ("the launch files differ from the rendered ones: "
+                               "sglang_server_num_continuous_decode_steps: 1 -> 4"
+                               in node[0]), node
     after = {h: fleet.main_pid(h) for h in fleet.hosts}
     assert after["sim-node-2"] != pids["sim-node-2"]
     assert {h: p for h, p in after.items() if h != "sim-node-2"} == {

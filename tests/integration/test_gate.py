@@ -62,6 +62,21 @@ def test_hang_in_weight_loading_is_stalled_in_that_phase(failing_fleet):
     assert line.startswith("sim-node-2: stalled in loading_weights: no progress")
     assert "GATE [sim-node-2]: progressing: loading_weights 32/64 shards, last progress" in \
         failing_fleet.run.output
+    # One failure block, said once: the verdict, its cause, what the phase waits on and the
+    # next step, and the fix; never again as `as above` or a second fatal line.
+    out = failing_fleet.run.output
+    assert re.search(r"fatal: \[sim-node-2\]: FAILED! =>\n"
+                     r"    sim-node-2: stalled in loading_weights: no progress for \d+ s "
+                     r"\(window 3 s\)\n"
+                     r"    Cause: (configuration|environment|external|hardware) \([^\n]+\)\n"
+                     r"    Next: loading_weights waits on reading the checkpoint from disk or "
+                     r"the network; see where each rank is: py-spy dump --pid \d+[^\n]*\n"
+                     r"    Fix: recover it \(sglang-fleet recover --limit sim-node-2, or "
+                     r"ansible-playbook playbooks/recover.yml --limit sim-node-2\)\n", out), \
+        out[out.index("fatal: [sim-node-2]"):][:2000]
+    assert out.count("fatal: [sim-node-2]") == 1
+    assert out.count("sim-node-2: stalled in loading_weights") == 1
+    assert "as above" not in out
 
 
 def test_crash_at_start_reports_exit_status_and_error_lines(failing_fleet):
@@ -75,7 +90,13 @@ def test_crash_at_start_reports_exit_status_and_error_lines(failing_fleet):
                     r"137, SIGKILL\)$", line), line
     block = out[out.index("sim-node-3: crashed"):][:3000]
     assert "Scheduler hit an exception" in block
-    assert "Fix: recover it (sglang-fleet recover --limit sim-node-3" in block
+    # The block: verdict, cause, fix, each once, right under the fatal line.
+    assert re.search(r"fatal: \[sim-node-3\]: FAILED! =>\n    sim-node-3: crashed in launching: "
+                     r"[^\n]+\n    Cause: (configuration|environment|external|hardware) "
+                     r"\([^\n]+\)\n    Fix: recover it \(sglang-fleet recover --limit "
+                     r"sim-node-3, or ansible-playbook playbooks/recover.yml --limit "
+                     r"sim-node-3\)\n", out), block
+    assert out.count("fatal: [sim-node-3]") == 1 and out.count("sim-node-3: crashed in") == 1
 
 
 def test_cuda_oom_at_kv_allocation_is_a_crash_with_the_oom_line(failing_fleet):

@@ -58,3 +58,22 @@ def test_render_reports_validation_errors_with_exit_2(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "host n1: sglang_server_tp=99" in proc.stderr
+
+
+def test_render_shows_what_a_deploy_with_extra_vars_and_a_limit_would_write():
+    """`render` takes -e and --limit as deploy does: an NCCL override lands in the env file
+    (and so in the configuration's hash); --limit renders each host it selects."""
+    def render(*args: str) -> str:
+        proc = subprocess.run([str(BIN / "sglang-fleet"), "render", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    plain = render("sim-node-1")
+    tuned = render("sim-node-1", "-e", '{"sglang_server_nccl_profile": {"NCCL_PROTO": "Simple"}}')
+    env = tuned.split(".env (mode 0600, secrets masked)\n", 1)[1]
+    assert "\nNCCL_PROTO=Simple\n" in env and "NCCL_PROTO" not in plain
+    assert tuned.splitlines()[0] != plain.splitlines()[0]  # another configuration hash
+    heads = [line.split(":")[0] for line in render("--limit", "sim-node-1,sim-node-3")
+             .splitlines() if re.match(r"# sim-node-\d+: deployment ", line)]
+    assert heads == ["# sim-node-1", "# sim-node-3"]

@@ -43,10 +43,28 @@ def test_diffs_show_changes_but_never_a_secret(tmp_path):
     assert "sekrit" not in blob and "other-secret" not in blob
     # Every other line shows as it is; a secret's value only as its fingerprint, which
     # changes with the key.
-    assert env["after"].startswith("NCCL_PROTO=Simple\nSGLANG_FLEET_API_KEY=******** (sha256:")
-    before_key = env["before"].split("SGLANG_FLEET_API_KEY=")[1]
-    after_key = env["after"].split("SGLANG_FLEET_API_KEY=")[1]
-    assert before_key != after_key
+    lines = env["prepared"].splitlines()
+    assert lines[:2] == [f"--- before: {tmp_path}/conf/x.env (mode 0600)",
+                         f"+++ after: {tmp_path}/conf/x.env (mode 0600)"]
+    assert "+NCCL_PROTO=Simple" in lines
+    before_key, = [x for x in lines if x.startswith("-SGLANG_FLEET_API_KEY=******** (sha256:")]
+    after_key, = [x for x in lines if x.startswith("+SGLANG_FLEET_API_KEY=******** (sha256:")]
+    assert before_key[1:] != after_key[1:]
+
+
+def test_an_env_file_without_a_secret_shows_its_change_through_ansibles_masking(tmp_path):
+    """The env file's content is a no_log parameter: Ansible hides any result string that
+    holds it whole. The diff of an env file with no secret in it still shows its lines."""
+    from ansible.module_utils.basic import remove_values
+
+    folders, files = _files(tmp_path, env=b"# managed\nNCCL_PROTO=LL\n")
+    apply(plan(folders, files)[0])
+    new = b"# managed\nNCCL_PROTO=Simple\n"
+    folders, files = _files(tmp_path, env=new)
+    diffs = remove_values(plan(folders, files)[1], {new.decode()})
+    assert len(diffs) == 1 and "VALUE_SPECIFIED" not in diffs[0]["prepared"]
+    assert diffs[0]["prepared"].splitlines()[2:] == [
+        "@@ -1,2 +1,2 @@", " # managed", "-NCCL_PROTO=LL", "+NCCL_PROTO=Simple", ""]
 
 
 def test_a_mode_change_alone_is_a_change(tmp_path):
@@ -55,7 +73,9 @@ def test_a_mode_change_alone_is_a_change(tmp_path):
     os.chmod(tmp_path / "conf" / "x.env", 0o644)
     actions, diffs = plan(folders, files)
     assert [item["path"] for _, item in actions] == [str(tmp_path / "conf" / "x.env")]
-    assert "(mode 0644)" in diffs[0]["before_header"]
+    assert diffs[0]["prepared"].splitlines()[:2] == [
+        f"--- before: {tmp_path}/conf/x.env (mode 0644)",
+        f"+++ after: {tmp_path}/conf/x.env (mode 0600)"]
     apply(actions)
     assert stat.S_IMODE(os.stat(tmp_path / "conf" / "x.env").st_mode) == 0o600
 
@@ -86,3 +106,25 @@ def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
         plan(folders, [])
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
     assert list(private.iterdir()) == []
+
+
+def test_the_node_line_names_each_changed_setting_with_its_old_and_new_value():
+    """What the NODE line appends to `the launch files differ ...`: one `name: old -> new`
+    per changed setting, a nested mapping by key, a setting new or removed as `unset`."""
+    from sglang_fleet_node.sglang_fleet_nodecheck import setting_changes
+
+    before = {"sglang_server_tp": 8, "sglang_server_nccl_profile": {"NCCL_PROTO": "LL",
+                                                                     "NCCL_IB_DISABLE": 1},
+              "sglang_server_mem_fraction_static": 0.9, "sglang_server_model_path": "/m"}
+    after = {"sglang_server_tp": 4, "sglang_server_nccl_profile": {"NCCL_PROTO": "Simple",
+                                                                    "NCCL_IB_DISABLE": 1},
+             "sglang_server_num_continuous_decode_steps": 4, "sglang_server_model_path": "/m"}
+    assert setting_changes(before, after) == [
+        "sglang_server_mem_fraction_static: 0.9 -> unset",
+        "sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple",
+        "sglang_server_num_continuous_decode_steps: unset -> 4",
+        "sglang_server_tp: 8 -> 4"]
+    assert setting_changes(before, dict(before)) == []
+    many = {f"sglang_server_x{i}": i for i in range(9)}
+    assert setting_changes({}, many, most=6)[-1] == "3 more"
+    assert setting_changes({"a": "x" * 60}, {"a": "y"}) == [f"a: {'x' * 37}... -> y"]

@@ -397,3 +397,17 @@ def test_a_finished_sub_step_shows_its_final_count():
                     ("allocating_kv_cache", None), ("capturing_cuda_graph", "23/23"),
                     ("starting_http", None)]
     assert parsed["progress"] is None and parsed["shards"] == [2, 2]
+
+
+def test_an_unnamed_exception_in_an_attention_backend_is_named_by_its_final_line():
+    """A TypeError raised building the attention backend's ForwardMetadata while capturing,
+    from both ranks: one failure, named by the exception's own final line, not by the
+    scheduler's `Traceback (most recent call last):` header."""
+    parsed = parse_log(read("forwardmetadata-typeerror-capture.log"))
+    cause = parsed["cause"]
+    assert cause["kind"] == "scheduler_exception" and parsed["fatal"]
+    assert cause["said"] == ("TP0-1: TypeError: ForwardMetadata.__init__() got an unexpected "
+                             "keyword argument 'num_kv_splits' (log line 16)")
+    assert read("forwardmetadata-typeerror-capture.log").splitlines()[15].startswith(
+        "TypeError: ForwardMetadata")
+    assert parsed["failures"][0]["count"] == 2

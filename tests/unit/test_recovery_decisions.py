@@ -73,6 +73,25 @@ def test_crash_loop_window_counts_only_recent_recoveries_of_the_host():
     assert len(recent_recoveries(ledger, "n1", 3600, now)) == 1
 
 
+def test_the_crash_loop_guard_bounds_faults_of_the_node_and_from_outside(tmp_path):
+    """A full disk, the OOM killer or an outside kill -9 restart the same configuration
+    (never a Rule's change), so nothing else stops a loop: the guard counts those
+    recoveries as any other, read from the ledger as the role records them."""
+    import time
+
+    path = str(tmp_path / "ledger.jsonl")
+    now = time.time()
+    for cause, age in (("environment", 900), ("external", 600), ("environment", 60)):
+        append_jsonl(path, {"kind": "recovery", "host": "n1", "cause": cause, "at": now - age,
+                            "next": {"source": "restart", "overrides": {}},
+                            "experiment": ""})
+    append_jsonl(path, {"kind": "recovery", "host": "n2", "cause": "external", "at": now})
+    assert [e["cause"] for e in recent_recoveries(read_jsonl(path), "n1", 3600, now)] == [
+        "environment", "external", "environment"]
+    # The role's guard: refused once the count reaches sglang_recover_max_attempts (3).
+    assert not len(recent_recoveries(read_jsonl(path), "n1", 3600, now)) < 3
+
+
 def test_same_failure_twice_without_a_rule_is_proposed():
     facts = dict(SAFE_FACTS, attention_backend="fa3")
     failure = {"kind": "recovery", "host": "n1", "config_hash": "abc", "facts": facts,

@@ -115,6 +115,32 @@ def test_log_filter_masks_the_key_where_sglang_prints_it_in_both_formats(tmp_pat
     assert repr(odd).encode() not in out and b"'api_key': '********'" in out
 
 
+def test_log_filter_masks_the_ssl_keyfile_password_beside_the_key(tmp_path):
+    """--ssl-keyfile-password is a secret SGLang prints in the same arguments line: the
+    launch script's filter is given it beside the API key, and masks both, in both formats."""
+    from sglang_fleet.render import _REDACT
+
+    key, password = "sk-0123456789abcdef", "pw-fedcba9876543210"
+    spec = spec_for(tmp_path, api_key=key, ssl_keyfile_password=password)
+    script = render_files(spec, {"SGLANG_FLEET_API_KEY": key,
+                                 "SGLANG_FLEET_SSL_KEYFILE_PASSWORD": password})["script"]
+    pairs = ["SGLANG_FLEET_API_KEY:api_key",
+             "SGLANG_FLEET_SSL_KEYFILE_PASSWORD:ssl_keyfile_password"]
+    assert f"{' '.join(pairs)}) 2>&1" in script, script
+    line_0523 = ("[2026-03-02 10:00:00] server_args=" + repr(
+        {"model_path": "/m", "api_key": key, "ssl_keyfile_password": password,
+         "served_model_name": "K"}) + "\n").encode()
+    line_054 = (f"[2026-03-02 10:00:00] server_args=ServerArgs(model_path='/m', "
+                f"api_key={key!r}, ssl_keyfile_password={password!r}, port=1)\n").encode()
+    proc = subprocess.run([sys.executable, "-u", "-c", _REDACT, *pairs],
+                          input=line_0523 + line_054, capture_output=True, check=True,
+                          env={"SGLANG_FLEET_API_KEY": key,
+                               "SGLANG_FLEET_SSL_KEYFILE_PASSWORD": password})
+    assert password.encode() not in proc.stdout and key.encode() not in proc.stdout
+    assert b"'api_key': '********', 'ssl_keyfile_password': '********', " in proc.stdout
+    assert b"api_key='********', ssl_keyfile_password='********', port=1)" in proc.stdout
+
+
 def test_log_filter_masks_a_key_split_across_reads_and_keeps_redraws(tmp_path):
     key = "sk-0123456789abcdef"
     line = args_line_0523(key)
