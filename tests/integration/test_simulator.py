@@ -625,51 +625,82 @@ def test_serving_out_of_memory_ends_the_server(launch, fault, expected):
 
 
 def test_nccl_collective_timeout_aborts_the_scheduler_and_the_server(launch):
+    # --dist-timeout below --watchdog-timeout: torch's NCCL watchdog aborts first.
     sim = launch("--tp-size", "2", "--disable-custom-all-reduce",
-                    "--attention-backend", "triton", "--dist-timeout", "600",
-                    fault="nccl_timeout")
+                    "--attention-backend", "triton", "--dist-timeout", "2",
+                    "--watchdog-timeout", "60", fault="nccl_timeout")
     ready(sim)
     threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
                      daemon=True).start()
     log = crashed(sim)
     assert re.search(r"^\[rank0\]:\[E\d{4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:\d+\] "
                      r"\[Rank 0\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum="
-                     r"\d+, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=600000\) "
+                     r"\d+, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=2000\) "
                      r"ran for \d+ milliseconds before timing out\.$", log, re.M)
     assert "\nterminate called after throwing an instance of 'c10::DistBackendError'\n" in log
     assert "Scheduler hit an exception" not in log, "a native abort runs no Python handler"
+    assert "Scheduler watchdog timeout" not in log
     in_order(log.splitlines(), [
         r"Watchdog caught collective operation timeout",
+        r"Some NCCL operations have failed or timed out\. Due to the asynchronous nature of "
+        r"CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data\.$",
+        r"To avoid data inconsistency, we are taking the entire process down\.$",
         TS + r"\] Subprocess scheduler_\d \(pid=\d+\) crashed with exit code -6\. Triggering "
         r"SIGQUIT for cleanup\.\.\.$",
         r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\.",
         r"kill_process_tree called"])
 
 
-def test_scheduler_watchdog_timeout_ends_the_server(launch):
-    sim = launch("--tp-size", "1", "--attention-backend", "triton",
-                    "--watchdog-timeout", "60", fault="scheduler_watchdog")
+def test_with_sglangs_defaults_the_scheduler_watchdog_fires_before_nccls(launch):
+    # dist_timeout unset: torch's 10-minute NCCL timeout; the watchdog (here 2 s, 300 s by
+    # default) fires first and SIGQUITs the tree.
+    sim = launch("--tp-size", "2", "--disable-custom-all-reduce",
+                    "--attention-backend", "triton", "--watchdog-timeout", "2",
+                    fault="nccl_timeout")
     ready(sim)
     threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
                      daemon=True).start()
     log = crashed(sim)
+    assert "Watchdog caught collective operation timeout" not in log
     in_order(log.splitlines(), [
+        TS + r" TP\d\] Scheduler watchdog timeout \(self\.watchdog_timeout=2\.0, "
+        r"self\.soft=False\)$",
+        r"SIGQUIT received\. signum=None, frame=None",
+        r"kill_process_tree called"])
+
+
+def test_a_generation_hang_ends_with_the_scheduler_watchdog_at_its_timeout(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                    "--watchdog-timeout", "2", fault="hang_generation",
+                    env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    ready(sim)
+    hung_at = time.monotonic()
+    assert http_status(sim.url + "/health") == 503  # the health check's batch hangs
+    log = crashed(sim)
+    fired = time.monotonic() - hung_at
+    assert 2 + 5 <= fired < 2 * 1.5 + 5 + 10, fired  # timeout..1.5x timeout, then 5 s
+    in_order(log.splitlines(), [
+        TS + r"\] Health check failed\. Server couldn't get a response from detokenizer",
         TS + r"\] Scheduler debug info:$",
         r"^scheduler\.cur_batch_for_debug\.batch_size\(\)=1$",
-        TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=60\.0, self\.soft=False\)$",
-        r"SIGQUIT received\. signum=None, frame=None",
+        r"^scheduler\.cur_batch_for_debug\.reqs=\[Req\(rid=HEALTH_CHECK_[0-9a-f]{32}, "
+        r"input_ids=\[0\], output_ids=\[\]\)\]$",
+        TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=2\.0, self\.soft=False\)$",
+        TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
+        r"failed\.$",
         r"kill_process_tree called"])
 
 
 def test_tokenizer_watchdog_is_soft_and_only_reports(launch):
     sim = launch("--tp-size", "1", "--attention-backend", "triton",
-                    "--soft-watchdog-timeout", "100", fault="tokenizer_watchdog")
+                    "--soft-watchdog-timeout", "2", fault="tokenizer_watchdog")
     try:
         ready(sim)
         with pytest.raises(requests.Timeout):
             requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=2)
+        wait_for(lambda: "TokenizerManager watchdog timeout" in sim.log(), timeout=10)
         assert re.search(TS + r"\] TokenizerManager watchdog timeout \(self\.watchdog_timeout="
-                         r"100\.0, self\.soft=True\)$", sim.log(), re.M)
+                         r"2\.0, self\.soft=True\)$", sim.log(), re.M)
         assert sim.proc.poll() is None, "a soft watchdog kills nothing"
     finally:
         sim.stop()

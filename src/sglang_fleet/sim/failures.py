@@ -15,6 +15,8 @@ Python traceback of the simulator carries SGLang's own last line. Sources:
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import sysconfig
 import time
@@ -97,6 +99,13 @@ def scheduler_debug_info(rid: str, input_ids: list[int], output_ids: list[int]) 
             f"output_ids={output_ids})]")
 
 
+# torch's ProcessGroupNCCL before it takes the process down (libtorch_cuda's own strings).
+NCCL_ASYNC_ERROR = ("Some NCCL operations have failed or timed out. Due to the asynchronous "
+                    "nature of CUDA kernels, subsequent GPU operations might run on "
+                    "corrupted/incomplete data.")
+NCCL_TEARDOWN = "To avoid data inconsistency, we are taking the entire process down."
+
+
 def _glog_stamp() -> str:
     now = time.time()
     return time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e9):09d}"
@@ -114,6 +123,8 @@ def write_nccl_watchdog_abort(rank: int, timeout_ms: int, ran_ms: int, seq: int)
         f"{head}:632] {caught}\n"
         f"{head}:1664] {pg} Exception (either an error or timeout) detected by watchdog at "
         f"work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n"
+        f"{head}:684] [Rank {rank}] {NCCL_ASYNC_ERROR}\n"
+        f"{head}:698] [Rank {rank}] {NCCL_TEARDOWN}\n"
         f"terminate called after throwing an instance of 'c10::DistBackendError'\n"
         f"  what():  {pg} Process group watchdog thread terminated with exception: {caught}\n"
         f"Exception raised from checkTimeout at "
@@ -134,8 +145,9 @@ SGLANG_ROOT = sysconfig.get_paths()["purelib"]
 
 
 class SGLangError(Exception):
-    """A failure SGLang raises from its own code: printed as SGLang's traceback (its files,
-    lines and statements), ending in its final line, instead of the simulator's frames.
+    """A failure SGLang raises from its own code (or the torch under it): printed as its
+    traceback (the package's files, lines and statements), ending in its final line,
+    instead of the simulator's frames.
     Raised as the builtin it stands for (sglang_error), so that whatever catches or prints
     it sees SGLang's own exception."""
 
@@ -146,7 +158,9 @@ class SGLangError(Exception):
 
     @property
     def final_line(self) -> str:
-        name = type(self).__name__
+        cls = type(self)
+        name = cls.__name__ if cls.__module__ == "builtins" else \
+            f"{cls.__module__}.{cls.__name__}"
         return f"{name}: {self.message}" if self.message else name
 
     def traceback_text(self) -> str:
@@ -166,6 +180,17 @@ def _as_builtin(base: type[Exception]) -> type[SGLangError]:
 _ERRORS = {base.__name__: _as_builtin(base) for base in (AssertionError, ValueError)}
 
 
+def _as_torch(name: str) -> type[SGLangError]:
+    """torch.distributed's store errors (c10d's DistStoreError, DistNetworkError): printed
+    under torch's qualified name."""
+    cls = type(name, (SGLangError, RuntimeError), {})
+    cls.__module__ = "torch.distributed"
+    return cls
+
+
+_ERRORS.update((name, _as_torch(name)) for name in ("DistStoreError", "DistNetworkError"))
+
+
 def sglang_error(error: str, frames: list[tuple[str, int, str, str]],
                  message: str = "") -> SGLangError:
     return _ERRORS[error](frames, message)
@@ -175,6 +200,59 @@ def refusal_error(refusal: Any) -> SGLangError:
     """The error of a refusal of sglang_fleet.sglang_checks, with its frames."""
     return sglang_error(refusal.error, [(f.file, f.line, f.function, f.code)
                                         for f in refusal.frames], refusal.message)
+
+
+# Where a scheduler waits for the other ranks: torch's TCP rendezvous at --dist-init-addr,
+# reached from the scheduler's start through SGLang's distributed bootstrap (its files, 0.5.23)
+# and torch.distributed's (the reference environment's torch 2.14.1, SGLang 0.5.23's pin).
+RENDEZVOUS_FRAMES = [
+    ("sglang/srt/managers/scheduler.py", 6362, "run_scheduler_process",
+     "scheduler = Scheduler(server_args, port_args)"),
+    ("sglang/srt/managers/scheduler.py", 536, "__init__", "bootstrap.init_parallel_runtime("),
+    ("sglang/srt/distributed/bootstrap.py", 152, "init_parallel_runtime",
+     "_init_parallel_groups("),
+    ("sglang/srt/distributed/bootstrap.py", 322, "_init_parallel_groups",
+     "init_distributed_environment("),
+    ("sglang/srt/distributed/parallel_state.py", 2517, "init_distributed_environment",
+     "torch.distributed.init_process_group("),
+    ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+    ("torch/distributed/c10d_logger.py", 97, "wrapper", "func_return = func(*args, **kwargs)"),
+    ("torch/distributed/distributed_c10d.py", 2546, "init_process_group",
+     "store, rank, world_size = next(rendezvous_iterator)"),
+    ("torch/distributed/rendezvous.py", 248, "_tcp_rendezvous_handler",
+     "store = _create_c10d_store("),
+    ("torch/distributed/rendezvous.py", 215, "_create_c10d_store", "return TCPStore("),
+]
+
+
+def store_wait_timeout(elapsed_s: int, joined: int, world: int) -> str:
+    """TCPStore::waitForWorkers on the store's host (world rank 0)."""
+    return (f"Timed out after {elapsed_s} seconds waiting for clients. "
+            f"{joined}/{world} clients joined.")
+
+
+def client_connect_timeout(timeout_ms: int, host: str, port: int) -> str:
+    """c10d socket.cpp: a rank that never reached the store's host."""
+    return (f"The client socket has timed out after {timeout_ms}ms while trying to connect to "
+            f"({host}, {port}).")
+
+
+def store_listen_failed(port: int, errno_: int) -> str:
+    """c10d socket.cpp: the store's host cannot listen on --dist-init-addr's port (libuv's
+    error name and message)."""
+    names = {errno.EADDRINUSE: ("EADDRINUSE", "address already in use"),
+             errno.EADDRNOTAVAIL: ("EADDRNOTAVAIL", "address not available"),
+             errno.EACCES: ("EACCES", "permission denied")}
+    name, message = names.get(errno_, (errno.errorcode.get(errno_, "EIO"),
+                                       os.strerror(errno_).lower()))
+    return (f"The server socket has failed to listen on any local network address. port: "
+            f"{port}, useIpv6: false, code: -{errno_}, name: {name}, message: {message}")
+
+
+def write_socket_timeout(message: str) -> None:
+    """c10d's own log line of the connect timeout (glog, to stderr)."""
+    sys.stderr.write(f"[E{_glog_stamp()} socket.cpp:1028] [c10d] {message}\n")
+    sys.stderr.flush()
 
 
 # A model whose attention heads the attention TP does not divide fails while the scheduler

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import itertools
 import json
 import os
 import threading
@@ -22,8 +23,16 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from sglang_fleet.sim import request_log
-from sglang_fleet.sim.runtime import VERSION, effective_backend, log
-from sglang_fleet.sim.serving import STARTING, UNHEALTHY, UP, Generation, ServerState, token_text
+from sglang_fleet.sim.runtime import VERSION, log, resolved_args
+from sglang_fleet.sim.serving import (
+    STARTING,
+    UNHEALTHY,
+    UP,
+    Generation,
+    QueueFull,
+    ServerState,
+    token_text,
+)
 
 UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
 GET_PATHS = {"/health", "/health_generate", "/ready", "/ping", "/model_info", "/get_model_info",
@@ -33,6 +42,11 @@ POST_PATHS = {"/generate", "/v1/chat/completions", "/v1/completions", "/flush_ca
               "/freeze_gc"}
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "
            "or waiting requests, the operation will not be performed.)\n")
+
+
+def compact_json(value: Any) -> bytes:
+    """JSON as orjson writes it (ORJSONResponse, dumps_json): compact, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class BadBody(Exception):
@@ -86,7 +100,9 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body, bytes | str):
             data = body.encode() if isinstance(body, str) else body
         else:
-            data, content_type = json.dumps(body).encode(), content_type or "application/json"
+            # ORJSONResponse / JSONResponse: compact JSON
+            data = compact_json(body)
+            content_type = content_type or "application/json"
         self.send_response(code)
         if content_type and data:
             self.send_header("Content-Type", content_type)
@@ -138,11 +154,10 @@ class Handler(BaseHTTPRequestHandler):
                     "version. Please use '/model_info' instead.")
             self._send(200, self._model_info())
         elif path in ("/server_info", "/get_server_info"):
-            info = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-            info.update({"attention_backend": effective_backend(st.rt), "version": VERSION,
-                         "internal_states": [{"last_gen_throughput": st.last_gen_throughput}],
-                         "simulated": True})
-            self._send(200, info)
+            if path == "/get_server_info":
+                log("Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                    "version. Please use '/server_info' instead.")
+            self._send(200, self._server_info())
         elif path == "/v1/models":
             self._send(200, {"object": "list", "data": [self._model_card()]})
         elif path.startswith("/v1/models/"):
@@ -164,6 +179,23 @@ class Handler(BaseHTTPRequestHandler):
         name = self.state.rt.args.served_model_name
         return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
                 "root": name, "parent": None, "max_model_len": self.state.rt.context_len()}
+
+    def _server_info(self) -> dict[str, Any]:
+        """http_server.server_info: the resolved arguments, the launch command, the first
+        scheduler's init info (utils/common.py build_server_info), the engine's start-up
+        times and each DP rank's internal state, which the schedulers answer with no timeout
+        (a stuck scheduler leaves this request hanging)."""
+        st = self.state
+        resolved = resolved_args(st.rt.args, st.rt)
+        internal = []
+        for replica in st.replicas:
+            own = st.hub.ask(replica.pids, "internal_state")
+            internal.append({**resolved, **own, "last_gen_throughput": st.last_gen_throughput})
+        info = {**resolved, "launch_command": st.launch_command, **st.scheduler_info,
+                "kv_events": None}
+        info.update(startup_time=st.startup_time, internal_states=internal, version=VERSION,
+                    frontend="python", simulated=True)
+        return info
 
     def _model_info(self) -> dict[str, Any]:
         rt, args = self.state.rt, self.state.rt.args
@@ -205,9 +237,10 @@ class Handler(BaseHTTPRequestHandler):
         if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower()
                 in ("0", "false", "no", "off") and path == "/health"):
             return 200
-        gen = Generation(st, (0,), 1, st.route(health=True))  # input_ids=[0], 1 token
-        threading.Thread(target=lambda: sum(1 for _ in gen.run(lambda g: st.log_prefill([g]))),
-                         daemon=True).start()
+        # input_ids=[0], 1 token, rid HEALTH_CHECK_<hex> (constants.py HEALTH_CHECK_RID_PREFIX)
+        gen = Generation(st, (0,), 1, st.route(health=True),
+                         rid=f"HEALTH_CHECK_{uuid.uuid4().hex}")
+        threading.Thread(target=st.health_generation, args=(gen,), daemon=True).start()
         tic = time.time()
         while time.time() < tic + st.health_timeout:
             time.sleep(1)
@@ -292,10 +325,27 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._stream_generations(gens, batched, on_prefill)
             return
-        results: list[dict[str, Any] | None] = [None] * len(gens)
+        results = self._collect(gens, on_prefill)
+        if any(r is None for r in results):
+            return  # generation never finished: the connection dies with the server
+        if any(isinstance(r, QueueFull) for r in results):
+            self._send_overloaded()
+            return
+        if logged:
+            self._log_finished(body, rid, results if batched else results[0])
+        self._send(200, results if batched else results[0])
+
+    @staticmethod
+    def _collect(gens: list[Generation], on_prefill) -> list[Any]:
+        """Each generation's result (None: it never finished; QueueFull: aborted)."""
+        results: list[Any] = [None] * len(gens)
 
         def collect(i: int) -> None:
-            n = sum(1 for _ in gens[i].run(on_prefill))
+            try:
+                n = sum(1 for _ in gens[i].run(on_prefill))
+            except QueueFull as full:
+                results[i] = full
+                return
             results[i] = {"text": "".join(token_text(t) for t in range(n)),
                           "output_ids": list(range(n)), "meta_info": gens[i].meta(True)}
 
@@ -305,11 +355,13 @@ class Handler(BaseHTTPRequestHandler):
             t.start()
         for t in threads:
             t.join()
-        if any(r is None for r in results):
-            return  # generation never finished: the connection dies with the server
-        if logged:
-            self._log_finished(body, rid, results if batched else results[0])
-        self._send(200, results if batched else results[0])
+        return results
+
+    def _send_overloaded(self) -> None:
+        """The abort's HTTPException(503) through http_server's HTTPException handler (and
+        openai/serving_base.py handle_request): an ErrorResponse with the status as type."""
+        self._send(503, {"object": "error", "message": QueueFull.message, "type": "503",
+                         "param": None, "code": 503})
 
     # --- --log-requests (utils/request_logger.py) -------------------------------------------
     def _request_log_options(self) -> tuple[bool, int, str]:
@@ -360,11 +412,14 @@ class Handler(BaseHTTPRequestHandler):
         def stream(i: int) -> None:
             gen = gens[i]
             text = ""
-            for t in gen.run(on_prefill):
-                text += token_text(t)
-                done = t + 1 == gen.max_new_tokens
-                event = {"text": text, "output_ids": list(range(t + 1)),
-                         "meta_info": gen.meta(done)}
+            try:
+                for t in gen.run(on_prefill):
+                    text += token_text(t)
+                    self._stream_event(gen, text, t, batched, i, lock)
+            except QueueFull as full:  # tokenizer_manager: a stream yields the abort
+                event = {"text": "", "output_ids": [], "meta_info": dict(
+                    gen.meta(True), finish_reason={"type": "abort", "message": str(full),
+                                                   "status_code": 503})}
                 if batched:
                     event["index"] = i
                 with lock:
@@ -377,6 +432,15 @@ class Handler(BaseHTTPRequestHandler):
         for t in threads:
             t.join()
         self._end_stream()
+
+    def _stream_event(self, gen: Generation, text: str, t: int, batched: bool, i: int,
+                      lock: threading.Lock) -> None:
+        done = t + 1 == gen.max_new_tokens
+        event = {"text": text, "output_ids": list(range(t + 1)), "meta_info": gen.meta(done)}
+        if batched:
+            event["index"] = i
+        with lock:
+            self._event(event)
 
     def _openai(self, path: str, body: dict[str, Any]) -> None:
         chat = path.endswith("chat/completions")
@@ -393,6 +457,13 @@ class Handler(BaseHTTPRequestHandler):
         def on_prefill(g: Generation) -> None:
             st.log_prefill([g])
 
+        tokens = gen.run(on_prefill)
+        try:  # the scheduler admits it or aborts it before any output
+            first = next(tokens, None)
+        except QueueFull:
+            self._send_overloaded()
+            return
+        tokens = itertools.chain(() if first is None else (first,), tokens)
         if body.get("stream"):
             self._start_stream()
             base = {"id": rid, "object": f"{obj}.chunk" if chat else obj, "created": created,
@@ -401,7 +472,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
                              "content": ""}, "finish_reason": None}]})
             n = 0
-            for i in gen.run(on_prefill):
+            for i in tokens:
                 n = i + 1
                 delta = ({"delta": {"content": token_text(i)}} if chat
                          else {"text": token_text(i)})
@@ -415,7 +486,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event({**base, "choices": [], "usage": usage})
             self._end_stream()
             return
-        n = sum(1 for _ in gen.run(on_prefill))
+        n = sum(1 for _ in tokens)
         text = "".join(token_text(i) for i in range(n))
         choice = ({"message": {"role": "assistant", "content": text}} if chat
                   else {"text": text})
@@ -435,7 +506,8 @@ class Handler(BaseHTTPRequestHandler):
         self._access(200)
 
     def _event(self, payload: dict[str, Any]) -> None:
-        self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+        # http_server's dumps_json (orjson): compact
+        self.wfile.write(b"data: " + compact_json(payload) + b"\n\n")
         self.wfile.flush()
 
     def _end_stream(self) -> None:

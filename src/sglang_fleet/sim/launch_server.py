@@ -30,6 +30,7 @@ from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.controller import spawn_scheduler
 from sglang_fleet.sim.failures import SGLangError
 from sglang_fleet.sim.http_api import Handler
@@ -39,11 +40,16 @@ from sglang_fleet.sim.runtime import (
     effective_backend,
     load_runtime,
     log,
+    resolved_args,
 )
 from sglang_fleet.sim.server_args import prepare_server_args
 from sglang_fleet.sim.serving import UNHEALTHY, UP, Replica, ServerState
 
 WARMUP_TEXT = "The capital city of France is"
+# entrypoints/engine.py _set_startup_time's format, as logged.
+STARTUP_TIMINGS = ("Engine startup timings (s): load_weight=%.2f, "
+                   "kv_cache_allocation=%.2f, scheduler_e2e=%.2f, "
+                   "cuda_graph={%s}, tokenizer_e2e=%.2f")
 
 
 def descendants(pid: int) -> list[int]:
@@ -119,6 +125,9 @@ class Engine:
         self.state: ServerState | None = None
         self.watchdog_stop = threading.Event()
         self.done = threading.Event()
+        self.hub = Hub()
+        os.environ.update(self.hub.environment())  # inherited by every worker
+        self.scheduler_info: dict[str, Any] = {}
 
     # --- start-up -----------------------------------------------------------------------------
     def spawn(self) -> int:
@@ -244,6 +253,7 @@ class Engine:
 
     # --- the server ---------------------------------------------------------------------------
     def run(self) -> int:
+        self.began = time.perf_counter()
         signal.signal(signal.SIGQUIT, self.launch_phase_sigquit)
         read_fd = self.spawn()
         try:
@@ -253,8 +263,29 @@ class Engine:
             return 1
         if self.topology.node_rank != 0:
             return self.serve_non_zero_rank()
+        self.handshake()
         threading.Thread(target=self.subprocess_watchdog, daemon=True).start()
         return self.serve_http()
+
+    def handshake(self) -> None:
+        """Each scheduler's get_init_info; the first one's is the server's scheduler_info,
+        and the engine logs the critical path of their start-up times (engine.py
+        _set_startup_time, observability/startup_time.py)."""
+        pids = [pid for replica in self.replicas for pid in replica.pids]
+        infos = self.hub.ask(pids, "init_info", every=True)
+        self.scheduler_info = dict(infos[0])
+        times = [i["startup_time"] for i in infos]
+        graphs = {phase: max(t["cuda_graph"][phase] for t in times)
+                  for phase in times[0]["cuda_graph"]}
+        startup = {key: max(t[key] for t in times)
+                   for key in ("load_weight", "kv_cache_allocation", "scheduler_e2e")}
+        startup.update(cuda_graph=graphs, tokenizer_e2e=time.perf_counter() - self.began)
+        self.startup_time = startup
+        log(STARTUP_TIMINGS % (  # noqa: UP031 - SGLang's own %-format
+                startup["load_weight"], startup["kv_cache_allocation"],
+                startup["scheduler_e2e"],
+                ", ".join(f"{k}={v:.2f}" for k, v in graphs.items()),
+                startup["tokenizer_e2e"]))
 
     def serve_non_zero_rank(self) -> int:
         rank = self.topology.node_rank
@@ -286,13 +317,13 @@ class Engine:
 
     def serve_http(self) -> int:
         rt, args = self.rt, self.rt.args
-        self.state = st = ServerState(rt, self.replicas)
-        # SIGUSR1 makes a running server hang in generation from now on (the requests already
-        # running included), and a second one ends that for new requests: a hang after start
-        # (and its end) for the tests of watch mode and of /health's recovery. Real servers
-        # have no such switch.
-        signal.signal(signal.SIGUSR1,
-                      lambda *_: setattr(st, "hang_generation", not st.hang_generation))
+        self.state = st = ServerState(rt, self.replicas, self.hub)
+        st.scheduler_info, st.startup_time = self.scheduler_info, self.startup_time
+        st.launch_command = " ".join(self.argv)
+        # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
+        # as a stuck forward does, watchdog and all; a second one ends the hang: for the tests
+        # of watch mode and of /health's recovery. Real servers have no such switch.
+        signal.signal(signal.SIGUSR1, lambda *_: st.toggle_hang())
         time.sleep(rt.duration("starting_http"))
         fault = rt.fault_at("starting_http")
         if fault and fault.kind == "hang":
@@ -370,19 +401,6 @@ class Engine:
             return resp.status, resp.read().decode(errors="replace")
         finally:
             conn.close()
-
-
-def resolved_args(args: Any, rt: SimRuntime) -> dict[str, Any]:
-    """ServerArgs.resolved_dict(): every argument by dest name, the resolved ones filled in.
-    As in 0.5.23 only watermark secrets are redacted: the API key is logged as given."""
-    resolved = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    resolved["served_model_name"] = args.served_model_name or args.model_path
-    resolved["attention_backend"] = effective_backend(rt)
-    resolved["chunked_prefill_size"] = rt.capture_plan().chunked_prefill_size
-    for secret in ("watermark_key", "watermark_key_b", "watermark_config"):
-        if resolved.get(secret) is not None:
-            resolved[secret] = "<redacted>"
-    return resolved
 
 
 def serve(rt: SimRuntime, argv: list[str]) -> int:
