@@ -763,7 +763,8 @@ class _Parser:
             # A requested stop's line (SIGTERM, graceful exit), when the log has one.
             "stop": self.stop,
             # While this node's ranks wait for the rest of a multi-node group to join.
-            "rendezvous": self.group.waiting(self.phase),
+            "rendezvous": None if any(f["fatal"] for f in folded)
+            else self.group.waiting(self.phase),
             "meaningful_lines": self.meaningful,
             # Epoch seconds, as the log's own stamps say, of the line that entered the phase
             # (capture: its first sub-step) and of the last dated line; whether the last

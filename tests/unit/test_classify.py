@@ -381,3 +381,46 @@ def test_a_recorded_stop_and_a_drained_sigterm_are_stopped_not_crashed():
     assert "stopped by a SIGTERM from outside sglang-fleet (log line 4: " in v["reason"]
     # A crash before the SIGTERM stays a crash.
     assert exited("nccl-error-init.log", status=1)["verdict"] == "crashed"
+
+
+# ---- a multi-node group whose other node never started -----------------------------------
+
+def test_ranks_waiting_at_the_rendezvous_are_progressing_then_stalled_naming_the_missing():
+    waiting = parse_log((LOGS / "rendezvous-waiting-0523.log").read_text())
+    seq = [(t, obs("launching", members=10)) for t in range(0, 14)]
+    for _, o in seq:
+        o["log"] = waiting
+    verdicts = replay(seq)
+    names = "TP0-7 wait at the rendezvous on 10.0.0.11:20000 for TP8-15 (node rank 1)"
+    assert verdicts[0]["verdict"] == "progressing"
+    assert verdicts[0]["reason"].startswith("launching: " + names)
+    stalled = verdicts[-1]
+    assert stalled["verdict"] == "stalled" and stalled["phase"] == "launching"
+    assert stalled["reason"].endswith("; " + names)
+    assert stalled["advice"].startswith("a rank or node never joined: check that every node of "
+                                        "the group started")
+    assert stalled["evidence"]["rendezvous"]["missing"] == "TP8-15"
+    assert "ready" not in {v["verdict"] for v in verdicts}
+
+
+def test_after_the_store_timeout_the_group_is_crashed_with_torchs_own_text():
+    log = parse_log((LOGS / "rendezvous-store-timeout-0523.log").read_text())
+    o = obs("launching", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "launching"
+    assert v["reason"].startswith("TP0: torch.distributed.DistStoreError: Timed out after 601 "
+                                  "seconds waiting for clients. 8/16 clients joined.")
+    assert v["failure"]["kind"] == "dist_init_timeout" and v["cause"] == "configuration"
+    assert v["advice"].startswith("a rank or node never joined")
+
+
+def test_a_server_its_watchdog_ended_after_a_hang_is_crashed_while_serving():
+    log = parse_log((LOGS / "watchdog-generation-hang-0523.log").read_text())
+    o = obs("serving", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "serving"
+    assert v["failure"]["kind"] == "watchdog_timeout"
+    assert v["reason"].startswith("TP0-1: Scheduler watchdog timeout (self.watchdog_timeout=300, "
+                                  "self.soft=False)")
