@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from sglang_fleet.models import known_models
-from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
+from sglang_fleet.testfleet.local import free_port_block, http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -410,9 +410,10 @@ def test_data_parallel_runs_a_controller_that_owns_the_schedulers(launch):
 
 
 def test_non_zero_node_rank_runs_a_dummy_health_server_and_only_logs_sigterm(launch):
-    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "1",
-                    "--dist-init-addr", "127.0.0.1:20000", "--attention-backend", "triton",
-                    "--host", "127.0.0.2")
+    group = ["--tp-size", "16", "--nnodes", "2", "--attention-backend", "triton",
+             "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
+    launch(*group, "--node-rank", "0")  # rank 0 hosts the rendezvous both nodes meet at
+    sim = launch(*group, "--node-rank", "1", "--host", "127.0.0.2")
     url = f"http://127.0.0.2:{sim.port}"
     try:
         wait_for(lambda: "Dummy health check server started" in sim.log(), timeout=90)
@@ -804,3 +805,55 @@ def test_a_tp_that_does_not_divide_the_heads_fails_when_the_model_is_built(launc
             "    assert num_heads % attn_tp_size == 0\nAssertionError\n") in log
     assert log.index("Load weight begin") < log.index("Scheduler hit an exception")
     assert "Received sigquit from a child process" in log
+
+
+# ---- a multi-node group meets at --dist-init-addr --------------------------------------------
+
+def test_rank_0_of_a_group_waits_at_the_rendezvous_until_the_stores_timeout(launch):
+    port = free_port_block(1)
+    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr",
+                 f"127.0.0.1:{port}", "--dist-timeout", "3", "--attention-backend", "triton")
+    wait_for(lambda: sim.log().count("Init parallel begin.") == 8, timeout=60)
+    log = crashed(sim)
+    assert "Load weight begin" not in log and READY not in log
+    assert "Init parallel ends" not in log, "no rank passed the rendezvous"
+    # torch's TCPStore::waitForWorkers: whole seconds elapsed past the timeout, the count.
+    scheduler_exception(log, " TP0", "\ntorch.distributed.DistStoreError: Timed out after 4 "
+                                     "seconds waiting for clients. 8/16 clients joined.\n")
+    in_order(log.splitlines(), [
+        r'/sglang/srt/managers/scheduler\.py", line 6362, in run_scheduler_process$',
+        r'/sglang/srt/distributed/bootstrap\.py", line 152, in init_parallel_runtime$',
+        r'/sglang/srt/distributed/parallel_state\.py", line 2517, in '
+        r'init_distributed_environment$',
+        r'/torch/distributed/rendezvous\.py", line 215, in _create_c10d_store$',
+        r"^torch\.distributed\.DistStoreError: ",
+        TS + r"\] Received sigquit from a child process\. It usually means the child failed\.$",
+        r"kill_process_tree called"])
+
+
+def test_a_rank_that_never_reaches_the_stores_host_fails_with_torchs_connect_timeout(launch):
+    port = free_port_block(1)
+    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr",
+                 f"127.0.0.1:{port}", "--dist-timeout", "2", "--attention-backend", "triton",
+                 "--host", "127.0.0.2")
+    log = crashed(sim)
+    message = (f"The client socket has timed out after 2000ms while trying to connect to "
+               f"(127.0.0.1, {port}).")
+    assert re.search(r"^\[E\d{4} \d\d:\d\d:\d\d\.\d{9} socket\.cpp:1028\] \[c10d\] "
+                     + re.escape(message) + "$", log, re.M)
+    scheduler_exception(log, r" TP\d+", "\ntorch.distributed.DistNetworkError: " + message)
+
+
+def test_both_nodes_of_a_group_pass_the_rendezvous_and_serve(launch):
+    group = ["--tp-size", "16", "--nnodes", "2", "--attention-backend", "triton",
+             "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
+    rank0 = launch(*group, "--node-rank", "0")
+    wait_for(lambda: rank0.log().count("Init parallel begin.") == 8, timeout=60)
+    time.sleep(1)  # rank 0 waits: the second node comes later, as a real one may
+    assert "Init parallel ends" not in rank0.log()
+    launch(*group, "--node-rank", "1", "--host", "127.0.0.2")
+    ready(rank0)
+    in_order(rank0.lines(), [TS + r" TP0\] Init parallel begin\.$",
+                             TS + r" TP0\] Init parallel ends\. elapsed=\d+\.\d\d s$",
+                             TS + r" TP0\] Memory baseline taken\. mem usage=0\.25 GB$",
+                             TS + r" TP0\] Load weight begin\. "])

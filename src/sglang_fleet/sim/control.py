@@ -61,6 +61,7 @@ class Hub:
         self.server.listen(256)
         self.links: dict[int, Link] = {}
         self.lock = threading.Lock()
+        self.registered = threading.Condition(self.lock)
         self.ids = itertools.count(1)
         self.waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
         # FanOutCommunicator's "queueing" mode: one control request at a time.
@@ -86,8 +87,9 @@ class Hub:
                 verb, _, rest = line.rstrip("\n").partition(" ")
                 if verb == "hello":
                     link = Link(sock, int(rest))
-                    with self.lock:
+                    with self.registered:
                         self.links[link.pid] = link
+                        self.registered.notify_all()
                 elif link is not None and verb == "tick":
                     link.last_tick = time.monotonic()
                 elif link is not None and verb in ("ack", "reply"):
@@ -104,8 +106,12 @@ class Hub:
             entry[1].append(value)
             entry[0].set()
 
-    def links_of(self, pids: list[int]) -> list[Link]:
-        with self.lock:
+    def links_of(self, pids: list[int], wait: bool = False) -> list[Link]:
+        """The links of these schedulers (`wait`: once each has said hello; a scheduler says
+        it before it reports ready, but its hello may still be on its way)."""
+        with self.registered:
+            while wait and any(p not in self.links for p in pids):
+                self.registered.wait()
             return [self.links[p] for p in pids if p in self.links]
 
     def frozen(self, pids: list[int]) -> bool:
@@ -142,9 +148,7 @@ class Hub:
     def forward(self, pids: list[int], phase: str, rid: str, input_ids: list[int]) -> None:
         """Hand a request's batch to every scheduler of a replica; returns once each has
         taken it."""
-        links = self.links_of(pids)
-        if len(links) < len(pids):
-            threading.Event().wait()  # a scheduler that never connected answers nothing
+        links = self.links_of(pids, wait=True)
         self._call(links, f"batch {phase} {{id}} {rid} {json.dumps(input_ids)}", len(links))
 
     def ask(self, pids: list[int], verb: str, every: bool = False) -> Any:
@@ -153,9 +157,7 @@ class Hub:
         timeout)."""
         wanted = pids if every else pids[:1]
         with self.ask_lock:
-            links = self.links_of(wanted)
-            if len(links) < len(wanted):
-                threading.Event().wait()
+            links = self.links_of(wanted, wait=True)
             answers = self._call(links, f"ask {{id}} {verb}", len(links))
         return answers if every else answers[0]
 
