@@ -93,7 +93,10 @@ def server(tmp_path_factory):
 
 DEFAULT_STARTUP = [
     TS + r"\] server_args=\{'model_path': ",
-    TS + r" TP0\] Load weight begin\. avail mem=95\.59 GB$",
+    TS + r" TP0\] Init parallel begin\.$",
+    TS + r" TP0\] Init parallel ends\. elapsed=\d+\.\d\d s$",
+    TS + r" TP0\] Memory baseline taken\. mem usage=0\.25 GB$",
+    TS + r" TP0\] Load weight begin\. avail mem=95\.34 GB$",
     r"^Multi-thread loading shards:\s+\d+% Completed \| \d+/64 \[\d\d:\d\d<",
     TS + r" TP0\] Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
     r"avail mem=\d+\.\d\d GB, mem usage=73\.40 GB\.$",
@@ -113,6 +116,11 @@ DEFAULT_STARTUP = [
     TS + r" TP0\] max_total_num_tokens=812345, chunked_prefill_size=8192, "
     r"max_prefill_tokens=16384, max_running_requests=2048, context_len=262144, "
     r"available_gpu_mem=\d+\.\d\d GB$",
+    # engine.py _set_startup_time: the slowest rank's times
+    TS + r"\] Engine startup timings \(s\): load_weight=\d+\.\d\d, kv_cache_allocation="
+    r"\d+\.\d\d, scheduler_e2e=\d+\.\d\d, cuda_graph=\{prefill=\d+\.\d\d, decode=\d+\.\d\d, "
+    r"target_verify=0\.00, draft_prefill=0\.00, draft_decode=0\.00, draft_extend=0\.00\}, "
+    r"tokenizer_e2e=\d+\.\d\d$",
     TS + r"\] INFO:     Started server process \[\d+\]$",
     TS + r"\] INFO:     Waiting for application startup\.$",
     TS + r"\] INFO:     Application startup complete\.$",
