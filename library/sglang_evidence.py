@@ -139,13 +139,12 @@ from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailabl
 from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
 from ansible.module_utils.sglang_fleet_observe import kernel_lines, read_log, xids_and_ooms
 from ansible.module_utils.sglang_fleet_procs import (
-    MASK,
     SECRET_FLAGS,
     deployment_processes,
     environ_of,
     secret_values,
 )
-from ansible.module_utils.sglang_fleet_secrets import mask_secrets
+from ansible.module_utils.sglang_fleet_secrets import MASK, mask_secrets
 
 # The environment variable the LaunchSpec names its configuration with (spec.CONFIG_VAR).
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
