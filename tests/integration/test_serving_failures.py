@@ -5,12 +5,19 @@ overflows. Each is judged, recovered or ridden out by real playbook runs, as a u
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
 from sglang_fleet.testfleet.local import (
     FAST_GATE,
+    http_status,
+    make_fleet,
     make_tp16_group,
     run_playbook,
     wait_for,
@@ -71,4 +78,61 @@ def test_the_groups_nodes_meet_and_the_group_is_ready(tmp_path):
         assert "sim-node-1: ready at" in run.output
     finally:
         run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+        fleet.kill_leftovers()
+
+
+# ---- a generation hang after ready -----------------------------------------------------------
+
+def server_pid(fleet, host: str = "sim-node-1") -> int:
+    """The sglang-sim main process (the supervisor's recorded pid is its waiting shell)."""
+    return next(p["pid"] for p in fleet.server_processes(host)
+                if "sglang_fleet.sim.launch_server" in p["cmdline"])
+
+
+def ledger(fleet) -> list[dict]:
+    path = Path(fleet.extra["sglang_fleet_ledger"])
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchanged(tmp_path):
+    """A stuck forward after ready: /health fails after SGLANG_HEALTH_CHECK_TIMEOUT and the
+    gate says unhealthy; at --watchdog-timeout SGLang's watchdog logs and SIGQUITs the tree;
+    the gate then says crashed, and recovery starts the same configuration again."""
+    fleet = make_fleet(tmp_path, hosts=1)
+    extra = {**fleet.extra, **FAST_GATE, "sglang_server_extra_args": ["--watchdog-timeout", "20"],
+             "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 2}}
+    try:
+        assert run_playbook("deploy.yml", fleet.inventory, extra).rc == 0
+        good = [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"]
+        os.kill(server_pid(fleet), signal.SIGUSR1)  # its batches hang from now on
+        hung_at = time.monotonic()
+        health = run_playbook("playbooks/health.yml", fleet.inventory, extra)
+        judged_after = time.monotonic() - hung_at
+        assert "sim-node-1: unhealthy while serving: serving, but /health answered 503" in \
+            words(health.output), health.output[-3000:]
+        assert judged_after < 20, "the gate's verdict comes before the watchdog's"
+        assert "Scheduler watchdog timeout" not in fleet.log_file("sim-node-1").read_text()
+
+        wait_for(lambda: not fleet.server_processes("sim-node-1"), timeout=60, interval=0.5)
+        ended_after = time.monotonic() - hung_at
+        assert 20 <= ended_after < 20 * 1.5 + 5 + 15, ended_after
+        log = fleet.log_file("sim-node-1").read_text()
+        assert re.search(r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=20\.0, "
+                         r"self\.soft=False\)\n", log)
+        assert "SIGQUIT received. signum=None, frame=None. It usually means one child " \
+               "failed." in log
+
+        run = run_playbook("playbooks/recover.yml", fleet.inventory,
+                           {**extra, "sglang_recover_on_failure": True})
+        out = words(run.output)
+        assert run.rc == 0, run.output[-4000:]
+        assert (f"sim-node-1: recovered: configuration {good} failed (crashed while serving: "
+                f"TP0-7: Scheduler watchdog timeout (self.watchdog_timeout=20.0, "
+                f"self.soft=False)") in out, out[-3000:]
+        assert f"it was ready on {good} and failed later (crashed while serving)" in out
+        assert f"restart on the same configuration {good}. Now {good} is ready." in out
+        assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
+        assert http_status(fleet.url("sim-node-1") + "/health") == 200
+    finally:
+        fleet.stop()
         fleet.kill_leftovers()
