@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from sglang_fleet.testfleet.local import (
     FAST_GATE,
@@ -23,6 +24,8 @@ from sglang_fleet.testfleet.local import (
     wait_for,
 )
 from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet_node.sglang_fleet_benchclient import flush_cache
+from sglang_fleet_node.sglang_fleet_router import read_inflight
 
 pytestmark = pytest.mark.integration
 
@@ -133,6 +136,66 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
         assert f"restart on the same configuration {good}. Now {good} is ready." in out
         assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+# ---- endpoints that wait on a stopped scheduler ------------------------------------------------
+
+def timed(call) -> tuple[float, object]:
+    began = time.monotonic()
+    try:
+        result = call()
+    except (OSError, requests.RequestException) as exc:
+        result = exc
+    return time.monotonic() - began, result
+
+
+def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_timeout(tmp_path):
+    """SGLang's /server_info, /get_server_info and /flush_cache wait on the scheduler with no
+    timeout; a SIGSTOPped scheduler hangs them. The toolkit's own calls to the server each
+    have a timeout: the gate's /health probe (sglang_server_health_timeout) and /ready, the
+    benchmark's cache flush, the router's in-flight reading."""
+    fleet = make_fleet(tmp_path, hosts=1)
+    extra = {**fleet.extra, "sglang_server_health_timeout": 21}
+    try:
+        assert run_playbook("deploy.yml", fleet.inventory, extra).rc == 0
+        url, port = fleet.url("sim-node-1"), fleet.port("sim-node-1")
+        began = time.monotonic()
+        assert run_playbook("playbooks/health.yml", fleet.inventory, extra).rc == 0
+        baseline = time.monotonic() - began
+        schedulers = [p["pid"] for p in fleet.server_processes("sim-node-1")
+                      if p["cmdline"].startswith("sglang::scheduler")]
+        assert len(schedulers) == 8
+        procs.signal_pids(schedulers, signal.SIGSTOP)
+        try:
+            for method, path in (("GET", "/server_info"), ("GET", "/get_server_info"),
+                                 ("POST", "/flush_cache")):
+                took, answer = timed(lambda m=method, p=path: requests.request(
+                    m, url + p, timeout=3))
+                assert isinstance(answer, requests.Timeout), (path, answer)
+            assert requests.get(url + "/model_info", timeout=3).status_code == 200
+            assert requests.get(url + "/ready", timeout=3).status_code == 200
+            # The benchmark's cache flush gives up at its own timeout.
+            took, answer = timed(lambda: flush_cache("127.0.0.1", port, None, 2))
+            assert isinstance(answer, OSError) and took < 3, (took, answer)
+            # Membership's in-flight reading: /metrics does not wait on the scheduler.
+            took, (count, sources) = timed(lambda: read_inflight(url + "/metrics", "", url, 5))
+            assert sources == ["worker /metrics"] and count is not None and took < 5
+            # The gate: its /health probe waits sglang_server_health_timeout, then /ready.
+            began = time.monotonic()
+            run = run_playbook("playbooks/health.yml", fleet.inventory, extra)
+            stopped = time.monotonic() - began
+            out = words(run.output)
+            # SGLang's own health check gives up first (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s).
+            assert ("sim-node-1: unhealthy while serving: serving, but /health answered 503; 8 "
+                    "of its processes are stopped (state T: SIGSTOP or a debugger)") in out, out
+            assert stopped - baseline < 21 + 5 + 15, (stopped, baseline)
+        finally:
+            procs.signal_pids(schedulers, signal.SIGCONT)
+        answer = requests.get(url + "/server_info", timeout=10).json()
+        assert answer["status"] == "ready" and len(answer["internal_states"]) == 1
     finally:
         fleet.stop()
         fleet.kill_leftovers()
