@@ -193,8 +193,46 @@ def test_status_and_info_endpoints(server):
     assert missing.json()["error"] == {"message": "The model 'other' does not exist",
                                        "type": "invalid_request_error", "param": "model",
                                        "code": "model_not_found"}
-    metrics = requests.get(server.url + "/metrics", timeout=5).text
-    assert 'sglang:num_running_reqs{model_name="Kimi-K2.5"}' in metrics
+
+
+def test_metrics_carry_sglangs_families_and_labels(server):
+    requests.post(server.url + "/generate", json={"text": "count me",
+                                                  "sampling_params": {"max_new_tokens": 3}},
+                  timeout=30)
+    text = requests.get(server.url + "/metrics", timeout=5).text
+    labels = ('{model_name="Kimi-K2.5",engine_type="unified",tp_rank="0",pp_rank="0",'
+              'moe_ep_rank="0"}')
+    for family in ("num_running_reqs", "num_queue_reqs", "token_usage", "gen_throughput",
+                   "max_total_num_tokens", "kv_available_tokens", "context_len"):
+        assert re.search(rf"^sglang:{family}{re.escape(labels)} \d+(\.\d+)?(e[+-]\d+)?$", text,
+                         re.M), family
+    assert "# TYPE sglang:num_queue_reqs gauge\n" in text
+    assert "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.\n" in text
+    assert re.search(r'^sglang:num_requests_total\{model_name="Kimi-K2\.5",engine_type='
+                     r'"unified",is_streaming="false"\} [1-9]\d*\.0$', text, re.M)
+    assert re.search(r'^sglang:time_to_first_token_seconds_bucket\{model_name="Kimi-K2\.5",'
+                     r'engine_type="unified",is_streaming="false",le="\+Inf"\} [1-9]', text, re.M)
+    assert re.search(r'^sglang:graph_memory_usage_gb\{.*,phase="decode"\} 0\.95$', text, re.M)
+
+
+def test_server_info_has_the_schedulers_state(server):
+    info = requests.get(server.url + "/server_info", timeout=10).json()
+    assert info["status"] == "ready" and info["version"] == "0.5.23"
+    assert info["max_total_num_tokens"] == 812345
+    assert info["max_req_input_len"] == 262138  # min(context - 1, pool - 1) - 5
+    assert info["launch_command"].startswith("--model-path ")
+    assert info["tp_size"] == 8 and info["frontend"] == "python"
+    assert set(info["startup_time"]) == {"load_weight", "kv_cache_allocation", "scheduler_e2e",
+                                         "cuda_graph", "tokenizer_e2e"}
+    (state,) = info["internal_states"]
+    assert state["world_size"] == 8 and state["tp_size"] == 8
+    assert state["memory_usage"]["weight"] == 73.4 and state["memory_usage"]["kvcache"] == 9.87
+    assert state["memory_usage"]["token_capacity"] == 812345
+    assert "last_gen_throughput" in state
+    old = requests.get(server.url + "/get_server_info", timeout=10)
+    assert old.status_code == 200
+    assert "Endpoint '/get_server_info' is deprecated and will be removed in a future version. " \
+           "Please use '/server_info' instead." in server.log()
 
 
 def test_flush_cache_answers_get_and_post(server):

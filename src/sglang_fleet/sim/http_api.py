@@ -169,7 +169,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, self._model_card())
         elif path == "/metrics":
-            self._send(200, self._metrics(), "text/plain; version=0.0.4")
+            self._send(200, self.state.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/flush_cache":
             self._flush_cache()
         elif path == "/freeze_gc":
@@ -208,22 +208,6 @@ class Handler(BaseHTTPRequestHandler):
                 "disaggregation_mode": "null", "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": "sglang-fleet-simulated",
                 "architectures": [rt.model_type]}
-
-    def _metrics(self) -> str:
-        st = self.state
-        labels = f'model_name="{st.rt.args.served_model_name}"'
-        return "\n".join([
-            "# HELP sglang:num_running_reqs The number of running requests.",
-            "# TYPE sglang:num_running_reqs gauge",
-            f"sglang:num_running_reqs{{{labels}}} {len(st.running)}",
-            "# HELP sglang:gen_throughput The generation throughput (token/s).",
-            "# TYPE sglang:gen_throughput gauge",
-            f"sglang:gen_throughput{{{labels}}} {st.last_gen_throughput:.3f}",
-            "# HELP sglang:generation_tokens_total Generated tokens.",
-            "# TYPE sglang:generation_tokens_total counter",
-            f"sglang:generation_tokens_total{{{labels}}} {st.generated_tokens}",
-            "",
-        ])
 
     def _health(self, path: str) -> int:
         """http_server.health_generate: a 1-token generation; any output within
@@ -314,6 +298,8 @@ class Handler(BaseHTTPRequestHandler):
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
+        for gen in gens:
+            gen.streaming = bool(body.get("stream"))
         prefilled = threading.Event()
 
         def on_prefill(_gen: Generation) -> None:
@@ -450,6 +436,7 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
         gen = Generation(st, tuple(prompt_text.split()), max_tokens, st.route(),
                          st.take_warmup_delay())
+        gen.streaming = bool(body.get("stream"))
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{gen.rid}"
         obj = "chat.completion" if chat else "text_completion"
         created = int(time.time())

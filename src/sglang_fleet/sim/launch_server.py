@@ -128,6 +128,8 @@ class Engine:
         self.hub = Hub()
         os.environ.update(self.hub.environment())  # inherited by every worker
         self.scheduler_info: dict[str, Any] = {}
+        self.replica_state: dict[Any, dict[str, Any]] = {}
+        self.startup_time: dict[str, Any] = {}
 
     # --- start-up -----------------------------------------------------------------------------
     def spawn(self) -> int:
@@ -177,12 +179,18 @@ class Engine:
                             f"{proc.returncode}). If exit code is -9 (SIGKILL), a common cause "
                             f"is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.")
         os.close(read_fd)
+        self.replicas = self.group_replicas(expected, pids)
+
+    def group_replicas(self, expected: dict[tuple, Any], pids: dict[tuple, int]) -> list[Replica]:
+        """The DP ranks requests are routed to (data_parallel_controller round-robin): each
+        replica's schedulers under pure DP; under attention DP one rank per attention-DP group,
+        whose every batch runs on all the schedulers (one TP group), reported by its first."""
         by_replica: dict[Any, Replica] = {}
+        every = [pids[key] for key in expected]
         for key, rank in expected.items():
-            dp = rank.dp_rank if not self.topology.attention_dp else None
-            replica = by_replica.setdefault(dp, Replica(dp, rank.prefix))
-            replica.pids.append(pids[key])
-        self.replicas = [by_replica[k] for k in sorted(by_replica, key=lambda d: d or 0)]
+            replica = by_replica.setdefault(rank.dp_rank, Replica(rank.dp_rank, rank.prefix))
+            replica.pids[:] = every if self.topology.attention_dp else [*replica.pids, pids[key]]
+        return [by_replica[k] for k in sorted(by_replica, key=lambda d: d or 0)]
 
     def subprocess_watchdog(self) -> None:
         """utils/watchdog.py SubprocessWatchdog over the scheduler procs and the detokenizer."""
@@ -271,9 +279,12 @@ class Engine:
         """Each scheduler's get_init_info; the first one's is the server's scheduler_info,
         and the engine logs the critical path of their start-up times (engine.py
         _set_startup_time, observability/startup_time.py)."""
-        pids = [pid for replica in self.replicas for pid in replica.pids]
+        pids = sorted({pid for replica in self.replicas for pid in replica.pids})
         infos = self.hub.ask(pids, "init_info", every=True)
         self.scheduler_info = dict(infos[0])
+        # Each DP rank's memory, for /metrics (its scheduler's collector reports it).
+        self.replica_state = {r.dp_rank: self.hub.ask(r.pids, "internal_state")
+                              for r in self.replicas}
         times = [i["startup_time"] for i in infos]
         graphs = {phase: max(t["cuda_graph"][phase] for t in times)
                   for phase in times[0]["cuda_graph"]}
@@ -319,6 +330,7 @@ class Engine:
         rt, args = self.rt, self.rt.args
         self.state = st = ServerState(rt, self.replicas, self.hub)
         st.scheduler_info, st.startup_time = self.scheduler_info, self.startup_time
+        st.replica_state = self.replica_state
         st.launch_command = " ".join(self.argv)
         # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
         # as a stuck forward does, watchdog and all; a second one ends the hang: for the tests

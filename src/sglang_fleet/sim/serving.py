@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_fleet.sim import metrics
 from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.runtime import SimRuntime, log
 
@@ -65,6 +66,8 @@ class ServerState:
         self.scheduler_info: dict[str, Any] = {}
         self.startup_time: dict[str, Any] = {}
         self.launch_command = ""
+        self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
+        self.stats = metrics.RequestStats()
         self.status = STARTING
         self.gracefully_exit = False
         self.lock = threading.Lock()
@@ -113,7 +116,7 @@ class ServerState:
         return self.replicas[n % len(self.replicas)]
 
     # --- the schedulers' side ------------------------------------------------------------
-    def admit(self, replica: Replica, ident: str) -> None:
+    def admit(self, replica: Replica, ident: str, counted: bool = True) -> None:
         """Wait for a place in the replica's running batch; raise QueueFull when the waiting
         queue is at --max-queued-requests (the check counts the waiting requests only)."""
         with self.admission:
@@ -121,6 +124,9 @@ class ServerState:
                 replica.running += 1
                 return
             if self.max_queued is not None and len(replica.waiting) + 1 > self.max_queued:
+                if counted:
+                    with self.lock:
+                        self.stats.aborted()
                 raise QueueFull(QueueFull.message)
             replica.waiting.append(ident)
             while replica.waiting[0] != ident or replica.running >= self.max_running:
@@ -143,6 +149,63 @@ class ServerState:
         except QueueFull:
             with self.lock:
                 self.last_receive_tstamp = time.time()
+
+    def metrics_text(self) -> str:
+        """/metrics: each DP rank's scheduler gauges (its stats-logging rank's labels) and the
+        tokenizer manager's request counts. Read from the main process's own counts: no
+        scheduler is asked, so a stuck one does not hang it (SGLang's come from its
+        processes' files)."""
+        out, args = metrics.Exposition(), self.rt.args
+        with self.lock:
+            running = list(self.running.values())
+            stats = self.stats
+            for replica in self.replicas:
+                self._replica_metrics(out, replica, running)
+            stats.write(out, metrics.tokenizer_labels(args))
+            for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e",
+                          "tokenizer_e2e"):
+                if phase in self.startup_time:
+                    out.add("sglang:startup_time_seconds",
+                            {**metrics.tokenizer_labels(args), "phase": phase},
+                            self.startup_time[phase])
+        return out.text()
+
+    def _replica_metrics(self, out: metrics.Exposition, replica: Replica,
+                         running: list[Generation]) -> None:
+        rank = self.rt.topology.stats_rank(replica.dp_rank)
+        labels = metrics.scheduler_labels(self.rt.args, rank.pp_rank, rank.tp_rank,
+                                          rank.ep_rank, replica.dp_rank)
+        mine = [g for g in running if g.replica is replica]
+        used = sum(g.context_tokens() for g in mine)
+        total = len(running) or 1
+        memory = (self.replica_state.get(replica.dp_rank) or {}).get("memory_usage") or {}
+        prompt = sum(v for (n, _), v in self.stats.counters.items()
+                     if n == "sglang:prompt_tokens_total")
+        cached = self.stats.counters.get(("sglang:cached_tokens_total", "device"), 0.0)
+        bs = max(self.cuda_graph.decode_sizes or [0]) if self.cuda_graph.decode else 0
+        values = {
+            "sglang:num_running_reqs": replica.running,
+            "sglang:num_queue_reqs": len(replica.waiting),
+            "sglang:num_grammar_queue_reqs": 0,
+            "sglang:gen_throughput": self.last_gen_throughput * len(mine) / total,
+            "sglang:cache_hit_rate": cached / prompt if prompt else 0.0,
+            "sglang:token_usage": used / self.max_total_tokens,
+            "sglang:num_used_tokens": used,
+            "sglang:kv_available_tokens": self.max_total_tokens - used,
+            "sglang:kv_used_tokens": used,
+            "sglang:num_retracted_reqs": 0,
+            "sglang:num_paused_reqs": 0,
+            "sglang:is_cuda_graph": 1.0 if mine and len(mine) <= bs else 0.0,
+            "sglang:max_total_num_tokens": self.max_total_tokens,
+            "sglang:weight_memory_usage_gb": memory.get("weight", 0.0),
+            "sglang:kv_cache_memory_usage_gb": memory.get("kvcache", 0.0),
+            "sglang:context_len": self.rt.context_len(),
+            "sglang:startup_available_gpu_memory_gb": memory.get("startup_available", 0.0),
+        }
+        for name, value in values.items():
+            out.add(name, labels, value)
+        for phase, gb in (memory.get("graph") or {}).items():
+            out.add("sglang:graph_memory_usage_gb", {**labels, "phase": phase}, gb)
 
     def queued(self) -> int:
         return sum(len(r.waiting) for r in self.replicas)
@@ -265,6 +328,8 @@ class Generation:
         self.max_new_tokens = max(1, int(max_new_tokens))
         self.replica = replica
         self.rid = rid or uuid.uuid4().hex
+        self.streaming = False
+        self.log_metrics = not self.rid.startswith("HEALTH_CHECK")  # health_generate's
         self.created = time.time()
         self.start = time.monotonic()
         self.first_token_at: float | None = None
@@ -286,7 +351,7 @@ class Generation:
         queue is full; waits, without a timeout, while its schedulers do not take the batch
         or stop producing (stopped, stuck, dead), as a request waits on SGLang's."""
         st = self.state
-        st.admit(self.replica, self.rid)
+        st.admit(self.replica, self.rid, self.log_metrics)
         with st.lock:
             st.running[self.rid] = self
         try:
@@ -328,6 +393,12 @@ class Generation:
             yield i
         self.finished_at = time.monotonic()
         st.insert(self.key + tuple(range(self.produced)))
+        if self.log_metrics:
+            with st.lock:
+                st.stats.finished(self.streaming, self.prompt_tokens, self.cached_tokens,
+                                  self.produced, None if self.first_token_at is None
+                                  else self.first_token_at - self.start,
+                                  self.finished_at - self.start)
 
     def meta(self, done: bool) -> dict[str, Any]:
         """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""
