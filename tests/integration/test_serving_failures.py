@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,10 @@ from sglang_fleet.testfleet.local import (
     run_playbook,
     wait_for,
 )
+from sglang_fleet.testfleet.router import registered, router_venv
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_benchclient import flush_cache
-from sglang_fleet_node.sglang_fleet_router import read_inflight
+from sglang_fleet_node.sglang_fleet_router import parse_prometheus, read_inflight
 
 pytestmark = pytest.mark.integration
 
@@ -198,4 +200,64 @@ def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_ti
         assert answer["status"] == "ready" and len(answer["internal_states"]) == 1
     finally:
         fleet.stop()
+        fleet.kill_leftovers()
+
+
+# ---- a full queue ---------------------------------------------------------------------------
+
+# http_server's HTTPException handler around the scheduler's abort (scheduler.py
+# _abort_on_queued_limit: 503, "The request queue is full.").
+QUEUE_FULL = {"object": "error", "message": "The request queue is full.", "type": "503",
+              "param": None, "code": 503}
+
+
+def generate(url: str, tokens: int, timeout: float = 300) -> requests.Response:
+    return requests.post(f"{url}/generate", json={
+        "text": f"{os.urandom(8).hex()} tell me more",
+        "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}, timeout=timeout)
+
+
+def gauge(url: str, name: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    return sum(v for (n, _), v in parse_prometheus(text).items() if n == name)
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    return router_venv(tmp_path_factory.getbasetemp().parent)
+
+
+def test_a_full_queue_answers_sglangs_503_the_router_retries_and_the_gate_says_ready(
+        tmp_path, router):
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005, router=router)
+    extra = {**fleet.extra, "sglang_server_extra_args": [
+        "--max-running-requests", "4", "--max-queued-requests", "8"]}
+    pool = ThreadPoolExecutor(64)
+    try:
+        assert run_playbook("deploy.yml", fleet.inventory, extra).rc == 0
+        url = fleet.url("sim-node-1")
+        # 4 running and 8 waiting, for a minute at the simulated speed.
+        filling = [pool.submit(generate, url, 1200) for _ in range(12)]
+        wait_for(lambda: gauge(url, "sglang:num_running_reqs") == 4
+                 and gauge(url, "sglang:num_queue_reqs") == 8, timeout=30)
+        answers = list(pool.map(lambda _: generate(url, 8, timeout=30), range(200)))
+        assert [a.status_code for a in answers] == [503] * 200
+        assert {a.text for a in answers} == {json.dumps(QUEUE_FULL, separators=(",", ":"))}
+        assert gauge(url, "sglang:num_aborted_requests_total") == 200
+
+        # The gate: a full queue is not a health failure (/health's own request is answered,
+        # or aborted, at once).
+        health = run_playbook("playbooks/health.yml", fleet.inventory, extra)
+        assert health.rc == 0, health.output[-3000:]
+        assert "sim-node-1: ready" in words(health.output)
+
+        # The router in front retries what the queue refuses, and keeps the worker in rotation.
+        retries = gauge(fleet.router_metrics_url, "smg_worker_retries_total")
+        routed = list(pool.map(lambda _: generate(fleet.router_url, 8, timeout=60), range(20)))
+        assert gauge(fleet.router_metrics_url, "smg_worker_retries_total") > retries
+        assert {r.status_code for r in routed} <= {200, 503}
+        assert registered(fleet.router_url) == {url: True}
+        assert all(f.result().status_code == 200 for f in filling)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
         fleet.kill_leftovers()

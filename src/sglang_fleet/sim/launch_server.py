@@ -84,6 +84,14 @@ def kill_process_tree(include_parent: bool = True) -> None:
         os.kill(me, signal.SIGKILL)
 
 
+class UvicornServer(ThreadingHTTPServer):
+    """An HTTP server with uvicorn's listen backlog (2048), not http.server's 5: a burst of
+    clients waits to be accepted instead of being reset."""
+
+    request_queue_size = 2048
+    daemon_threads = True
+
+
 class DummyHealthHandler(BaseHTTPRequestHandler):
     """launch_dummy_health_check_server: /ping, /health, /health_generate answer 200, empty."""
 
@@ -305,7 +313,7 @@ class Engine:
             f"broadcast to stop the schedulers."))
         args = self.rt.args
         try:
-            health = ThreadingHTTPServer((args.host, args.port), DummyHealthHandler)
+            health = UvicornServer((args.host, args.port), DummyHealthHandler)
         except OSError as exc:
             log(f"Dummy health check server failed to start: [Errno {exc.errno}] "
                 f"{exc.strerror}")
@@ -343,7 +351,7 @@ class Engine:
                 signal.pause()
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
-            httpd = ThreadingHTTPServer((args.host, args.port), handler)
+            httpd = UvicornServer((args.host, args.port), handler)
         except OSError as exc:
             log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                 f"('{args.host}', {args.port}): {exc.strerror}")
