@@ -587,7 +587,7 @@ def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(launch):
         assert "Capture target decode CUDA graph end" not in sim.log()
         assert "Capture target prefill CUDA graph end" in sim.log(), "prefill capture passed"
         assert http_status(sim.url + "/health", timeout=2) is None
-        assert len(procs.deployment_processes(sim.marker)) == 10
+        assert len(procs.deployment_processes(sim.marker)) == 11  # and the resource tracker
     finally:
         sim.stop()
 
@@ -624,7 +624,20 @@ def test_crash_in_weight_loading_ends_the_whole_server(launch):
 @pytest.mark.parametrize("fault, flags, expected", [
     ("oom:allocating_kv_cache", [],
      ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.87 GiB. GPU 0 has a "
-      "total capacity of 95.59 GiB"]),
+      "total capacity of 95.59 GiB of which 22.19 GiB is free. Including non-PyTorch memory, "
+      "this process has 73.40 GiB memory in use. Of the allocated memory 73.15 GiB is "
+      "allocated by PyTorch, and 256.00 MiB is reserved by PyTorch but unallocated. If reserved "
+      "but unallocated memory is large try setting "
+      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+      # the frames are SGLang's, where the gate reads the phase from
+      '/sglang/srt/model_executor/model_runner.py", line 982, in alloc_memory_pool\n'
+      "    result = self.kv_cache_configurator.configure(\n"]),
+    ("no_kv_memory", ["--mem-fraction-static", "0.7"],
+     ["ValueError: Loaded weights leave no GPU memory for the KV cache under "
+      "--mem-fraction-static=0.7. Raise --mem-fraction-static above 0.768 (minimum viable = "
+      "1 - available/pre = 0.7679). If using speculative decoding, draft weights are now "
+      "counted.", '/sglang/srt/mem_cache/kv_cache_configurator.py", line 3050, in '
+      "_profile_available_bytes\n    raise ValueError("]),
     ("not_enough_memory", ["--mem-fraction-static", "0.5"],
      ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
       "value: mem_fraction_static=0.5"]),
@@ -903,3 +916,85 @@ def test_both_nodes_of_a_group_pass_the_rendezvous_and_serve(launch):
                              TS + r" TP0\] Init parallel ends\. elapsed=\d+\.\d\d s$",
                              TS + r" TP0\] Memory baseline taken\. mem usage=0\.25 GB$",
                              TS + r" TP0\] Load weight begin\. "])
+
+
+# ---- SGLang's own surfaces and texts -----------------------------------------------------------
+
+def test_the_main_process_warns_of_its_entrypoint_and_runs_a_resource_tracker(server):
+    log = server.log()
+    assert log.index("UserWarning: 'python -m sglang.launch_server' is still supported, but "
+                     "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve "
+                     "--model-path <model> [options]\n  warnings.warn(\n") < log.index(
+                         "server_args=")
+    assert re.search(r'^\S+/sglang/launch_server\.py:71: UserWarning: ', log, re.M)
+    tracker = [p for p in procs.deployment_processes(server.marker)
+               if "from multiprocessing.resource_tracker import main" in p["cmdline"]]
+    assert len(tracker) == 1 and tracker[0]["ppid"] == server.proc.pid
+
+
+def test_an_admin_key_guards_flush_cache_and_freeze_gc(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", "--api-key", "user-key",
+                 "--admin-api-key", "admin-key")
+    try:
+        ready(sim)
+        user = {"Authorization": "Bearer user-key"}
+        admin = {"Authorization": "Bearer admin-key"}
+        for path in ("/flush_cache", "/freeze_gc"):
+            refused = requests.post(sim.url + path, headers=user, timeout=10)
+            assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
+            assert requests.post(sim.url + path, headers=admin, timeout=10).status_code == 200
+        assert requests.get(sim.url + "/model_info", headers=user, timeout=10).status_code == 200
+        assert requests.get(sim.url + "/model_info", headers=admin,
+                            timeout=10).status_code == 401
+        # the warm-up froze GC with the admin key
+        assert re.search(r'"POST /freeze_gc HTTP/1\.1" 200 OK\n.*\n?.*fired up', sim.log())
+    finally:
+        sim.stop()
+
+
+def test_quant_in_the_load_line_comes_from_the_checkpoints_config(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", model_config={
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                "weight_block_size": [128, 128]}})
+    try:
+        ready(sim)
+        assert re.search(TS + r"\] Load weight end\. elapsed=\d+\.\d\d s, "
+                         r"type=DeepseekV3ForCausalLM, quant=fp8, fmt=e4m3, avail mem=",
+                         sim.log(), re.M)
+    finally:
+        sim.stop()
+
+
+def test_the_detokenizers_exception_takes_the_server_down(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                 fault="detokenizer_crash")
+    ready(sim)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=30),
+                     daemon=True).start()
+    log = crashed(sim)
+    in_order(log.splitlines(), [
+        TS + r"\] DetokenizerManager hit an exception: Traceback \(most recent call last\):$",
+        r"^KeyError: '[0-9a-f]{32}'$",
+        r"^During handling of the above exception, another exception occurred:$",
+        r'/sglang/srt/managers/detokenizer_manager\.py", line 385, in '
+        r"_decode_batch_token_id_output$",
+        r"^RuntimeError: Decode status not found for request [0-9a-f]{32}\. ",
+        TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
+        r"failed\.$",
+        r"kill_process_tree called"])
+
+
+def test_a_scheduler_dead_at_start_up_ends_the_main_process_with_sglangs_traceback(launch):
+    sim = launch("--tp-size", "2", "--disable-custom-all-reduce", "--attention-backend",
+                 "triton", fault="killed:loading_weights")
+    assert sim.proc.wait(90) == 1
+    lines = sim.log().rstrip().splitlines()
+    in_order(lines, [
+        # (the line may be glued to a loader bar the kill interrupted)
+        r"\] kill_process_tree called: parent_pid=\d+, include_parent=False, pid=\d+$",
+        r"^Traceback \(most recent call last\):$",
+        r'/sglang/launch_server\.py", line 84, in <module>$',
+        r'/sglang/srt/entrypoints/engine\.py", line 2029, in _wait_for_scheduler_ready$'])
+    assert re.match(r"RuntimeError: Rank \d scheduler died during initialization \(exit code: "
+                    r"-9\)\. If exit code is -9 \(SIGKILL\), a common cause is the OS OOM "
+                    r"killer\. Run `dmesg -T \| grep -i oom` to check\.$", lines[-1])

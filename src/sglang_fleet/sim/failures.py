@@ -16,6 +16,7 @@ Python traceback of the simulator carries SGLang's own last line. Sources:
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 import sysconfig
@@ -73,11 +74,31 @@ def allocation_oom(stage: str, tokens: int, available: int) -> str:
             f"Available tokens: {available} (available_size={available} + evictable_size=0)\n")
 
 
-def cuda_oom(need_gib: float, gpu: int, total_gib: float, free_gib: float) -> str:
-    return (f"CUDA out of memory. Tried to allocate {need_gib:.2f} GiB. GPU {gpu} has a total "
-            f"capacity of {total_gib:.2f} GiB of which {free_gib:.2f} GiB is free. Of the "
-            f"allocated memory {total_gib - free_gib:.2f} GiB is allocated by PyTorch, and "
-            f"0.00 GiB is reserved by PyTorch but unallocated.")
+def format_size(size: float) -> str:
+    """c10/cuda/CUDACachingAllocator.cpp format_size."""
+    if size <= 1024:
+        return f"{int(size)} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+def cuda_oom(need: float, gpu: int, total: float, free: float, in_use: float,
+             allocated: float, reserved: float) -> str:
+    """torch's CUDA out-of-memory message (CUDACachingAllocator, torch 2.x), in bytes: what
+    was asked, the GPU's total and free memory, what this process holds (NVML's per-process
+    count), what PyTorch allocated and what it reserves unallocated."""
+    return (f"CUDA out of memory. Tried to allocate {format_size(need)}. GPU {gpu} has a total "
+            f"capacity of {format_size(total)} of which {format_size(free)} is free. "
+            f"Including non-PyTorch memory, this process has {format_size(in_use)} memory in "
+            f"use. Of the allocated memory {format_size(allocated)} is allocated by PyTorch, "
+            f"and {format_size(reserved)} is reserved by PyTorch but unallocated. If reserved "
+            f"but unallocated memory is large try setting "
+            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+            f"documentation for Memory Management  (https://docs.pytorch.org/docs/stable/"
+            f"notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
 
 
 def nccl_error() -> str:
@@ -202,6 +223,115 @@ def refusal_error(refusal: Any) -> SGLangError:
                                         for f in refusal.frames], refusal.message)
 
 
+# The frames a scheduler's Python exception passes through, by the phase it struck in
+# (0.5.23: scheduler.py, tp_worker.py, model_runner.py, the KV-cache configurator, the event
+# loop). The gate reads the phase from them where the log's own lines do not say it.
+_RUN = ("sglang/srt/managers/scheduler.py", 6362, "run_scheduler_process",
+        "scheduler = Scheduler(server_args, port_args)")
+_RUNNER = [
+    _RUN,
+    ("sglang/srt/managers/scheduler.py", 568, "__init__", "self.init_model_worker()"),
+    ("sglang/srt/managers/scheduler.py", 1033, "init_tp_model_worker",
+     "self.tp_worker = TpModelWorker(**worker_kwargs)"),
+    ("sglang/srt/managers/tp_worker.py", 487, "_init_model_runner",
+     "self._model_runner = ModelRunner("),
+]
+_KV_CONFIGURE = ("sglang/srt/mem_cache/kv_cache_configurator.py", 476, "configure",
+                 "config = self._resolve_memory_pool_config(pre_model_load_memory)")
+SCHEDULER_FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
+    "launching": [*_RUNNER,
+                  ("sglang/srt/model_executor/model_runner.py", 466, "__init__",
+                   "self.init_torch_distributed()"),
+                  ("sglang/srt/distributed/bootstrap.py", 207, "measure_pre_model_load_memory",
+                   "pre_model_load_memory = get_available_gpu_memory(")],
+    "loading_weights": [*_RUNNER,
+                        ("sglang/srt/model_executor/model_runner.py", 499, "__init__",
+                         "self.initialize()"),
+                        ("sglang/srt/model_executor/model_runner.py", 715, "initialize",
+                         "self.load_model()"),
+                        ("sglang/srt/model_loader/loader.py", 1257,
+                         "load_weights_and_postprocess", "model.load_weights(weights)")],
+    "allocating_kv_cache": [*_RUNNER,
+                            ("sglang/srt/model_executor/model_runner.py", 982,
+                             "alloc_memory_pool",
+                             "result = self.kv_cache_configurator.configure("),
+                            _KV_CONFIGURE],
+    "capturing_cuda_graph": [*_RUNNER,
+                             ("sglang/srt/model_executor/model_runner.py", 1192,
+                              "init_cuda_graphs", "capture = capture_cuda_graphs(")],
+    "serving": [("sglang/srt/managers/scheduler.py", 6215, "dispatch_event_loop",
+                 "return _dispatch_event_loop_once(scheduler)"),
+                ("sglang/srt/managers/scheduler.py", 6233, "_dispatch_event_loop_once",
+                 "scheduler.event_loop_normal()"),
+                ("sglang/srt/managers/scheduler.py", 2048, "event_loop_normal",
+                 "result = self.run_batch(batch)"),
+                ("sglang/srt/managers/scheduler.py", 4704, "run_batch",
+                 "batch_result = self.model_worker.forward_batch_generation(")],
+}
+SCHEDULER_FRAMES["warming_up"] = SCHEDULER_FRAMES["serving"]
+# 0.5.23's refusal of a pool the weights leave no memory for (kv_cache_configurator.py).
+NO_KV_MEMORY_FRAMES = [*SCHEDULER_FRAMES["allocating_kv_cache"],
+                       ("sglang/srt/mem_cache/kv_cache_configurator.py", 3182,
+                        "_resolve_memory_pool_config",
+                        "available_bytes = self._profile_available_bytes(pre_model_load_memory)"),
+                       ("sglang/srt/mem_cache/kv_cache_configurator.py", 3050,
+                        "_profile_available_bytes", "raise ValueError(")]
+# The main process when a scheduler died during start-up: launch_server.py's top level down to
+# engine.py _wait_for_scheduler_ready (node rank 0's path).
+SCHEDULER_DIED_FRAMES = [
+    ("sglang/launch_server.py", 84, "<module>", "run_server(server_args)"),
+    ("sglang/launch_server.py", 67, "run_server", "launch_server(server_args)"),
+    ("sglang/srt/entrypoints/http_server.py", 3156, "launch_server",
+     ") = Engine._launch_subprocesses("),
+    ("sglang/srt/entrypoints/engine.py", 1350, "_launch_subprocesses",
+     "scheduler_init_result.wait_for_ready()"),
+    ("sglang/srt/entrypoints/engine.py", 995, "wait_for_ready",
+     "infos = _wait_for_scheduler_ready(scheduler_pipe_readers, scheduler_procs)"),
+    ("sglang/srt/entrypoints/engine.py", 2029, "_wait_for_scheduler_ready",
+     "raise _scheduler_died_error(i, scheduler_procs[i])"),
+]
+# The frames of every traceback the simulator prints as SGLang's (checked against the release).
+ALL_FRAME_STACKS: list[list[tuple[str, int, str, str]]] = []
+
+
+def no_kv_memory(mem_fraction_static: float, available_gb: float, pre_gb: float) -> str:
+    """kv_cache_configurator.py _profile_available_bytes, when the weights take the budget."""
+    minimum = 1 - available_gb / pre_gb
+    suggested = math.ceil(minimum * 1000) / 1000
+    return (f"Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={mem_fraction_static}. Raise --mem-fraction-static above "
+            f"{suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). If using "
+            f"speculative decoding, draft weights are now counted.")
+
+
+def exception_name(error: BaseException) -> str:
+    """The name a traceback's final line gives an exception: builtins bare, others qualified
+    (the stand-ins for torch's errors carry torch's module)."""
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
+
+
+def scheduler_traceback(phase: str, error: BaseException) -> str:
+    """A scheduler's exception as SGLang's traceback: the frames of the phase it struck in,
+    with the exception it was raised from first (`raise ... from`)."""
+    if isinstance(error, SGLangError):
+        return error.traceback_text()
+    parts = []
+    cause = error.__cause__
+    if cause is not None:
+        parts.append(frames_traceback(SCHEDULER_FRAMES.get(phase, [_RUN]), cause) + "\n"
+                     "The above exception was the direct cause of the following exception:\n\n")
+    parts.append(frames_traceback(SCHEDULER_FRAMES.get(phase, [_RUN]), error))
+    return "".join(parts)
+
+
+def frames_traceback(frames: list[tuple[str, int, str, str]], error: BaseException) -> str:
+    text = str(error)
+    final = f"{exception_name(error)}: {text}" if text else exception_name(error)
+    return SGLangError(frames).traceback_text().rsplit("\n", 2)[0] + f"\n{final}\n"
+
+
 # Where a scheduler waits for the other ranks: torch's TCP rendezvous at --dist-init-addr,
 # reached from the scheduler's start through SGLang's distributed bootstrap (its files, 0.5.23)
 # and torch.distributed's (the reference environment's torch 2.14.1, SGLang 0.5.23's pin).
@@ -257,8 +387,7 @@ def write_socket_timeout(message: str) -> None:
 
 # A model whose attention heads the attention TP does not divide fails while the scheduler
 # builds it (the frames between the scheduler and the attention layer are left out).
-_BUILD = ("sglang/srt/managers/scheduler.py", 6362, "run_scheduler_process",
-          "scheduler = Scheduler(server_args, port_args)")
+_BUILD = _RUN
 HEADS_FRAMES = {
     "MLA": [_BUILD,
             ("sglang/srt/models/deepseek_v2.py", 2623, "__init__",
@@ -269,3 +398,6 @@ HEADS_FRAMES = {
             ("sglang/srt/models/llama.py", 183, "__init__",
              "assert self.total_num_heads % tp_size == 0")],
 }
+
+ALL_FRAME_STACKS += [*SCHEDULER_FRAMES.values(), NO_KV_MEMORY_FRAMES, SCHEDULER_DIED_FRAMES,
+                     RENDEZVOUS_FRAMES, *HEADS_FRAMES.values()]

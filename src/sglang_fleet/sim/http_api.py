@@ -35,6 +35,9 @@ from sglang_fleet.sim.serving import (
 )
 
 UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
+# http_server.py's @auth_level(AuthLevel.ADMIN_OPTIONAL) routes, of those the simulator serves.
+ADMIN_OPTIONAL = {"/flush_cache", "/freeze_gc"}
+NORMAL, ADMIN_OPTIONAL_LEVEL = "normal", "admin_optional"
 GET_PATHS = {"/health", "/health_generate", "/ready", "/ping", "/model_info", "/get_model_info",
              "/server_info", "/get_server_info", "/v1/models", "/metrics", "/flush_cache",
              "/freeze_gc"}
@@ -47,6 +50,34 @@ FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When th
 def compact_json(value: Any) -> bytes:
     """JSON as orjson writes it (ORJSONResponse, dumps_json): compact, UTF-8."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def auth_level(path: str) -> str:
+    return ADMIN_OPTIONAL_LEVEL if path in ADMIN_OPTIONAL else NORMAL
+
+
+def _bearer(authorization: str | None, expected: str) -> bool:
+    if not authorization:
+        return False
+    parts = authorization.split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and \
+        hmac.compare_digest(parts[1], expected)
+
+
+def decide_request_auth(method: str, path: str, authorization: str | None,
+                        api_key: str | None, admin_api_key: str | None,
+                        level: str) -> tuple[bool, int]:
+    """utils/auth.py decide_request_auth for the levels the simulator's routes have:
+    (allowed, status when refused). /health*, /ready* and /metrics* need no key; an
+    admin-optional route needs the admin key when one is set (the API key is then not
+    accepted), else the API key when one is set; every other route needs the API key."""
+    if method == "OPTIONS" or path.startswith(UNAUTHENTICATED_PREFIXES):
+        return True, 401
+    if level == ADMIN_OPTIONAL_LEVEL and admin_api_key:
+        return _bearer(authorization, admin_api_key), 401
+    if api_key:
+        return _bearer(authorization, api_key), 401
+    return True, 401
 
 
 class BadBody(Exception):
@@ -112,14 +143,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _authorized(self, path: str) -> bool:
-        key = self.state.rt.args.api_key
-        if not key or path.startswith(UNAUTHENTICATED_PREFIXES):
-            return True
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(token, key):
-            return True
-        self._send(401, {"error": "Unauthorized"})
-        return False
+        args = self.state.rt.args
+        allowed, code = decide_request_auth(
+            self.command, path, self.headers.get("Authorization"), args.api_key,
+            getattr(args, "admin_api_key", None), auth_level(path))
+        if not allowed:
+            self._send(code, {"error": "Unauthorized" if code == 401 else "Forbidden"})
+        return allowed
 
     def _route(self, method: str) -> str | None:
         path = self.path.split("?", 1)[0]

@@ -28,11 +28,17 @@ import time
 import traceback
 from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing import resource_tracker
 from typing import Any
 
 from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.controller import spawn_scheduler
-from sglang_fleet.sim.failures import SGLangError
+from sglang_fleet.sim.failures import (
+    SCHEDULER_DIED_FRAMES,
+    SGLANG_ROOT,
+    SGLangError,
+    frames_traceback,
+)
 from sglang_fleet.sim.http_api import Handler
 from sglang_fleet.sim.runtime import (
     SimRuntime,
@@ -141,6 +147,9 @@ class Engine:
 
     # --- start-up -----------------------------------------------------------------------------
     def spawn(self) -> int:
+        # SGLang starts its workers with multiprocessing's spawn method, whose first start
+        # launches multiprocessing's resource tracker as a child of the main process.
+        resource_tracker.ensure_running()
         read_fd, write_fd = os.pipe()
         me = os.getpid()
         topo = self.topology
@@ -274,8 +283,12 @@ class Engine:
         read_fd = self.spawn()
         try:
             self.wait_for_schedulers(read_fd)
-        except RuntimeError:  # _scheduler_died_error, uncaught in SGLang: the process ends
-            sys.stderr.write(traceback.format_exc())
+        except RuntimeError as exc:
+            # _scheduler_died_error, uncaught: launch_server.py's `finally:
+            # kill_process_tree(os.getpid(), include_parent=False)` runs, then Python prints
+            # the traceback through SGLang's files and the process exits 1.
+            kill_process_tree(include_parent=False)
+            sys.stderr.write(frames_traceback(SCHEDULER_DIED_FRAMES, exc))
             return 1
         if self.topology.node_rank != 0:
             return self.serve_non_zero_rank()
@@ -339,6 +352,7 @@ class Engine:
         self.state = st = ServerState(rt, self.replicas, self.hub)
         st.scheduler_info, st.startup_time = self.scheduler_info, self.startup_time
         st.replica_state = self.replica_state
+        st.detokenizer_pid = self.detokenizer.pid if self.detokenizer else None
         st.launch_command = " ".join(self.argv)
         # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
         # as a stuck forward does, watchdog and all; a second one ends the hang: for the tests
@@ -406,8 +420,10 @@ class Engine:
                 return
         st.status = UP
         with contextlib.suppress(OSError):
+            # http_server._freeze_gc_after_server_warmup: the admin key, else the API key
             host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-            headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+            key = getattr(args, "admin_api_key", None) or args.api_key
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
             self._request(host, "POST", "/freeze_gc", None, headers, 10)
         log("The server is fired up and ready to roll!")
 
@@ -436,7 +452,20 @@ def serve(rt: SimRuntime, argv: list[str]) -> int:
             os.unlink(segment)
 
 
+# sglang/launch_server.py's `if __name__ == "__main__":` warning, as Python prints it.
+ENTRYPOINT_WARNING = ("'python -m sglang.launch_server' is still supported, but 'sglang serve' "
+                      "is the recommended entrypoint.\n"
+                      "  Example: sglang serve --model-path <model> [options]")
+
+
+def warn_entrypoint() -> None:
+    path = os.path.join(SGLANG_ROOT, "sglang", "launch_server.py")
+    sys.stderr.write(f"{path}:71: UserWarning: {ENTRYPOINT_WARNING}\n  warnings.warn(\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
+    warn_entrypoint()  # the simulator stands for `python -m sglang.launch_server`
     argv = list(sys.argv[1:] if argv is None else argv)
     args = prepare_server_args(argv)  # argparse: exit 2 with SGLang's message on a bad flag
     try:

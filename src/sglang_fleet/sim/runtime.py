@@ -48,12 +48,14 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
                                  "serving")),
     "nccl_timeout": ("serving", ("capturing_cuda_graph", "serving")),
     "not_enough_memory": ("allocating_kv_cache", ("allocating_kv_cache",)),
+    "no_kv_memory": ("allocating_kv_cache", ("allocating_kv_cache",)),
     "prefill_oom": ("serving", ("serving",)),
     "decode_oom": ("serving", ("serving",)),
     "capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
     "prefill_capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
     "tokenizer_watchdog": ("serving", ("serving",)),
     "killed": ("serving", PHASES),
+    "detokenizer_crash": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)
 
@@ -87,7 +89,8 @@ class SimRuntime:
     def fault_at(self, phase: str, kinds: tuple[str, ...] | None = None) -> Fault | None:
         for f in self.faults:
             if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
-                    "leak_memory", "orphan_workers", "tokenizer_watchdog"):
+                    "leak_memory", "orphan_workers", "tokenizer_watchdog",
+                    "detokenizer_crash"):
                 return f
         return None
 

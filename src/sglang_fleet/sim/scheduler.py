@@ -29,7 +29,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 
 from setproctitle import setproctitle
 
@@ -82,6 +81,19 @@ def loads_multithreaded(args) -> bool:
     return use
 
 
+def quantization_log(config: dict) -> str | None:
+    """configs/model_config.py get_quantization_config_log_str: the checkpoint's own
+    quantization_config (config.json), never the flag: "quant=fp8, fmt=e4m3"."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or not quant:
+        return None
+    text = f"quant={quant.get('quant_method', 'quantized')}"
+    for key in ("bits", "quant_algo", "fmt", "requantization_method"):
+        if key in quant:
+            text += f", {key}={quant[key]}"
+    return text
+
+
 class SimHang(Exception):
     pass
 
@@ -107,6 +119,7 @@ class Scheduler:
         self.in_batch = False
         self.stick_next = False  # SIGUSR1's switch on the main process: the next batch hangs
         self.batch: tuple[str, list[int]] = ("", [])  # the last batch's request
+        self.phase = "launching"  # where a Python exception's traceback says it was
         # What get_init_info and the internal state report (observability/startup_time.py
         # build_scheduler_startup_time; graph_memory_usage.py's phases).
         self.began = time.perf_counter()
@@ -175,9 +188,15 @@ class Scheduler:
         SGLang logs it."""
         kind = fault.kind
         if kind == "oom":
-            need = self.rt.profile["kv_size_gb"]
+            reserved = min(self.used, 1 << 28)
             return failures.OutOfMemoryError(failures.cuda_oom(
-                need, self.gpu, self.total / GB, max(self.avail_gb() * 0.1, 0.0)))
+                self.rt.profile["kv_size_gb"] * GB, self.gpu, self.total,
+                max(self.total - self.used, 0), self.used, self.used - reserved, reserved))
+        if kind == "no_kv_memory":
+            fraction = getattr(self.rt.args, "mem_fraction_static", None) or 0.8
+            return failures.sglang_error("ValueError", failures.NO_KV_MEMORY_FRAMES,
+                                         failures.no_kv_memory(fraction, self.avail_gb(),
+                                                               self.startup_available_gb))
         if kind == "nccl_error":
             return failures.DistBackendError(failures.nccl_error())
         if kind == "not_enough_memory":
@@ -294,9 +313,9 @@ class Scheduler:
         except SimHang:
             self.hang()
         except Exception as exc:
-            text = (exc.traceback_text() if isinstance(exc, failures.SGLangError)
-                    else traceback.format_exc())
-            log(f"Scheduler hit an exception: {text}", self.p)
+            # run_scheduler_process: get_exception_traceback(), SGLang's frames of the phase
+            log(f"Scheduler hit an exception: {failures.scheduler_traceback(self.phase, exc)}",
+                self.p)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.parent_pid, signal.SIGQUIT)
 
@@ -311,13 +330,17 @@ class Scheduler:
         self.device = open(simgpu.device_path(rt.gpu_dir, self.gpu), "rb")  # noqa: SIM115
         self.init_parallel()
         self.strike("launching")
+        self.phase = "loading_weights"
         self.load_weights()
+        self.phase = "allocating_kv_cache"
         kv_began = time.perf_counter()
         time.sleep(rt.duration("allocating_kv_cache"))
         self.strike("allocating_kv_cache")
         self.allocate_kv_cache()
         self.startup_time["kv_cache_allocation"] = time.perf_counter() - kv_began
+        self.phase = "capturing_cuda_graph"
         self.capture()
+        self.phase = "serving"
         self.startup_time["scheduler_e2e"] = time.perf_counter() - self.began
         if self.rank.tp_rank == 0:
             log(f"max_total_num_tokens={rt.kv_tokens()}, "
@@ -373,9 +396,9 @@ class Scheduler:
         before = self.avail_gb()
         self.hold(rt.profile["weights_gb_per_gpu"] * GB)
         self.startup_time["load_weight"] = time.monotonic() - start
-        quant = getattr(rt.args, "quantization", None)
+        quant = quantization_log(rt.model_config)
         log(f"Load weight end. elapsed={time.monotonic() - start:.2f} s, type={rt.model_type}, "
-            + (f"quant={quant}, " if quant else "")
+            + (f"{quant}, " if quant else "")
             + f"avail mem={self.avail_gb():.2f} GB, mem usage={before - self.avail_gb():.2f} GB.",
             p)
 

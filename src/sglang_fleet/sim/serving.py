@@ -13,7 +13,9 @@ decode lines every --decode-log-interval decode steps, 40 by default).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import signal
 import threading
 import time
 import uuid
@@ -68,6 +70,7 @@ class ServerState:
         self.launch_command = ""
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
         self.stats = metrics.RequestStats()
+        self.detokenizer_pid: int | None = None
         self.status = STARTING
         self.gracefully_exit = False
         self.lock = threading.Lock()
@@ -224,6 +227,14 @@ class ServerState:
         """A scheduler of the replica is stopped or stuck: its tokens stop coming."""
         return self.hang_generation or self.hub.frozen(replica.pids)
 
+    def fail_detokenizer(self) -> None:
+        """The detokenizer_crash fault: the detokenizer fails on this batch's output."""
+        with self.lock:
+            pid, self.detokenizer_pid = self.detokenizer_pid, None
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
+
     def stall_tokenizer(self) -> None:
         """The tokenizer manager's loop stops; its soft watchdog (utils/watchdog.py) says so
         after --soft-watchdog-timeout and nothing else happens (soft: no kill)."""
@@ -360,6 +371,8 @@ class Generation:
             if st.tokenizer_stalled:
                 st.stop_event.wait()  # the tokenizer's loop stopped: nothing comes out
                 return
+            if st.status != STARTING and st.rt.has("detokenizer_crash"):
+                st.fail_detokenizer()
             st.hub.forward(self.replica.pids, "warming_up" if st.status == STARTING
                            else "serving", self.rid, self.input_ids())
             yield from self._tokens(on_prefill)
