@@ -229,6 +229,10 @@ def test_server_info_has_the_schedulers_state(server):
     assert state["memory_usage"]["weight"] == 73.4 and state["memory_usage"]["kvcache"] == 9.87
     assert state["memory_usage"]["token_capacity"] == 812345
     assert "last_gen_throughput" in state
+    assert state["disaggregation_mode"] == "null"
+    assert state["decode_cuda_graph_bs"] and all(isinstance(b, int)
+                                                 for b in state["decode_cuda_graph_bs"])
+    assert state["decode_cuda_graph_memory_gb"] == 0.95  # the decode graphs' memory
     old = requests.get(server.url + "/get_server_info", timeout=10)
     assert old.status_code == 200
     assert "Endpoint '/get_server_info' is deprecated and will be removed in a future version. " \
@@ -744,7 +748,12 @@ def test_a_generation_hang_ends_with_the_scheduler_watchdog_at_its_timeout(launc
         TS + r"\] Scheduler debug info:$",
         r"^scheduler\.cur_batch_for_debug\.batch_size\(\)=1$",
         r"^scheduler\.cur_batch_for_debug\.reqs=\[Req\(rid=HEALTH_CHECK_[0-9a-f]{32}, "
-        r"input_ids=\[0\], output_ids=\[\]\)\]$",
+        r"input_ids=\[0\], output_ids=\[\], self\.grammar=None, self\.sampling_params="
+        r"SamplingParams\(max_new_tokens=1, .*, temperature=1\.0, top_p=1\.0, top_k=1, .*\)\)\]$",
+        r"^\[full\] total=\d+, available=\d+, evictable=0, protected=0, session_held=0, "
+        r"uncached=0$",
+        # py-spy on the scheduler itself (its dump, or the shell's word that it is missing)
+        TS + r"\] Pyspy (dump for PID |failed \(py-spy dump --native --pid )\d+",
         TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=2\.0, self\.soft=False\)$",
         TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
         r"failed\.$",

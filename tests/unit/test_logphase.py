@@ -461,7 +461,7 @@ def test_a_watchdog_after_a_hung_generation_is_the_cause_not_the_health_check():
     parsed = parse_log(read("watchdog-generation-hang-0523.log"))
     assert parsed["cause"]["kind"] == "watchdog_timeout"
     assert parsed["cause"]["said"] == ("TP0-1: Scheduler watchdog timeout "
-                                       "(self.watchdog_timeout=300, self.soft=False) (log line 7)")
+                                       "(self.watchdog_timeout=300, self.soft=False) (log line 13)")
     assert parsed["cause"]["hint"] == "a forward batch hung for --watchdog-timeout seconds"
 
 

@@ -145,11 +145,14 @@ class Hub:
             with self.lock:
                 self.waiting.pop(ident, None)
 
-    def forward(self, pids: list[int], phase: str, rid: str, input_ids: list[int]) -> None:
-        """Hand a request's batch to every scheduler of a replica; returns once each has
-        taken it."""
+    def forward(self, pids: list[int], phase: str, rid: str, input_ids: list[int],
+                sampling: tuple[int, float]) -> None:
+        """Hand a request's batch (its ids and sampling: max_new_tokens, temperature) to every
+        scheduler of a replica; returns once each has taken it."""
         links = self.links_of(pids, wait=True)
-        self._call(links, f"batch {phase} {{id}} {rid} {json.dumps(input_ids)}", len(links))
+        max_new_tokens, temperature = sampling
+        self._call(links, f"batch {phase} {{id}} {rid} {max_new_tokens} {temperature!r} "
+                          f"{json.dumps(input_ids)}", len(links))
 
     def ask(self, pids: list[int], verb: str, every: bool = False) -> Any:
         """A control request to a replica's first scheduler (`every`: to each of `pids`, a

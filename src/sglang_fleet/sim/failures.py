@@ -113,11 +113,51 @@ def watchdog_timeout_lines(debug_name: str, timeout: float, soft: bool) -> str:
     return f"{debug_name} watchdog timeout (self.watchdog_timeout={timeout!r}, self.soft={soft})"
 
 
-def scheduler_debug_info(rid: str, input_ids: list[int], output_ids: list[int]) -> str:
+# sampling/sampling_params.py SamplingParams' fields in declaration order, as a request's are
+# once the tokenizer manager has normalized them (no stop strings, no grammar): msgspec's repr.
+_SAMPLING_BEFORE = "stop=None, stop_token_ids=None, stop_regex=None"
+_SAMPLING_AFTER = (
+    "min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0, "
+    "min_new_tokens=0, n=1, beam_width=None, json_schema=None, regex=None, ebnf=None, "
+    "structural_tag=None, ignore_eos=False, skip_special_tokens=True, "
+    "spaces_between_special_tokens=True, no_stop_trim=False, stream_interval=None, "
+    "logit_bias=None, sampling_seed=None, custom_params=None, watermark=None, stop_strs=[], "
+    "stop_regex_strs=[], stop_str_max_len=0, stop_regex_max_len=0, is_normalized=True, "
+    "ebnf_full_assistant=False")
+TOP_K_ALL = 1 << 30  # sampling_params.py: top_k=-1 (all) as the sampler stores it
+SAMPLING_EPS = 1e-6  # sampling_params.py _SAMPLING_EPS: below it, sampling is greedy
+
+
+def sampling_params_repr(max_new_tokens: int, temperature: float) -> str:
+    """A request's SamplingParams after __post_init__ and normalize() (the simulator honours
+    max_new_tokens and temperature; every other field is the default)."""
+    greedy = temperature < SAMPLING_EPS  # __post_init__: greedy is temperature 1, top_k 1
+    return (f"SamplingParams(max_new_tokens={max_new_tokens}, {_SAMPLING_BEFORE}, "
+            f"temperature={1.0 if greedy else float(temperature)!r}, top_p=1.0, "
+            f"top_k={1 if greedy else TOP_K_ALL}, {_SAMPLING_AFTER})")
+
+
+def req_repr(rid: str, input_ids: list[int], output_ids: list[int], sampling: str) -> str:
+    """managers/schedule_batch.py Req.__repr__ (a request with no grammar)."""
+    return (f"Req(rid={rid}, input_ids={input_ids}, output_ids={output_ids}, "
+            f"self.grammar=None, self.sampling_params={sampling})")
+
+
+def full_pool_line(total: int, available: int) -> str:
+    """scheduler_components/invariant_checker.py _check_pool_invariant for the full pool, as
+    dump_info asks it (_check_all_pools, nothing counted as uncached). Simulated values: the
+    running batch's tokens are what is not available."""
+    return (f"[full] total={total}, available={available}, evictable=0, protected=0, "
+            f"session_held=0, uncached=0")
+
+
+def scheduler_debug_info(req: str, pool: str) -> str:
+    """create_scheduler_watchdog's dump_info for one running request, as WatchdogRaw logs
+    it."""
     return ("Scheduler debug info:\n"
             "scheduler.cur_batch_for_debug.batch_size()=1\n"
-            f"scheduler.cur_batch_for_debug.reqs=[Req(rid={rid}, input_ids={input_ids}, "
-            f"output_ids={output_ids})]")
+            f"scheduler.cur_batch_for_debug.reqs=[{req}]\n"
+            f"{pool}")
 
 
 # torch's ProcessGroupNCCL before it takes the process down (libtorch_cuda's own strings).
@@ -125,6 +165,14 @@ NCCL_ASYNC_ERROR = ("Some NCCL operations have failed or timed out. Due to the a
                     "nature of CUDA kernels, subsequent GPU operations might run on "
                     "corrupted/incomplete data.")
 NCCL_TEARDOWN = "To avoid data inconsistency, we are taking the entire process down."
+# The watchdog's report of the failed work and of the collective's stack (torch's flight
+# recorder is off unless TORCH_NCCL_TRACE_BUFFER_SIZE is set; SGLang does not set it).
+NCCL_FAILURE_DETECTED = ("failure detected by watchdog at work sequence id: {seq} PG status: "
+                         "last enqueued work: {enqueued}, last completed work: {completed}")
+NCCL_NO_STACK = ("Stack trace of the failed collective not found, potentially because "
+                 "FlightRecorder is disabled. You can enable it by setting "
+                 "TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.")
+NCCL_WATCHDOG_EXCEPTION = "Process group watchdog thread terminated with exception: "
 
 
 def _glog_stamp() -> str:
@@ -140,14 +188,16 @@ def write_nccl_watchdog_abort(rank: int, timeout_ms: int, ran_ms: int, seq: int)
               f"{ran_ms} milliseconds before timing out.")
     pg = f"[PG ID 2 PG GUID 3 Rank {rank}]"
     head = f"[rank{rank}]:[E{_glog_stamp()} ProcessGroupNCCL.cpp"
+    detected = NCCL_FAILURE_DETECTED.format(seq=seq, enqueued=seq, completed=seq - 1)
+    # glog's file:line are the simulator's (torch's binary does not carry its line numbers).
     sys.stderr.write(
         f"{head}:632] {caught}\n"
-        f"{head}:1664] {pg} Exception (either an error or timeout) detected by watchdog at "
-        f"work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n"
+        f"{head}:2168] {pg}  {detected}\n"
+        f"{head}:670] {NCCL_NO_STACK}\n"
         f"{head}:684] [Rank {rank}] {NCCL_ASYNC_ERROR}\n"
         f"{head}:698] [Rank {rank}] {NCCL_TEARDOWN}\n"
         f"terminate called after throwing an instance of 'c10::DistBackendError'\n"
-        f"  what():  {pg} Process group watchdog thread terminated with exception: {caught}\n"
+        f"  what():  {pg} {NCCL_WATCHDOG_EXCEPTION}{caught}\n"
         f"Exception raised from checkTimeout at "
         f"/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632 (most recent call "
         f"first):\n"

@@ -254,6 +254,7 @@ class Handler(BaseHTTPRequestHandler):
         # input_ids=[0], 1 token, rid HEALTH_CHECK_<hex> (constants.py HEALTH_CHECK_RID_PREFIX)
         gen = Generation(st, (0,), 1, st.route(health=True),
                          rid=f"HEALTH_CHECK_{uuid.uuid4().hex}")
+        gen.temperature = 0.0  # its sampling_params: max_new_tokens 1, temperature 0
         threading.Thread(target=st.health_generation, args=(gen,), daemon=True).start()
         tic = time.time()
         while time.time() < tic + st.health_timeout:
@@ -328,8 +329,9 @@ class Handler(BaseHTTPRequestHandler):
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
-        for gen in gens:
+        for gen, sampling in zip(gens, params, strict=True):
             gen.streaming = bool(body.get("stream"))
+            gen.temperature = temperature_of(sampling)
         prefilled = threading.Event()
 
         def on_prefill(_gen: Generation) -> None:
@@ -467,6 +469,7 @@ class Handler(BaseHTTPRequestHandler):
         gen = Generation(st, tuple(prompt_text.split()), max_tokens, st.route(),
                          st.take_warmup_delay())
         gen.streaming = bool(body.get("stream"))
+        gen.temperature = temperature_of(body)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{gen.rid}"
         obj = "chat.completion" if chat else "text_completion"
         created = int(time.time())
@@ -530,6 +533,14 @@ class Handler(BaseHTTPRequestHandler):
     def _end_stream(self) -> None:
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def temperature_of(params: Any) -> float:
+    """A request's temperature as SamplingParams takes it (absent or null: 1.0); only what
+    the watchdog's debug info reports."""
+    value = params.get("temperature") if isinstance(params, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else 1.0
 
 
 def methods_of(path: str) -> set[str]:

@@ -58,6 +58,31 @@ STARTUP_TIMINGS = ("Engine startup timings (s): load_weight=%.2f, "
                    "cuda_graph={%s}, tokenizer_e2e=%.2f")
 
 
+def scheduler_died(rank: int, exit_code: int | None) -> str:
+    """entrypoints/engine.py _scheduler_died_error."""
+    return (f"Rank {rank} scheduler died during initialization (exit code: {exit_code}). "
+            f"If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run "
+            f"`dmesg -T | grep -i oom` to check.")
+
+
+def subprocess_crashed(name: str, pid: int, exit_code: int) -> str:
+    """utils/watchdog.py SubprocessWatchdog._check_once."""
+    return (f"Subprocess {name} (pid={pid}) crashed with exit code {exit_code}. "
+            f"Triggering SIGQUIT for cleanup...")
+
+
+def kill_process_tree_called(pid: int, include_parent: bool) -> str:
+    """utils/common.py kill_process_tree's first line, called on the process itself."""
+    return f"kill_process_tree called: parent_pid={pid}, include_parent={include_parent}, pid={pid}"
+
+
+# managers/tokenizer_manager.py's handlers, registered with loop.add_signal_handler (called
+# with no arguments) and engine.py's launch-phase SIGQUIT handler.
+RUNNING_SIGQUIT = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+SIGTERM_DRAIN = "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
+LAUNCH_SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (psutil's children(recursive=True)), from /proc."""
     parents: dict[int, list[int]] = {}
@@ -81,7 +106,7 @@ def descendants(pid: int) -> list[int]:
 def kill_process_tree(include_parent: bool = True) -> None:
     """utils/common.py kill_process_tree(os.getpid()): SIGKILL the children, then itself."""
     me = os.getpid()
-    log(f"kill_process_tree called: parent_pid={me}, include_parent={include_parent}, pid={me}")
+    log(kill_process_tree_called(me, include_parent))
     for child in descendants(me):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
@@ -191,10 +216,7 @@ class Engine:
                 last_check = time.monotonic()
                 for i, proc in enumerate(self.scheduler_procs):
                     if proc.poll() is not None:
-                        raise RuntimeError(
-                            f"Rank {i} scheduler died during initialization (exit code: "
-                            f"{proc.returncode}). If exit code is -9 (SIGKILL), a common cause "
-                            f"is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.")
+                        raise RuntimeError(scheduler_died(i, proc.returncode))
         os.close(read_fd)
         self.replicas = self.group_replicas(expected, pids)
 
@@ -219,25 +241,24 @@ class Engine:
                 code = proc.poll()
                 if code is None or code == 0 or self.watchdog_stop.is_set():
                     continue
-                log(f"Subprocess {name} (pid={proc.pid}) crashed with exit code {code}. "
-                    f"Triggering SIGQUIT for cleanup...")
+                log(subprocess_crashed(name, proc.pid, code))
                 os.kill(os.getpid(), signal.SIGQUIT)
                 return
 
     # --- signals ------------------------------------------------------------------------------
     def launch_phase_sigquit(self, *_: Any) -> None:
-        log("Received sigquit from a child process. It usually means the child failed.")
+        log(LAUNCH_SIGQUIT)
         kill_process_tree()
 
     def running_phase_sigquit(self, *_: Any) -> None:
         # Registered with loop.add_signal_handler in SGLang: called without arguments.
-        log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        log(RUNNING_SIGQUIT)
         self.watchdog_stop.set()
         kill_process_tree()
 
     def on_sigterm(self, *_: Any) -> None:
         assert self.state is not None
-        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        log(SIGTERM_DRAIN)
         self.state.gracefully_exit = True
 
     def sigterm_watchdog(self, httpd: ThreadingHTTPServer) -> None:

@@ -26,6 +26,7 @@ import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -48,7 +49,34 @@ COMMUNICATOR_GB = 0.25  # NCCL and custom all-reduce buffers per rank (simulated
 # model_executor/graph_memory_usage.py GRAPH_MEMORY_USAGE_KEYS
 GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
                 "draft_extend")
+# scheduler_components/internal_state.py _DECODE_GRAPH_PHASES
+DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 PREFILL_CAPTURE_S = "capturing_prefill_cuda_graph"  # profile key, seconds
+
+
+def pyspy_dump(pid: int) -> list[str]:
+    """utils/cudacore_pyspy_dump_utils.py pyspy_dump_schedulers(): the watchdog runs py-spy (a
+    dependency of SGLang) on its own process, natively and then not, through the shell, and
+    logs what came back. Run here for real: where py-spy is missing, the shell says so, as it
+    does under SGLang."""
+    out = []
+    for attempt, native_flag in enumerate(["--native", ""]):
+        cmd = f"py-spy dump {native_flag} --pid {pid}".strip()
+        result = subprocess.run(cmd, shell=True, capture_output=True, text=True)  # noqa: S602
+        if result.returncode == 0:
+            out.append(f"Pyspy dump for PID {pid} ({cmd}):\n{result.stdout}")
+            break
+        out.append(f"Pyspy failed ({cmd}). Error: {result.stderr}")
+        if attempt == 1:
+            out.append(f"All pyspy dump attempts failed for PID {pid}.")
+    return out
+
+
+def watchdog_report(debug_info: str, pid: int, timeout: float, soft: bool) -> list[str]:
+    """What WatchdogRaw._watchdog_once logs when it fires, in order: dump_info, py-spy's
+    dump, the timeout line."""
+    return [debug_info, *pyspy_dump(pid), failures.watchdog_timeout_lines("Scheduler", timeout,
+                                                                          soft)]
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -118,7 +146,8 @@ class Scheduler:
         self.forward_ct = 0
         self.in_batch = False
         self.stick_next = False  # SIGUSR1's switch on the main process: the next batch hangs
-        self.batch: tuple[str, list[int]] = ("", [])  # the last batch's request
+        # The last batch's request: rid, input ids, max_new_tokens, temperature.
+        self.batch: tuple[str, list[int], int, float] = ("", [], 1, 1.0)
         self.phase = "launching"  # where a Python exception's traceback says it was
         # What get_init_info and the internal state report (observability/startup_time.py
         # build_scheduler_startup_time; graph_memory_usage.py's phases).
@@ -278,14 +307,23 @@ class Scheduler:
                     else:
                         last_counter, last_time = self.forward_ct, now
                 time.sleep(timeout / 2)
-            log(failures.scheduler_debug_info(*self.batch, []), self.p)
-            log(failures.watchdog_timeout_lines("Scheduler", timeout, soft), self.p)
+            for line in watchdog_report(self.debug_info(), os.getpid(), timeout, soft):
+                log(line, self.p)
             print(file=sys.stderr, flush=True)
             print(file=sys.stdout, flush=True)
             if not soft:
                 time.sleep(5)  # "so that the parent process can print the error"
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.parent_pid, signal.SIGQUIT)
+
+    def debug_info(self) -> str:
+        """What the watchdog's dump_info says of the batch that stopped (no output yet)."""
+        rid, input_ids, max_new_tokens, temperature = self.batch
+        sampling = failures.sampling_params_repr(max_new_tokens, temperature)
+        total = self.rt.kv_tokens()
+        return failures.scheduler_debug_info(
+            failures.req_repr(rid, input_ids, [], sampling),
+            failures.full_pool_line(total, total - len(input_ids)))
 
     def hang(self) -> None:
         """The incident's signature: alive, spinning, one byte to an event pipe a second."""
@@ -501,8 +539,9 @@ class Scheduler:
         assert self.channel is not None
         verb, _, rest = message.partition(" ")
         if verb == "batch":
-            phase, ident, rid, input_ids = rest.split(" ", 3)
-            self.batch = (rid, json.loads(input_ids))  # cur_batch_for_debug
+            phase, ident, rid, max_new_tokens, temperature, input_ids = rest.split(" ", 5)
+            self.batch = (rid, json.loads(input_ids), int(max_new_tokens),  # cur_batch_for_debug
+                          float(temperature))
             self.take_batch(phase, ident)
         elif verb == "ask":
             ident, what = rest.split(" ", 1)
@@ -550,8 +589,10 @@ class Scheduler:
 
     def internal_state(self) -> dict:
         """scheduler_components/internal_state.py get_internal_state's own fields (the
-        resolved server arguments are the main process's to add): topology and memory
-        (memory_usage.py build_memory_usage)."""
+        resolved server arguments are the main process's to add): topology, memory
+        (memory_usage.py build_memory_usage) and the disaggregation role, which every
+        scheduler has ("null" without disaggregation) with its captured decode graphs
+        (tp_worker.py get_decode_cuda_graph_bs)."""
         rt, topo = self.rt, self.rt.topology
         return {
             "world_size": topo.dp * topo.tp * topo.pp,
@@ -564,6 +605,10 @@ class Scheduler:
                 "startup_available": round(self.startup_available_gb, 3),
                 "token_capacity": rt.kv_tokens(), "token_capacity_swa": None,
                 "graph": {k: round(v, 3) for k, v in self.graph_memory.items()}},
+            "disaggregation_mode": getattr(rt.args, "disaggregation_mode", None) or "null",
+            "decode_cuda_graph_bs": list(self.plan.decode_sizes) if self.plan.decode else [],
+            "decode_cuda_graph_memory_gb": round(
+                sum(round(self.graph_memory[p], 3) for p in DECODE_GRAPH_PHASES), 3),
         }
 
 

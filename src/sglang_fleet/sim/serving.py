@@ -337,6 +337,7 @@ class Generation:
         self.key = key
         self.prompt_tokens = len(key)
         self.max_new_tokens = max(1, int(max_new_tokens))
+        self.temperature = 1.0  # SamplingParams' default; only reported, never sampled with
         self.replica = replica
         self.rid = rid or uuid.uuid4().hex
         self.streaming = False
@@ -374,7 +375,8 @@ class Generation:
             if st.status != STARTING and st.rt.has("detokenizer_crash"):
                 st.fail_detokenizer()
             st.hub.forward(self.replica.pids, "warming_up" if st.status == STARTING
-                           else "serving", self.rid, self.input_ids())
+                           else "serving", self.rid, self.input_ids(),
+                           (self.max_new_tokens, self.temperature))
             yield from self._tokens(on_prefill)
         finally:
             with st.lock:
