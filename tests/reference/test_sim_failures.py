@@ -84,6 +84,40 @@ def test_every_frame_the_simulator_prints_is_that_line_of_sglang_or_torch(env, s
         assert function_at(root / file, line) == function, (file, line)
 
 
+def class_at(path: Path, line: int) -> str | None:
+    tree = ast.parse(path.read_text())
+    return next((n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                 and n.lineno <= line <= n.end_lineno), None)
+
+
+# Calls a statement makes that its text does not name: init_process_group is decorated (its
+# frame is the decorator's wrapper), torch's logging wrappers call `func`, a generator runs
+# under `next`, the detokenizer's dispatcher looks its handler up.
+INDIRECT_CALLS = {("sglang/srt/distributed/parallel_state.py", 2517),
+                  ("torch/distributed/c10d_logger.py", 83),
+                  ("torch/distributed/c10d_logger.py", 97),
+                  ("torch/distributed/distributed_c10d.py", 2546),
+                  ("sglang/srt/managers/detokenizer_manager.py", 189)}
+
+
+def test_each_frame_is_called_by_the_one_before_it(env, site):
+    """A traceback as Python prints it: every frame's statement calls the next frame's
+    function (a constructor: its class's __init__). The stacks of a model's build leave the
+    layers between the scheduler and the attention module out, and say so."""
+    stacks = [stack for stack in failures.ALL_FRAME_STACKS
+              if stack not in failures.HEADS_FRAMES.values()]
+    stacks.append([*detokenizer.FRAMES, detokenizer.RAISE])
+    for stack in stacks:
+        for (file, line, _, code), (callee_file, callee_line, callee, _) in \
+                zip(stack, stack[1:], strict=False):
+            if (file, line) in INDIRECT_CALLS:
+                continue
+            if callee == "__init__":
+                root = env.sglang_dir if callee_file.startswith("sglang/") else site
+                callee = class_at(root / callee_file, callee_line)
+            assert re.search(rf"\b{re.escape(callee)}\(", code), (file, line, code, callee)
+
+
 # ---- f-strings of the release, evaluated ---------------------------------------------------
 
 def fstring_in(text: str, anchor: str) -> ast.expr:

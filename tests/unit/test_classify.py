@@ -424,3 +424,26 @@ def test_a_server_its_watchdog_ended_after_a_hang_is_crashed_while_serving():
     assert v["failure"]["kind"] == "watchdog_timeout"
     assert v["reason"].startswith("TP0-1: Scheduler watchdog timeout (self.watchdog_timeout=300, "
                                   "self.soft=False)")
+
+
+def test_a_server_answering_queue_full_503s_is_ready_not_unhealthy():
+    # SGLang refuses what is past --max-queued-requests with 503; its own /health still
+    # answers 200: the refusals are load, not a health failure.
+    log = parse_log((LOGS / "queue-full-overload-0523.log").read_text())
+    assert log["failures"] == [] and log["cause"] is None
+    o = obs("serving", port=True, health=200)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "ready" and v["phase"] == "serving"
+
+
+def test_a_cuda_oom_with_torchs_process_memory_is_crashed_in_the_kv_cache_allocation():
+    log = parse_log((LOGS / "cuda-oom-expandable-segments-0523.log").read_text())
+    o = obs("allocating_kv_cache", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "allocating_kv_cache"
+    assert v["failure"]["kind"] == "cuda_oom"
+    assert "Including non-PyTorch memory, this process has 93.40 GiB memory in use." \
+        in v["reason"]
+    assert v["advice"].startswith("lower --mem-fraction-static")

@@ -469,3 +469,20 @@ def test_the_detokenizers_exception_ends_the_server_with_its_final_line():
     cause = parse_log(read("detokenizer-exception-serving-0523.log"))["cause"]
     assert cause["kind"] == "subprocess_exception"
     assert cause["said"].startswith("RuntimeError: Decode status not found for request ")
+
+
+def test_the_phase_of_a_cuda_oom_comes_from_sglangs_frames_when_its_lines_are_hidden():
+    # With the phase lines filtered out (a log level, a wrapper's grep), the traceback's frames
+    # (kv_cache_configurator.py, alloc_memory_pool) still place the failure.
+    text = "\n".join(line for line in read("cuda-oom-expandable-segments-0523.log").splitlines()
+                     if "Load weight" not in line)
+    parsed = parse_log(text)
+    assert parsed["phase"] == "allocating_kv_cache"
+    assert parsed["cause"]["kind"] == "cuda_oom"
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in parsed["cause"]["said"]
+
+
+def test_startup_warning_timings_and_queue_full_503s_are_not_failures():
+    parsed = parse_log(read("queue-full-overload-0523.log"))
+    assert parsed["phase"] == "serving" and parsed["failures"] == []
+    assert not parsed["fatal"]

@@ -274,51 +274,88 @@ def refusal_error(refusal: Any) -> SGLangError:
 
 
 # The frames a scheduler's Python exception passes through, by the phase it struck in
-# (0.5.23: scheduler.py, tp_worker.py, model_runner.py, the KV-cache configurator, the event
-# loop). The gate reads the phase from them where the log's own lines do not say it.
-_RUN = ("sglang/srt/managers/scheduler.py", 6362, "run_scheduler_process",
-        "scheduler = Scheduler(server_args, port_args)")
+# (0.5.23: scheduler.py, tp_worker.py, model_runner.py, the loader, the KV-cache configurator,
+# the event loop), each the caller of the next, down to the call into code the simulator does
+# not name (torch, the model's own). The gate reads the phase from them where the log's own
+# lines do not say it.
+_SCHED = "sglang/srt/managers/scheduler.py"
+_TP = "sglang/srt/managers/tp_worker.py"
+_MR = "sglang/srt/model_executor/model_runner.py"
+_LOADER = "sglang/srt/model_loader/loader.py"
+_RUN = (_SCHED, 6362, "run_scheduler_process", "scheduler = Scheduler(server_args, port_args)")
+_INIT = [_RUN, (_SCHED, 568, "__init__", "self.init_model_worker()")]
+# Scheduler.init_model_worker: the TP worker and its model runner (distributed start, weights),
+# then the memory pools, then the CUDA graphs.
 _RUNNER = [
-    _RUN,
-    ("sglang/srt/managers/scheduler.py", 568, "__init__", "self.init_model_worker()"),
-    ("sglang/srt/managers/scheduler.py", 1033, "init_tp_model_worker",
-     "self.tp_worker = TpModelWorker(**worker_kwargs)"),
-    ("sglang/srt/managers/tp_worker.py", 487, "_init_model_runner",
-     "self._model_runner = ModelRunner("),
+    *_INIT,
+    (_SCHED, 1130, "init_model_worker", "self.init_tp_model_worker()"),
+    (_SCHED, 1033, "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)"),
+    (_TP, 319, "__init__", "self._init_model_runner()"),
+    (_TP, 487, "_init_model_runner", "self._model_runner = ModelRunner("),
 ]
 _KV_CONFIGURE = ("sglang/srt/mem_cache/kv_cache_configurator.py", 476, "configure",
                  "config = self._resolve_memory_pool_config(pre_model_load_memory)")
 SCHEDULER_FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
     "launching": [*_RUNNER,
-                  ("sglang/srt/model_executor/model_runner.py", 466, "__init__",
-                   "self.init_torch_distributed()"),
+                  (_MR, 466, "__init__", "self.init_torch_distributed()"),
+                  (_MR, 1262, "init_torch_distributed",
+                   "self.pre_model_load_memory = bootstrap.measure_pre_model_load_memory("),
                   ("sglang/srt/distributed/bootstrap.py", 207, "measure_pre_model_load_memory",
                    "pre_model_load_memory = get_available_gpu_memory(")],
     "loading_weights": [*_RUNNER,
-                        ("sglang/srt/model_executor/model_runner.py", 499, "__init__",
-                         "self.initialize()"),
-                        ("sglang/srt/model_executor/model_runner.py", 715, "initialize",
-                         "self.load_model()"),
-                        ("sglang/srt/model_loader/loader.py", 1257,
-                         "load_weights_and_postprocess", "model.load_weights(weights)")],
-    "allocating_kv_cache": [*_RUNNER,
-                            ("sglang/srt/model_executor/model_runner.py", 982,
-                             "alloc_memory_pool",
+                        (_MR, 499, "__init__", "self.initialize()"),
+                        (_MR, 715, "initialize", "self.load_model()"),
+                        (_MR, 1312, "load_model", "loaded = load_model_with_memory_saver("),
+                        ("sglang/srt/model_executor/model_runner_components/load_model_utils.py",
+                         346, "load_model_with_memory_saver", "model = loader.load_model("),
+                        (_LOADER, 1020, "load_model", "self.load_weights_and_postprocess("),
+                        (_LOADER, 1029, "load_weights_and_postprocess",
+                         "DefaultModelLoader.load_weights_only(model, weights, target_device)"),
+                        (_LOADER, 1063, "load_weights_only", "model.load_weights(weights)")],
+    "allocating_kv_cache": [*_INIT,
+                            (_SCHED, 1137, "init_model_worker", "self.init_memory_pools()"),
+                            (_SCHED, 1100, "init_memory_pools", "self.init_target_memory_pool()"),
+                            (_SCHED, 1090, "init_target_memory_pool",
+                             "self.tp_worker.alloc_memory_pool("),
+                            (_TP, 409, "alloc_memory_pool", "self.model_runner.alloc_memory_pool("),
+                            (_MR, 982, "alloc_memory_pool",
                              "result = self.kv_cache_configurator.configure("),
                             _KV_CONFIGURE],
-    "capturing_cuda_graph": [*_RUNNER,
-                             ("sglang/srt/model_executor/model_runner.py", 1192,
-                              "init_cuda_graphs", "capture = capture_cuda_graphs(")],
-    "serving": [("sglang/srt/managers/scheduler.py", 6215, "dispatch_event_loop",
-                 "return _dispatch_event_loop_once(scheduler)"),
-                ("sglang/srt/managers/scheduler.py", 6233, "_dispatch_event_loop_once",
-                 "scheduler.event_loop_normal()"),
-                ("sglang/srt/managers/scheduler.py", 2048, "event_loop_normal",
-                 "result = self.run_batch(batch)"),
-                ("sglang/srt/managers/scheduler.py", 4704, "run_batch",
-                 "batch_result = self.model_worker.forward_batch_generation(")],
+    "capturing_cuda_graph": [*_INIT,
+                             (_SCHED, 1146, "init_model_worker", "self.init_all_cuda_graphs()"),
+                             (_SCHED, 1124, "init_all_cuda_graphs",
+                              "self.tp_worker.init_cuda_graphs()"),
+                             (_TP, 435, "init_cuda_graphs", "self.model_runner.init_cuda_graphs("),
+                             (_MR, 1192, "init_cuda_graphs", "capture = capture_cuda_graphs(")],
 }
-SCHEDULER_FRAMES["warming_up"] = SCHEDULER_FRAMES["serving"]
+# After start-up: run_scheduler_process -> run_event_loop -> dispatch_event_loop -> the overlap
+# loop (the default) or, with --disable-overlap-schedule, the normal one -> run_batch's forward
+# (no speculative decoding, no pipeline parallelism).
+_EVENT_LOOP = [(_SCHED, 6368, "run_scheduler_process", "scheduler.run_event_loop()"),
+               (_SCHED, 2010, "run_event_loop", "dispatch_event_loop(self)"),
+               (_SCHED, 6215, "dispatch_event_loop",
+                "return _dispatch_event_loop_once(scheduler)")]
+SERVING_FRAMES = {
+    True: [*_EVENT_LOOP,
+           (_SCHED, 6231, "_dispatch_event_loop_once", "scheduler.event_loop_overlap()"),
+           (_SCHED, 2109, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
+           (_SCHED, 4704, "run_batch",
+            "batch_result = self.model_worker.forward_batch_generation(")],
+    False: [*_EVENT_LOOP,
+            (_SCHED, 6233, "_dispatch_event_loop_once", "scheduler.event_loop_normal()"),
+            (_SCHED, 2048, "event_loop_normal", "result = self.run_batch(batch)"),
+            (_SCHED, 4870, "run_batch",
+             "batch_result = self.model_worker.forward_batch_generation(")],
+}
+
+
+def phase_frames(phase: str, overlap: bool = True) -> list[tuple[str, int, str, str]]:
+    """The frames of an exception in `phase` (overlap: the default overlap scheduler)."""
+    if phase in ("warming_up", "serving"):
+        return SERVING_FRAMES[overlap]
+    return SCHEDULER_FRAMES.get(phase, [_RUN])
+
+
 # 0.5.23's refusal of a pool the weights leave no memory for (kv_cache_configurator.py).
 NO_KV_MEMORY_FRAMES = [*SCHEDULER_FRAMES["allocating_kv_cache"],
                        ("sglang/srt/mem_cache/kv_cache_configurator.py", 3182,
@@ -362,17 +399,18 @@ def exception_name(error: BaseException) -> str:
         f"{cls.__module__}.{cls.__qualname__}"
 
 
-def scheduler_traceback(phase: str, error: BaseException) -> str:
+def scheduler_traceback(phase: str, error: BaseException, overlap: bool = True) -> str:
     """A scheduler's exception as SGLang's traceback: the frames of the phase it struck in,
     with the exception it was raised from first (`raise ... from`)."""
     if isinstance(error, SGLangError):
         return error.traceback_text()
+    frames = phase_frames(phase, overlap)
     parts = []
     cause = error.__cause__
     if cause is not None:
-        parts.append(frames_traceback(SCHEDULER_FRAMES.get(phase, [_RUN]), cause) + "\n"
+        parts.append(frames_traceback(frames, cause) + "\n"
                      "The above exception was the direct cause of the following exception:\n\n")
-    parts.append(frames_traceback(SCHEDULER_FRAMES.get(phase, [_RUN]), error))
+    parts.append(frames_traceback(frames, error))
     return "".join(parts)
 
 
@@ -449,5 +487,6 @@ HEADS_FRAMES = {
              "assert self.total_num_heads % tp_size == 0")],
 }
 
-ALL_FRAME_STACKS += [*SCHEDULER_FRAMES.values(), NO_KV_MEMORY_FRAMES, SCHEDULER_DIED_FRAMES,
+ALL_FRAME_STACKS += [*SCHEDULER_FRAMES.values(), *SERVING_FRAMES.values(), NO_KV_MEMORY_FRAMES,
+                     SCHEDULER_DIED_FRAMES,
                      RENDEZVOUS_FRAMES, *HEADS_FRAMES.values()]

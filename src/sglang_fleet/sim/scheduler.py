@@ -352,8 +352,9 @@ class Scheduler:
             self.hang()
         except Exception as exc:
             # run_scheduler_process: get_exception_traceback(), SGLang's frames of the phase
-            log(f"Scheduler hit an exception: {failures.scheduler_traceback(self.phase, exc)}",
-                self.p)
+            overlap = not getattr(self.rt.args, "disable_overlap_schedule", False)
+            traceback = failures.scheduler_traceback(self.phase, exc, overlap)
+            log(f"Scheduler hit an exception: {traceback}", self.p)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.parent_pid, signal.SIGQUIT)
 
