@@ -27,7 +27,7 @@ from sglang_fleet.testfleet.local import (
 from sglang_fleet.testfleet.router import registered, router_venv
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_benchclient import flush_cache
-from sglang_fleet_node.sglang_fleet_router import parse_prometheus, read_inflight
+from sglang_fleet_node.sglang_fleet_router import Router, parse_prometheus, read_inflight
 
 pytestmark = pytest.mark.integration
 
@@ -154,12 +154,14 @@ def timed(call) -> tuple[float, object]:
     return time.monotonic() - began, result
 
 
-def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_timeout(tmp_path):
+def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_timeout(
+        tmp_path, router):
     """SGLang's /server_info, /get_server_info and /flush_cache wait on the scheduler with no
     timeout; a SIGSTOPped scheduler hangs them. The toolkit's own calls to the server each
     have a timeout: the gate's /health probe (sglang_server_health_timeout) and /ready, the
-    benchmark's cache flush, the router's in-flight reading."""
-    fleet = make_fleet(tmp_path, hosts=1)
+    benchmark's cache flush, membership's in-flight reading, and router registration (each
+    call to the router, and the wait for the worker to turn healthy there)."""
+    fleet = make_fleet(tmp_path, hosts=1, router=router)
     extra = {**fleet.extra, "sglang_server_health_timeout": 21}
     try:
         assert run_playbook("deploy.yml", fleet.inventory, extra).rc == 0
@@ -185,6 +187,14 @@ def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_ti
             # Membership's in-flight reading: /metrics does not wait on the scheduler.
             took, (count, sources) = timed(lambda: read_inflight(url + "/metrics", "", url, 5))
             assert sources == ["worker /metrics"] and count is not None and took < 5
+            # Router registration (sglang_router_member's calls): leave, then join with a
+            # join timeout of 8 s; the router's own probes of the worker do not hold it up.
+            member = Router(fleet.router_url, timeout=10)
+            member.remove(member.find(url)["id"])
+            assert member.wait_for(url, present=False, timeout=30) is None
+            took, entry = timed(lambda: (member.add(url), member.wait_for(
+                url, present=True, healthy=True, timeout=8))[1])
+            assert took < 8 + 10 + 3, (took, entry)
             # The gate: its /health probe waits sglang_server_health_timeout, then /ready.
             began = time.monotonic()
             run = run_playbook("playbooks/health.yml", fleet.inventory, extra)
@@ -198,6 +208,8 @@ def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_ti
             procs.signal_pids(schedulers, signal.SIGCONT)
         answer = requests.get(url + "/server_info", timeout=10).json()
         assert answer["status"] == "ready" and len(answer["internal_states"]) == 1
+        entry = Router(fleet.router_url).wait_for(url, present=True, healthy=True, timeout=90)
+        assert entry is not None and entry["is_healthy"], entry
     finally:
         fleet.stop()
         fleet.kill_leftovers()

@@ -1,9 +1,10 @@
-"""The simulator's failures, overload, watchdogs, auth and metrics against SGLang 0.5.23's own
-source and the torch it pins (the reference environment): every frame it prints is at that line
-of that file, every text it prints is the one the release formats (its f-strings evaluated
-here, or torch's store run here), and its /metrics families, auth decisions and queue-full
-answer are the release's. Texts that live in torch's C++ are checked against the strings of
-its shared libraries."""
+"""The simulator's failures, overload, watchdogs, auth, metrics and server info against SGLang
+0.5.23's own source and the torch it pins (the reference environment): every frame it prints
+is at that line of that file and calls the frame after it; every text it prints is the one the
+release formats (its f-strings evaluated here; the scheduler watchdog's report, torch's store
+and the auth decisions run by the release's own code); its /metrics families, scheduler fields
+and queue-full answer are the release's. Texts that live in torch's C++ are checked against the
+strings of its shared libraries."""
 
 from __future__ import annotations
 
