@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import tempfile
@@ -71,6 +72,36 @@ BENCH_VARS = {
 SCENARIOS = {"a": "rolling one-variable change", "b": "worker hangs mid-serve",
              "c": "worker killed outright"}
 VICTIM = "sim-node-2"
+
+
+# SGLang's answer to a full waiting queue (scheduler.py _abort_on_queued_limit, 503): its
+# clients send the request again a moment later. An overloaded fleet is not a dropped request.
+QUEUE_FULL = "The request queue is full."
+
+
+class OverloadRetryingLoad(Load):
+    """Clients that resend a request SGLang refused with its queue-full 503 (an HTTP 503, or a
+    stream ended with an abort of status 503), after a backoff, up to `retries` times; the
+    request counts once, by its last attempt."""
+
+    retries = 5
+
+    def _client(self, index: int) -> None:
+        session = requests.Session()
+        rng = random.Random(index)
+        while not self._stop.is_set() and time.monotonic() < self._deadline:
+            record = Request(self._next_id(), time.time())
+            with self._lock:
+                self.requests.append(record)
+            text = f"{rng.getrandbits(64):016x} from client {index}: say something"
+            for attempt in range(self.retries + 1):
+                send(session, self.url, record, text, self.max_new_tokens, self.api_key,
+                     self.timeout)
+                refused = record.error if record.status == 503 else record.abort
+                if QUEUE_FULL not in refused or attempt == self.retries:
+                    break
+                record.status, record.error, record.abort, record.tokens = None, "", "", 0
+                time.sleep(min(0.05 * 2 ** attempt, 2.0))
 
 
 def naive_inventory(fleet: SimFleet) -> Path:
@@ -132,8 +163,9 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
     log_path = fleet.router_root / "logs" / f"sglang-router-{port}.log"
     log_start = log_path.stat().st_size
     victim = fleet.url(VICTIM)
-    load = Load(fleet.router_url, clients=args.clients, max_new_tokens=args.tokens,
-                duration=args.max_seconds, prefix=f"{scenario}{procedure[0]}").start()
+    load = OverloadRetryingLoad(fleet.router_url, clients=args.clients,
+                                max_new_tokens=args.tokens, duration=args.max_seconds,
+                                prefix=f"{scenario}{procedure[0]}").start()
     sampler = RouterSampler(fleet.router_url, interval=0.1).start()
     time.sleep(args.warmup)
     event = time.time()

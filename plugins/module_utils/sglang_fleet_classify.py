@@ -424,8 +424,16 @@ def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):
     cause, frozen = _stall_cause(obs["processes"])
     if frozen:
         reason += "; " + frozen
+    advice = stall_advice(phase, obs["processes"], frozen)
+    waiting = log.get("rendezvous")
+    if waiting and not frozen:
+        # A multi-node group's ranks wait for the others at the rendezvous: a node that never
+        # started (or cannot reach --dist-init-addr) holds them all.
+        reason += "; " + logphase.rendezvous_text(waiting)
+        advice = "%s; %s" % (failures_grammar.FAILURE_HINTS["dist_init_timeout"], advice)
+        verdict["evidence"]["rendezvous"] = waiting
     verdict.update(verdict=vocab.STALLED, reason=reason, stalled_for=quiet_for, cause=cause,
-                   advice=stall_advice(phase, obs["processes"], frozen))
+                   advice=advice)
     verdict["evidence"].update(flat_signals=flat, last_lines=log["last_lines"],
                                process_states=states, port_open=bool(obs.get("port_open")),
                                waits_on=vocab.WAITS_ON.get(phase))

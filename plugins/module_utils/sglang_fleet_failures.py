@@ -58,15 +58,23 @@ FAILURES = (
     ("memory_unbalanced_warning", False, None, r"The memory capacity is unbalanced",
      "only logged when the balance check is turned off: start-up continues"),
     ("nccl_timeout", True, None,
-     r"(?:\[[^\]]*Rank \d+\] )?Watchdog caught collective operation timeout",
+     r"(?:\[[^\]]*Rank \d+\] )?(?:Watchdog caught collective operation timeout|Some NCCL "
+     r"operations have failed or timed out\.|To avoid data inconsistency, we are taking the "
+     r"entire process down\.)",
      "torch's NCCL watchdog aborts the process to avoid data inconsistency"),
     ("process_abort", True, None, r"terminate called after throwing an instance of",
      "C++ std::terminate: the process aborts without Python's cleanup"),
     ("nccl_error", True, None, r"[\w.:]*(?:Error|Exception): NCCL error\b|NCCL error\b",
      "raised by a collective (pynccl or torch.distributed): the rank's scheduler dies"),
     ("dist_init_timeout", True, "launching",
-     r"[\w.]*DistStoreError: .*\b(?:timeout|[Tt]imed out)\b",
-     "torch.distributed's store waited out its timeout for a rank that never joined"),
+     r"[\w.]*DistStoreError: .*\b(?:timeout|[Tt]imed out)\b|"
+     r"[\w.]*DistNetworkError: The client socket has timed out after",
+     "torch.distributed's store waited out its timeout for a rank that never joined (or a "
+     "rank never reached the store's host at --dist-init-addr)"),
+    ("dist_store_bind_failed", True, "launching",
+     r"[\w.]*DistNetworkError: The server socket has failed to listen",
+     "world rank 0 cannot host torch.distributed's store on --dist-init-addr's port: the "
+     "group never forms"),
     ("disk_full", True, None,
      r"[\w.]*Error: \[Errno 28\] No space left on device|\[Errno 28\] No space left|"
      r"\S+: write error: No space left on device",
@@ -130,6 +138,9 @@ FAILURE_HINTS = {
                   "(NCCL_DEBUG=INFO shows it)",
     "dist_init_timeout": "a rank or node never joined: check that every node of the group "
                          "started, and that --dist-init-addr is reachable from all of them",
+    "dist_store_bind_failed": "another process listens on --dist-init-addr's port on the "
+                              "group's first node: free the port or choose another one "
+                              "(sglang_server_dist_init_port)",
     "disk_full": "free disk space on the node (the log, the model cache, /tmp); the "
                  "configuration is not at fault",
     "gpu_error": "the GPU failed: check `nvidia-smi -q -d ECC` (or `rocm-smi`) and the kernel "

@@ -146,6 +146,18 @@ WARMUP_TOKENS = 8
 # logged whole) is not looked at.
 READ_LINE_LIMIT = 16384
 
+# A multi-node server's group, as its arguments line names it (0.5.23 `server_args={'nnodes':
+# 2, ...}`, 0.5.4 `server_args=ServerArgs(nnodes=2, ...)`), and its ranks' distributed start
+# (0.5.23 distributed/bootstrap.py "Init parallel begin." / "Init parallel ends. ...", 0.5.4
+# model_runner.py "Init torch distributed begin." / "... ends. ..."): every rank waits there
+# until the whole group has joined torch's store at --dist-init-addr.
+_GROUP_ARGS = dict((name, re.compile(r"\b%s['\"]?\s*[:=]\s*(%s)" % (name, value)))
+                   for name, value in (("nnodes", r"\d+"), ("node_rank", r"\d+"),
+                                       ("tp_size", r"\d+"), ("pp_size", r"\d+"),
+                                       ("dist_init_addr", r"'[^']*'|\"[^\"]*\"|None")))
+_DIST_BEGIN = re.compile(r"^Init (?:parallel|torch distributed) begin\b")
+_DIST_END = re.compile(r"^Init (?:parallel|torch distributed) ends\b")
+
 _PHASE_LINES = [(phase, event, re.compile(p)) for phase, event, p in PHASE_LINES]
 # One search per line first: most lines of a long log match none of the patterns.
 _ANY_PHASE_LINE = re.compile("|".join("(?:%s)" % p for _, _, p in PHASE_LINES))
@@ -352,6 +364,71 @@ class _Traceback:
         self.failure = None  # the failure it was said as, once closed
 
 
+def node_ranks(node, nnodes, tp, pp):
+    """The log prefixes ("TP8", "PP1 TP0") of node rank `node`'s schedulers, as SGLang's
+    engine.py _calculate_rank_ranges places them."""
+    nodes_per_pp_rank = max(nnodes // pp, 1)
+    pp_per_node = max(pp // nnodes, 1)
+    tp_per_node = tp // nodes_per_pp_rank
+    first_pp = pp_per_node * (node // nodes_per_pp_rank)
+    first_tp = tp_per_node * (node % nodes_per_pp_rank)
+    names = []
+    for p in range(first_pp, first_pp + pp_per_node):
+        for t in range(first_tp, first_tp + tp_per_node):
+            names.append(" ".join(([("PP%d" % p)] if pp > 1 else []) +
+                                  ([("TP%d" % t)] if tp > 1 else [])))
+    return names
+
+
+class _Group:
+    """A multi-node server's group and the ranks of this node that began and ended their
+    distributed start."""
+
+    def __init__(self):
+        self.args = {}
+        self.began = []
+        self.ended = set()
+
+    def feed(self, message, rank):
+        if _RUN_START.match(message):
+            for name, pattern in _GROUP_ARGS.items():
+                m = pattern.search(message)
+                if m:
+                    value = m.group(1).strip("'\"")
+                    self.args[name] = value if name == "dist_init_addr" else int(value)
+        elif _DIST_BEGIN.match(message):
+            if rank not in self.began:
+                self.began.append(rank)
+        elif _DIST_END.match(message):
+            self.ended.add(rank)
+
+    def waiting(self, phase):
+        """While this node's ranks wait for the rest of a multi-node group: where, the
+        ranks here, the ranks of the other nodes and those nodes' ranks; else None."""
+        nnodes = self.args.get("nnodes") or 1
+        here = [r for r in self.began if r not in self.ended]
+        if phase != "launching" or nnodes < 2 or not here:
+            return None
+        node = self.args.get("node_rank") or 0
+        tp, pp = self.args.get("tp_size") or 1, self.args.get("pp_size") or 1
+        others = [n for n in range(nnodes) if n != node]
+        missing = [name for n in others for name in node_ranks(n, nnodes, tp, pp)]
+        return {"addr": self.args.get("dist_init_addr"),
+                "here": failures_grammar.ranks_text([r for r in here if r]),
+                "missing": failures_grammar.ranks_text([m for m in missing if m]),
+                "node_ranks": others}
+
+
+def rendezvous_text(waiting):
+    """'TP0-7 wait at the rendezvous on 10.0.0.1:20000 for TP8-15 (node rank 1)'."""
+    nodes = waiting["node_ranks"]
+    which = ("node rank %d" % nodes[0] if len(nodes) == 1 else
+             "node ranks %s" % ",".join(str(n) for n in nodes))
+    return "%s wait at the rendezvous on %s for %s (%s)" % (
+        waiting["here"] or "its ranks", waiting["addr"] or "--dist-init-addr",
+        waiting["missing"] or "the other nodes' ranks", which)
+
+
 class _Parser:
     def __init__(self, cuda_graph, reference):
         self.cuda_graph = cuda_graph
@@ -377,6 +454,7 @@ class _Parser:
         self.after_request_error = False
         self.stop = None  # the line of a requested stop (SIGTERM), once seen
         self.decode_lines = 0
+        self.group = _Group()
         self.lines_from = "file"  # what line numbers count from
         self.error_lines = deque(maxlen=10)
         self.last_lines = deque(maxlen=15)
@@ -466,6 +544,7 @@ class _Parser:
         self.on_message(message, line)
 
     def on_message(self, message, line):
+        self.group.feed(message, line.rank)
         for phase, event, pattern in _PHASE_LINES if _ANY_PHASE_LINE.search(message) else ():
             if pattern.search(message):
                 step = _capture_step(message) if event.startswith("capture") else None
@@ -683,6 +762,9 @@ class _Parser:
             "cause": cause,
             # A requested stop's line (SIGTERM, graceful exit), when the log has one.
             "stop": self.stop,
+            # While this node's ranks wait for the rest of a multi-node group to join.
+            "rendezvous": None if any(f["fatal"] for f in folded)
+            else self.group.waiting(self.phase),
             "meaningful_lines": self.meaningful,
             # Epoch seconds, as the log's own stamps say, of the line that entered the phase
             # (capture: its first sub-step) and of the last dated line; whether the last
@@ -776,6 +858,8 @@ def progress_text(parsed):
     """Short human progress, e.g. 'loading_weights 27/61 shards'."""
     phase = parsed["phase"]
     progress = parsed.get("progress")
+    if parsed.get("rendezvous"):
+        return "%s: %s" % (phase, rendezvous_text(parsed["rendezvous"]))
     if progress:
         return "%s %d/%d %s" % (phase, progress["done"], progress["total"], progress["unit"])
     return phase

@@ -30,6 +30,7 @@ class Request:
     tokens: int = 0
     completed: bool = False
     error: str = ""
+    abort: str = ""  # "<status>: <message>" of a stream SGLang ended with an abort
 
     @property
     def latency(self) -> float:
@@ -122,6 +123,9 @@ def send(session: requests.Session, url: str, record: Request, text: str, max_ne
                 meta = chunk.get("meta_info") or {}
                 record.tokens = int(meta.get("completion_tokens") or record.tokens)
                 finished = finished or bool(meta.get("finish_reason"))
+                reason = meta.get("finish_reason")
+                if isinstance(reason, dict) and reason.get("type") == "abort":
+                    record.abort = f"{reason.get('status_code')}: {reason.get('message')}"
     except requests.RequestException as exc:
         record.error = f"{type(exc).__name__}: {str(exc)[:160]}"
     record.end = time.time()

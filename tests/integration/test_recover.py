@@ -648,7 +648,7 @@ def test_a_live_owners_lock_refuses_and_a_gone_owners_lock_is_taken_over(ready_n
         assert (f"is locked by another operator's recovery (ansible-playbook pid {other.pid} "
                 f"on {socket.gethostname()}, since") in out
         assert f"It is alive (pid {other.pid} on this controller)" in out
-        assert len(one_node.server_processes("sim-node-1")) == 10, "nothing was stopped"
+        assert len(one_node.server_processes("sim-node-1")) == 11, "nothing was stopped"
     finally:
         other.kill()
         other.wait()

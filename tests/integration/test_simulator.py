@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from sglang_fleet.models import known_models
-from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
+from sglang_fleet.testfleet.local import free_port_block, http_status, start_sim, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
@@ -93,7 +93,10 @@ def server(tmp_path_factory):
 
 DEFAULT_STARTUP = [
     TS + r"\] server_args=\{'model_path': ",
-    TS + r" TP0\] Load weight begin\. avail mem=95\.59 GB$",
+    TS + r" TP0\] Init parallel begin\.$",
+    TS + r" TP0\] Init parallel ends\. elapsed=\d+\.\d\d s$",
+    TS + r" TP0\] Memory baseline taken\. mem usage=0\.25 GB$",
+    TS + r" TP0\] Load weight begin\. avail mem=95\.34 GB$",
     r"^Multi-thread loading shards:\s+\d+% Completed \| \d+/64 \[\d\d:\d\d<",
     TS + r" TP0\] Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV3ForCausalLM, "
     r"avail mem=\d+\.\d\d GB, mem usage=73\.40 GB\.$",
@@ -113,6 +116,11 @@ DEFAULT_STARTUP = [
     TS + r" TP0\] max_total_num_tokens=812345, chunked_prefill_size=8192, "
     r"max_prefill_tokens=16384, max_running_requests=2048, context_len=262144, "
     r"available_gpu_mem=\d+\.\d\d GB$",
+    # engine.py _set_startup_time: the slowest rank's times
+    TS + r"\] Engine startup timings \(s\): load_weight=\d+\.\d\d, kv_cache_allocation="
+    r"\d+\.\d\d, scheduler_e2e=\d+\.\d\d, cuda_graph=\{prefill=\d+\.\d\d, decode=\d+\.\d\d, "
+    r"target_verify=0\.00, draft_prefill=0\.00, draft_decode=0\.00, draft_extend=0\.00\}, "
+    r"tokenizer_e2e=\d+\.\d\d$",
     TS + r"\] INFO:     Started server process \[\d+\]$",
     TS + r"\] INFO:     Waiting for application startup\.$",
     TS + r"\] INFO:     Application startup complete\.$",
@@ -185,8 +193,50 @@ def test_status_and_info_endpoints(server):
     assert missing.json()["error"] == {"message": "The model 'other' does not exist",
                                        "type": "invalid_request_error", "param": "model",
                                        "code": "model_not_found"}
-    metrics = requests.get(server.url + "/metrics", timeout=5).text
-    assert 'sglang:num_running_reqs{model_name="Kimi-K2.5"}' in metrics
+
+
+def test_metrics_carry_sglangs_families_and_labels(server):
+    requests.post(server.url + "/generate", json={"text": "count me",
+                                                  "sampling_params": {"max_new_tokens": 3}},
+                  timeout=30)
+    text = requests.get(server.url + "/metrics", timeout=5).text
+    labels = ('{model_name="Kimi-K2.5",engine_type="unified",tp_rank="0",pp_rank="0",'
+              'moe_ep_rank="0"}')
+    for family in ("num_running_reqs", "num_queue_reqs", "token_usage", "gen_throughput",
+                   "max_total_num_tokens", "kv_available_tokens", "context_len"):
+        assert re.search(rf"^sglang:{family}{re.escape(labels)} \d+(\.\d+)?(e[+-]\d+)?$", text,
+                         re.M), family
+    assert "# TYPE sglang:num_queue_reqs gauge\n" in text
+    assert "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.\n" in text
+    assert re.search(r'^sglang:num_requests_total\{model_name="Kimi-K2\.5",engine_type='
+                     r'"unified",is_streaming="false"\} [1-9]\d*\.0$', text, re.M)
+    assert re.search(r'^sglang:time_to_first_token_seconds_bucket\{model_name="Kimi-K2\.5",'
+                     r'engine_type="unified",is_streaming="false",le="\+Inf"\} [1-9]', text, re.M)
+    assert re.search(r'^sglang:graph_memory_usage_gb\{.*,phase="decode"\} 0\.95$', text, re.M)
+
+
+def test_server_info_has_the_schedulers_state(server):
+    info = requests.get(server.url + "/server_info", timeout=10).json()
+    assert info["status"] == "ready" and info["version"] == "0.5.23"
+    assert info["max_total_num_tokens"] == 812345
+    assert info["max_req_input_len"] == 262138  # min(context - 1, pool - 1) - 5
+    assert info["launch_command"].startswith("--model-path ")
+    assert info["tp_size"] == 8 and info["frontend"] == "python"
+    assert set(info["startup_time"]) == {"load_weight", "kv_cache_allocation", "scheduler_e2e",
+                                         "cuda_graph", "tokenizer_e2e"}
+    (state,) = info["internal_states"]
+    assert state["world_size"] == 8 and state["tp_size"] == 8
+    assert state["memory_usage"]["weight"] == 73.4 and state["memory_usage"]["kvcache"] == 9.87
+    assert state["memory_usage"]["token_capacity"] == 812345
+    assert "last_gen_throughput" in state
+    assert state["disaggregation_mode"] == "null"
+    assert state["decode_cuda_graph_bs"] and all(isinstance(b, int)
+                                                 for b in state["decode_cuda_graph_bs"])
+    assert state["decode_cuda_graph_memory_gb"] == 0.95  # the decode graphs' memory
+    old = requests.get(server.url + "/get_server_info", timeout=10)
+    assert old.status_code == 200
+    assert "Endpoint '/get_server_info' is deprecated and will be removed in a future version. " \
+           "Please use '/server_info' instead." in server.log()
 
 
 def test_flush_cache_answers_get_and_post(server):
@@ -410,9 +460,10 @@ def test_data_parallel_runs_a_controller_that_owns_the_schedulers(launch):
 
 
 def test_non_zero_node_rank_runs_a_dummy_health_server_and_only_logs_sigterm(launch):
-    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "1",
-                    "--dist-init-addr", "127.0.0.1:20000", "--attention-backend", "triton",
-                    "--host", "127.0.0.2")
+    group = ["--tp-size", "16", "--nnodes", "2", "--attention-backend", "triton",
+             "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
+    launch(*group, "--node-rank", "0")  # rank 0 hosts the rendezvous both nodes meet at
+    sim = launch(*group, "--node-rank", "1", "--host", "127.0.0.2")
     url = f"http://127.0.0.2:{sim.port}"
     try:
         wait_for(lambda: "Dummy health check server started" in sim.log(), timeout=90)
@@ -540,7 +591,7 @@ def test_incident_configuration_hangs_in_graph_capture_with_busy_wait(launch):
         assert "Capture target decode CUDA graph end" not in sim.log()
         assert "Capture target prefill CUDA graph end" in sim.log(), "prefill capture passed"
         assert http_status(sim.url + "/health", timeout=2) is None
-        assert len(procs.deployment_processes(sim.marker)) == 10
+        assert len(procs.deployment_processes(sim.marker)) == 11  # and the resource tracker
     finally:
         sim.stop()
 
@@ -577,7 +628,20 @@ def test_crash_in_weight_loading_ends_the_whole_server(launch):
 @pytest.mark.parametrize("fault, flags, expected", [
     ("oom:allocating_kv_cache", [],
      ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.87 GiB. GPU 0 has a "
-      "total capacity of 95.59 GiB"]),
+      "total capacity of 95.59 GiB of which 22.19 GiB is free. Including non-PyTorch memory, "
+      "this process has 73.40 GiB memory in use. Of the allocated memory 73.15 GiB is "
+      "allocated by PyTorch, and 256.00 MiB is reserved by PyTorch but unallocated. If reserved "
+      "but unallocated memory is large try setting "
+      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+      # the frames are SGLang's, where the gate reads the phase from
+      '/sglang/srt/model_executor/model_runner.py", line 982, in alloc_memory_pool\n'
+      "    result = self.kv_cache_configurator.configure(\n"]),
+    ("no_kv_memory", ["--mem-fraction-static", "0.7"],
+     ["ValueError: Loaded weights leave no GPU memory for the KV cache under "
+      "--mem-fraction-static=0.7. Raise --mem-fraction-static above 0.768 (minimum viable = "
+      "1 - available/pre = 0.7679). If using speculative decoding, draft weights are now "
+      "counted.", '/sglang/srt/mem_cache/kv_cache_configurator.py", line 3050, in '
+      "_profile_available_bytes\n    raise ValueError("]),
     ("not_enough_memory", ["--mem-fraction-static", "0.5"],
      ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
       "value: mem_fraction_static=0.5"]),
@@ -625,51 +689,87 @@ def test_serving_out_of_memory_ends_the_server(launch, fault, expected):
 
 
 def test_nccl_collective_timeout_aborts_the_scheduler_and_the_server(launch):
+    # --dist-timeout below --watchdog-timeout: torch's NCCL watchdog aborts first.
     sim = launch("--tp-size", "2", "--disable-custom-all-reduce",
-                    "--attention-backend", "triton", "--dist-timeout", "600",
-                    fault="nccl_timeout")
+                    "--attention-backend", "triton", "--dist-timeout", "2",
+                    "--watchdog-timeout", "60", fault="nccl_timeout")
     ready(sim)
     threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
                      daemon=True).start()
     log = crashed(sim)
     assert re.search(r"^\[rank0\]:\[E\d{4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:\d+\] "
                      r"\[Rank 0\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum="
-                     r"\d+, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=600000\) "
+                     r"\d+, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=2000\) "
                      r"ran for \d+ milliseconds before timing out\.$", log, re.M)
     assert "\nterminate called after throwing an instance of 'c10::DistBackendError'\n" in log
     assert "Scheduler hit an exception" not in log, "a native abort runs no Python handler"
+    assert "Scheduler watchdog timeout" not in log
     in_order(log.splitlines(), [
         r"Watchdog caught collective operation timeout",
+        r"Some NCCL operations have failed or timed out\. Due to the asynchronous nature of "
+        r"CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data\.$",
+        r"To avoid data inconsistency, we are taking the entire process down\.$",
         TS + r"\] Subprocess scheduler_\d \(pid=\d+\) crashed with exit code -6\. Triggering "
         r"SIGQUIT for cleanup\.\.\.$",
         r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\.",
         r"kill_process_tree called"])
 
 
-def test_scheduler_watchdog_timeout_ends_the_server(launch):
-    sim = launch("--tp-size", "1", "--attention-backend", "triton",
-                    "--watchdog-timeout", "60", fault="scheduler_watchdog")
+def test_with_sglangs_defaults_the_scheduler_watchdog_fires_before_nccls(launch):
+    # dist_timeout unset: torch's 10-minute NCCL timeout; the watchdog (here 2 s, 300 s by
+    # default) fires first and SIGQUITs the tree.
+    sim = launch("--tp-size", "2", "--disable-custom-all-reduce",
+                    "--attention-backend", "triton", "--watchdog-timeout", "2",
+                    fault="nccl_timeout")
     ready(sim)
     threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=60),
                      daemon=True).start()
     log = crashed(sim)
+    assert "Watchdog caught collective operation timeout" not in log
     in_order(log.splitlines(), [
+        TS + r" TP\d\] Scheduler watchdog timeout \(self\.watchdog_timeout=2\.0, "
+        r"self\.soft=False\)$",
+        r"SIGQUIT received\. signum=None, frame=None",
+        r"kill_process_tree called"])
+
+
+def test_a_generation_hang_ends_with_the_scheduler_watchdog_at_its_timeout(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                    "--watchdog-timeout", "2", fault="hang_generation",
+                    env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    ready(sim)
+    hung_at = time.monotonic()
+    assert http_status(sim.url + "/health") == 503  # the health check's batch hangs
+    log = crashed(sim)
+    fired = time.monotonic() - hung_at
+    assert 2 + 5 <= fired < 2 * 1.5 + 5 + 10, fired  # timeout..1.5x timeout, then 5 s
+    in_order(log.splitlines(), [
+        TS + r"\] Health check failed\. Server couldn't get a response from detokenizer",
         TS + r"\] Scheduler debug info:$",
         r"^scheduler\.cur_batch_for_debug\.batch_size\(\)=1$",
-        TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=60\.0, self\.soft=False\)$",
-        r"SIGQUIT received\. signum=None, frame=None",
+        r"^scheduler\.cur_batch_for_debug\.reqs=\[Req\(rid=HEALTH_CHECK_[0-9a-f]{32}, "
+        r"input_ids=\[0\], output_ids=\[\], self\.grammar=None, self\.sampling_params="
+        r"SamplingParams\(max_new_tokens=1, .*, temperature=1\.0, top_p=1\.0, top_k=1, .*\)\)\]$",
+        r"^\[full\] total=\d+, available=\d+, evictable=0, protected=0, session_held=0, "
+        r"uncached=0$",
+        # py-spy on the scheduler itself (its dump, or the shell's word that it is missing)
+        TS + r"\] Pyspy (dump for PID |failed \(py-spy dump --native --pid )\d+",
+        TS + r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=2\.0, self\.soft=False\)$",
+        TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
+        r"failed\.$",
         r"kill_process_tree called"])
 
 
 def test_tokenizer_watchdog_is_soft_and_only_reports(launch):
     sim = launch("--tp-size", "1", "--attention-backend", "triton",
-                    "--soft-watchdog-timeout", "100", fault="tokenizer_watchdog")
+                    "--soft-watchdog-timeout", "2", fault="tokenizer_watchdog")
     try:
         ready(sim)
         with pytest.raises(requests.Timeout):
             requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=2)
+        wait_for(lambda: "TokenizerManager watchdog timeout" in sim.log(), timeout=10)
         assert re.search(TS + r"\] TokenizerManager watchdog timeout \(self\.watchdog_timeout="
-                         r"100\.0, self\.soft=True\)$", sim.log(), re.M)
+                         r"2\.0, self\.soft=True\)$", sim.log(), re.M)
         assert sim.proc.poll() is None, "a soft watchdog kills nothing"
     finally:
         sim.stop()
@@ -773,3 +873,137 @@ def test_a_tp_that_does_not_divide_the_heads_fails_when_the_model_is_built(launc
             "    assert num_heads % attn_tp_size == 0\nAssertionError\n") in log
     assert log.index("Load weight begin") < log.index("Scheduler hit an exception")
     assert "Received sigquit from a child process" in log
+
+
+# ---- a multi-node group meets at --dist-init-addr --------------------------------------------
+
+def test_rank_0_of_a_group_waits_at_the_rendezvous_until_the_stores_timeout(launch):
+    port = free_port_block(1)
+    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr",
+                 f"127.0.0.1:{port}", "--dist-timeout", "3", "--attention-backend", "triton")
+    wait_for(lambda: sim.log().count("Init parallel begin.") == 8, timeout=60)
+    log = crashed(sim)
+    assert "Load weight begin" not in log and READY not in log
+    assert "Init parallel ends" not in log, "no rank passed the rendezvous"
+    # torch's TCPStore::waitForWorkers: whole seconds elapsed past the timeout, the count.
+    scheduler_exception(log, " TP0", "\ntorch.distributed.DistStoreError: Timed out after 4 "
+                                     "seconds waiting for clients. 8/16 clients joined.\n")
+    in_order(log.splitlines(), [
+        r'/sglang/srt/managers/scheduler\.py", line 6362, in run_scheduler_process$',
+        r'/sglang/srt/distributed/bootstrap\.py", line 152, in init_parallel_runtime$',
+        r'/sglang/srt/distributed/parallel_state\.py", line 2517, in '
+        r'init_distributed_environment$',
+        r'/torch/distributed/rendezvous\.py", line 215, in _create_c10d_store$',
+        r"^torch\.distributed\.DistStoreError: ",
+        TS + r"\] Received sigquit from a child process\. It usually means the child failed\.$",
+        r"kill_process_tree called"])
+
+
+def test_a_rank_that_never_reaches_the_stores_host_fails_with_torchs_connect_timeout(launch):
+    port = free_port_block(1)
+    sim = launch("--tp-size", "16", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr",
+                 f"127.0.0.1:{port}", "--dist-timeout", "2", "--attention-backend", "triton",
+                 "--host", "127.0.0.2")
+    log = crashed(sim)
+    message = (f"The client socket has timed out after 2000ms while trying to connect to "
+               f"(127.0.0.1, {port}).")
+    assert re.search(r"^\[E\d{4} \d\d:\d\d:\d\d\.\d{9} socket\.cpp:1028\] \[c10d\] "
+                     + re.escape(message) + "$", log, re.M)
+    scheduler_exception(log, r" TP\d+", "\ntorch.distributed.DistNetworkError: " + message)
+
+
+def test_both_nodes_of_a_group_pass_the_rendezvous_and_serve(launch):
+    group = ["--tp-size", "16", "--nnodes", "2", "--attention-backend", "triton",
+             "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
+    rank0 = launch(*group, "--node-rank", "0")
+    wait_for(lambda: rank0.log().count("Init parallel begin.") == 8, timeout=60)
+    time.sleep(1)  # rank 0 waits: the second node comes later, as a real one may
+    assert "Init parallel ends" not in rank0.log()
+    launch(*group, "--node-rank", "1", "--host", "127.0.0.2")
+    ready(rank0)
+    in_order(rank0.lines(), [TS + r" TP0\] Init parallel begin\.$",
+                             TS + r" TP0\] Init parallel ends\. elapsed=\d+\.\d\d s$",
+                             TS + r" TP0\] Memory baseline taken\. mem usage=0\.25 GB$",
+                             TS + r" TP0\] Load weight begin\. "])
+
+
+# ---- SGLang's own surfaces and texts -----------------------------------------------------------
+
+def test_the_main_process_warns_of_its_entrypoint_and_runs_a_resource_tracker(server):
+    log = server.log()
+    assert log.index("UserWarning: 'python -m sglang.launch_server' is still supported, but "
+                     "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve "
+                     "--model-path <model> [options]\n  warnings.warn(\n") < log.index(
+                         "server_args=")
+    assert re.search(r'^\S+/sglang/launch_server\.py:71: UserWarning: ', log, re.M)
+    tracker = [p for p in procs.deployment_processes(server.marker)
+               if "from multiprocessing.resource_tracker import main" in p["cmdline"]]
+    assert len(tracker) == 1 and tracker[0]["ppid"] == server.proc.pid
+
+
+def test_an_admin_key_guards_flush_cache_and_freeze_gc(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", "--api-key", "user-key",
+                 "--admin-api-key", "admin-key")
+    try:
+        ready(sim)
+        user = {"Authorization": "Bearer user-key"}
+        admin = {"Authorization": "Bearer admin-key"}
+        for path in ("/flush_cache", "/freeze_gc"):
+            refused = requests.post(sim.url + path, headers=user, timeout=10)
+            assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
+            assert requests.post(sim.url + path, headers=admin, timeout=10).status_code == 200
+        assert requests.get(sim.url + "/model_info", headers=user, timeout=10).status_code == 200
+        assert requests.get(sim.url + "/model_info", headers=admin,
+                            timeout=10).status_code == 401
+        # the warm-up froze GC with the admin key
+        assert re.search(r'"POST /freeze_gc HTTP/1\.1" 200 OK\n.*\n?.*fired up', sim.log())
+    finally:
+        sim.stop()
+
+
+def test_quant_in_the_load_line_comes_from_the_checkpoints_config(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton", model_config={
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                "weight_block_size": [128, 128]}})
+    try:
+        ready(sim)
+        assert re.search(TS + r"\] Load weight end\. elapsed=\d+\.\d\d s, "
+                         r"type=DeepseekV3ForCausalLM, quant=fp8, fmt=e4m3, avail mem=",
+                         sim.log(), re.M)
+    finally:
+        sim.stop()
+
+
+def test_the_detokenizers_exception_takes_the_server_down(launch):
+    sim = launch("--tp-size", "1", "--attention-backend", "triton",
+                 fault="detokenizer_crash")
+    ready(sim)
+    threading.Thread(target=lambda: http_status(sim.url + "/health", timeout=30),
+                     daemon=True).start()
+    log = crashed(sim)
+    in_order(log.splitlines(), [
+        TS + r"\] DetokenizerManager hit an exception: Traceback \(most recent call last\):$",
+        r"^KeyError: '[0-9a-f]{32}'$",
+        r"^During handling of the above exception, another exception occurred:$",
+        r'/sglang/srt/managers/detokenizer_manager\.py", line 385, in '
+        r"_decode_batch_token_id_output$",
+        r"^RuntimeError: Decode status not found for request [0-9a-f]{32}\. ",
+        TS + r"\] SIGQUIT received\. signum=None, frame=None\. It usually means one child "
+        r"failed\.$",
+        r"kill_process_tree called"])
+
+
+def test_a_scheduler_dead_at_start_up_ends_the_main_process_with_sglangs_traceback(launch):
+    sim = launch("--tp-size", "2", "--disable-custom-all-reduce", "--attention-backend",
+                 "triton", fault="killed:loading_weights")
+    assert sim.proc.wait(90) == 1
+    lines = sim.log().rstrip().splitlines()
+    in_order(lines, [
+        # (the line may be glued to a loader bar the kill interrupted)
+        r"\] kill_process_tree called: parent_pid=\d+, include_parent=False, pid=\d+$",
+        r"^Traceback \(most recent call last\):$",
+        r'/sglang/launch_server\.py", line 84, in <module>$',
+        r'/sglang/srt/entrypoints/engine\.py", line 2029, in _wait_for_scheduler_ready$'])
+    assert re.match(r"RuntimeError: Rank \d scheduler died during initialization \(exit code: "
+                    r"-9\)\. If exit code is -9 \(SIGKILL\), a common cause is the OS OOM "
+                    r"killer\. Run `dmesg -T \| grep -i oom` to check\.$", lines[-1])

@@ -381,3 +381,69 @@ def test_a_recorded_stop_and_a_drained_sigterm_are_stopped_not_crashed():
     assert "stopped by a SIGTERM from outside sglang-fleet (log line 4: " in v["reason"]
     # A crash before the SIGTERM stays a crash.
     assert exited("nccl-error-init.log", status=1)["verdict"] == "crashed"
+
+
+# ---- a multi-node group whose other node never started -----------------------------------
+
+def test_ranks_waiting_at_the_rendezvous_are_progressing_then_stalled_naming_the_missing():
+    waiting = parse_log((LOGS / "rendezvous-waiting-0523.log").read_text())
+    seq = [(t, obs("launching", members=10)) for t in range(0, 14)]
+    for _, o in seq:
+        o["log"] = waiting
+    verdicts = replay(seq)
+    names = "TP0-7 wait at the rendezvous on 10.0.0.11:20000 for TP8-15 (node rank 1)"
+    assert verdicts[0]["verdict"] == "progressing"
+    assert verdicts[0]["reason"].startswith("launching: " + names)
+    stalled = verdicts[-1]
+    assert stalled["verdict"] == "stalled" and stalled["phase"] == "launching"
+    assert stalled["reason"].endswith("; " + names)
+    assert stalled["advice"].startswith("a rank or node never joined: check that every node of "
+                                        "the group started")
+    assert stalled["evidence"]["rendezvous"]["missing"] == "TP8-15"
+    assert "ready" not in {v["verdict"] for v in verdicts}
+
+
+def test_after_the_store_timeout_the_group_is_crashed_with_torchs_own_text():
+    log = parse_log((LOGS / "rendezvous-store-timeout-0523.log").read_text())
+    o = obs("launching", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "launching"
+    assert v["reason"].startswith("TP0: torch.distributed.DistStoreError: Timed out after 601 "
+                                  "seconds waiting for clients. 8/16 clients joined.")
+    assert v["failure"]["kind"] == "dist_init_timeout" and v["cause"] == "configuration"
+    assert v["advice"].startswith("a rank or node never joined")
+
+
+def test_a_server_its_watchdog_ended_after_a_hang_is_crashed_while_serving():
+    log = parse_log((LOGS / "watchdog-generation-hang-0523.log").read_text())
+    o = obs("serving", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "serving"
+    assert v["failure"]["kind"] == "watchdog_timeout"
+    assert v["reason"].startswith("TP0-1: Scheduler watchdog timeout (self.watchdog_timeout=300, "
+                                  "self.soft=False)")
+
+
+def test_a_server_answering_queue_full_503s_is_ready_not_unhealthy():
+    # SGLang refuses what is past --max-queued-requests with 503; its own /health still
+    # answers 200: the refusals are load, not a health failure.
+    log = parse_log((LOGS / "queue-full-overload-0523.log").read_text())
+    assert log["failures"] == [] and log["cause"] is None
+    o = obs("serving", port=True, health=200)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "ready" and v["phase"] == "serving"
+
+
+def test_a_cuda_oom_with_torchs_process_memory_is_crashed_in_the_kv_cache_allocation():
+    log = parse_log((LOGS / "cuda-oom-expandable-segments-0523.log").read_text())
+    o = obs("allocating_kv_cache", alive=False, exit_status=137)
+    o["log"] = log
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["phase"] == "allocating_kv_cache"
+    assert v["failure"]["kind"] == "cuda_oom"
+    assert "Including non-PyTorch memory, this process has 93.40 GiB memory in use." \
+        in v["reason"]
+    assert v["advice"].startswith("lower --mem-fraction-static")

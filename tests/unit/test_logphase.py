@@ -411,3 +411,92 @@ def test_an_unnamed_exception_in_an_attention_backend_is_named_by_its_final_line
     assert read("forwardmetadata-typeerror-capture.log").splitlines()[15].startswith(
         "TypeError: ForwardMetadata")
     assert parsed["failures"][0]["count"] == 2
+
+
+# ---- a multi-node group's rendezvous ---------------------------------------------------------
+
+def test_the_ranks_of_each_node_as_sglang_places_them():
+    from sglang_fleet_node.sglang_fleet_logphase import node_ranks
+    assert node_ranks(1, 2, 16, 1) == [f"TP{t}" for t in range(8, 16)]
+    assert node_ranks(0, 2, 16, 1) == [f"TP{t}" for t in range(8)]
+    # pp across nodes: each node holds one stage's whole TP group
+    assert node_ranks(1, 2, 8, 2) == [f"PP1 TP{t}" for t in range(8)]
+    assert node_ranks(2, 4, 16, 2) == [f"PP1 TP{t}" for t in range(8)]
+
+
+def test_ranks_waiting_at_the_rendezvous_name_the_ranks_they_wait_for():
+    parsed = parse_log(read("rendezvous-waiting-0523.log"))
+    assert parsed["phase"] == "launching" and not parsed["failures"]
+    assert parsed["rendezvous"] == {"addr": "10.0.0.11:20000", "here": "TP0-7",
+                                    "missing": "TP8-15", "node_ranks": [1]}
+    assert progress_text(parsed) == ("launching: TP0-7 wait at the rendezvous on "
+                                     "10.0.0.11:20000 for TP8-15 (node rank 1)")
+
+
+def test_a_single_node_server_or_a_finished_rendezvous_waits_for_no_one():
+    single = read("rendezvous-waiting-0523.log").replace("'nnodes': 2", "'nnodes': 1")
+    assert parse_log(single)["rendezvous"] is None
+    ended = read("rendezvous-waiting-0523.log") + "".join(
+        f"[2026-12-01 09:01:02 TP{r}] Init parallel ends. elapsed=31.20 s\n" for r in range(8))
+    assert parse_log(ended)["rendezvous"] is None
+
+
+@pytest.mark.parametrize("name, kind, said", [
+    ("rendezvous-store-timeout-0523.log", "dist_init_timeout",
+     "TP0: torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. "
+     "8/16 clients joined. (log line 37)"),
+    ("rendezvous-client-timeout-0523.log", "dist_init_timeout",
+     "TP8-9: torch.distributed.DistNetworkError: The client socket has timed out after "
+     "600000ms while trying to connect to (10.0.0.11, 20000). (log line 37)"),
+    ("dist-store-port-in-use-0523.log", "dist_store_bind_failed",
+     "TP0: torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+     "local network address. port: 20000, useIpv6: false, code: -98, name: EADDRINUSE, "
+     "message: address already in use (log line 30)"),
+])
+def test_the_stores_errors_end_the_launch_with_their_own_text_and_hint(name, kind, said):
+    parsed = parse_log(read(name))
+    cause = parsed["cause"]
+    assert (cause["kind"], cause["said"]) == (kind, said)
+    assert cause["hint"] == failures_grammar.FAILURE_HINTS[kind]
+    assert parsed["rendezvous"] is None, "a failed launch waits for no one"
+
+
+def test_nccls_teardown_lines_are_the_nccl_timeout_they_follow():
+    parsed = parse_log(read("nccl-teardown-serving-0523.log"))
+    assert parsed["cause"]["said"].startswith("rank3: [Rank 3] Watchdog caught collective "
+                                              "operation timeout")
+    messages = [f["message"] for f in parsed["failures"] if f["kind"] == "nccl_timeout"]
+    assert messages[1].startswith("[Rank 3] Some NCCL operations have failed or timed out.")
+    assert messages[2] == ("[Rank 3] To avoid data inconsistency, we are taking the entire "
+                           "process down.")
+
+
+def test_a_watchdog_after_a_hung_generation_is_the_cause_not_the_health_check():
+    parsed = parse_log(read("watchdog-generation-hang-0523.log"))
+    assert parsed["cause"]["kind"] == "watchdog_timeout"
+    assert parsed["cause"]["said"] == ("TP0-1: Scheduler watchdog timeout "
+                                       "(self.watchdog_timeout=300, self.soft=False) (log line 13)")
+    assert parsed["cause"]["hint"] == "a forward batch hung for --watchdog-timeout seconds"
+
+
+def test_the_detokenizers_exception_ends_the_server_with_its_final_line():
+    cause = parse_log(read("detokenizer-exception-serving-0523.log"))["cause"]
+    assert cause["kind"] == "subprocess_exception"
+    assert cause["said"].startswith("RuntimeError: Decode status not found for request ")
+
+
+def test_the_phase_of_a_cuda_oom_comes_from_sglangs_frames_when_its_lines_are_hidden():
+    # With the phase lines filtered out (a log level, a wrapper's grep), the traceback's frames
+    # (kv_cache_configurator.py, alloc_memory_pool) still place the failure.
+    text = "\n".join(line for line in read("cuda-oom-expandable-segments-0523.log").splitlines()
+                     if "Load weight" not in line)
+    parsed = parse_log(text)
+    assert parsed["phase"] == "allocating_kv_cache"
+    assert parsed["cause"]["kind"] == "cuda_oom"
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in parsed["cause"]["said"]
+
+
+def test_startup_warning_timings_and_queue_full_503s_are_not_failures():
+    parsed = parse_log(read("queue-full-overload-0523.log"))
+    assert parsed["phase"] == "serving" and parsed["failures"] == []
+    assert not parsed["fatal"]

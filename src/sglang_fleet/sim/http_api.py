@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import itertools
 import json
 import os
 import threading
@@ -22,10 +23,21 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from sglang_fleet.sim import request_log
-from sglang_fleet.sim.runtime import VERSION, effective_backend, log
-from sglang_fleet.sim.serving import STARTING, UNHEALTHY, UP, Generation, ServerState, token_text
+from sglang_fleet.sim.runtime import VERSION, log, resolved_args
+from sglang_fleet.sim.serving import (
+    STARTING,
+    UNHEALTHY,
+    UP,
+    Generation,
+    QueueFull,
+    ServerState,
+    token_text,
+)
 
 UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
+# http_server.py's @auth_level(AuthLevel.ADMIN_OPTIONAL) routes, of those the simulator serves.
+ADMIN_OPTIONAL = {"/flush_cache", "/freeze_gc"}
+NORMAL, ADMIN_OPTIONAL_LEVEL = "normal", "admin_optional"
 GET_PATHS = {"/health", "/health_generate", "/ready", "/ping", "/model_info", "/get_model_info",
              "/server_info", "/get_server_info", "/v1/models", "/metrics", "/flush_cache",
              "/freeze_gc"}
@@ -33,6 +45,39 @@ POST_PATHS = {"/generate", "/v1/chat/completions", "/v1/completions", "/flush_ca
               "/freeze_gc"}
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "
            "or waiting requests, the operation will not be performed.)\n")
+
+
+def compact_json(value: Any) -> bytes:
+    """JSON as orjson writes it (ORJSONResponse, dumps_json): compact, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def auth_level(path: str) -> str:
+    return ADMIN_OPTIONAL_LEVEL if path in ADMIN_OPTIONAL else NORMAL
+
+
+def _bearer(authorization: str | None, expected: str) -> bool:
+    if not authorization:
+        return False
+    parts = authorization.split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and \
+        hmac.compare_digest(parts[1], expected)
+
+
+def decide_request_auth(method: str, path: str, authorization: str | None,
+                        api_key: str | None, admin_api_key: str | None,
+                        level: str) -> tuple[bool, int]:
+    """utils/auth.py decide_request_auth for the levels the simulator's routes have:
+    (allowed, status when refused). /health*, /ready* and /metrics* need no key; an
+    admin-optional route needs the admin key when one is set (the API key is then not
+    accepted), else the API key when one is set; every other route needs the API key."""
+    if method == "OPTIONS" or path.startswith(UNAUTHENTICATED_PREFIXES):
+        return True, 401
+    if level == ADMIN_OPTIONAL_LEVEL and admin_api_key:
+        return _bearer(authorization, admin_api_key), 401
+    if api_key:
+        return _bearer(authorization, api_key), 401
+    return True, 401
 
 
 class BadBody(Exception):
@@ -86,7 +131,9 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body, bytes | str):
             data = body.encode() if isinstance(body, str) else body
         else:
-            data, content_type = json.dumps(body).encode(), content_type or "application/json"
+            # ORJSONResponse / JSONResponse: compact JSON
+            data = compact_json(body)
+            content_type = content_type or "application/json"
         self.send_response(code)
         if content_type and data:
             self.send_header("Content-Type", content_type)
@@ -96,14 +143,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _authorized(self, path: str) -> bool:
-        key = self.state.rt.args.api_key
-        if not key or path.startswith(UNAUTHENTICATED_PREFIXES):
-            return True
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(token, key):
-            return True
-        self._send(401, {"error": "Unauthorized"})
-        return False
+        args = self.state.rt.args
+        allowed, code = decide_request_auth(
+            self.command, path, self.headers.get("Authorization"), args.api_key,
+            getattr(args, "admin_api_key", None), auth_level(path))
+        if not allowed:
+            self._send(code, {"error": "Unauthorized" if code == 401 else "Forbidden"})
+        return allowed
 
     def _route(self, method: str) -> str | None:
         path = self.path.split("?", 1)[0]
@@ -138,11 +184,10 @@ class Handler(BaseHTTPRequestHandler):
                     "version. Please use '/model_info' instead.")
             self._send(200, self._model_info())
         elif path in ("/server_info", "/get_server_info"):
-            info = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-            info.update({"attention_backend": effective_backend(st.rt), "version": VERSION,
-                         "internal_states": [{"last_gen_throughput": st.last_gen_throughput}],
-                         "simulated": True})
-            self._send(200, info)
+            if path == "/get_server_info":
+                log("Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                    "version. Please use '/server_info' instead.")
+            self._send(200, self._server_info())
         elif path == "/v1/models":
             self._send(200, {"object": "list", "data": [self._model_card()]})
         elif path.startswith("/v1/models/"):
@@ -154,7 +199,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, self._model_card())
         elif path == "/metrics":
-            self._send(200, self._metrics(), "text/plain; version=0.0.4")
+            self._send(200, self.state.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/flush_cache":
             self._flush_cache()
         elif path == "/freeze_gc":
@@ -164,6 +209,23 @@ class Handler(BaseHTTPRequestHandler):
         name = self.state.rt.args.served_model_name
         return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
                 "root": name, "parent": None, "max_model_len": self.state.rt.context_len()}
+
+    def _server_info(self) -> dict[str, Any]:
+        """http_server.server_info: the resolved arguments, the launch command, the first
+        scheduler's init info (utils/common.py build_server_info), the engine's start-up
+        times and each DP rank's internal state, which the schedulers answer with no timeout
+        (a stuck scheduler leaves this request hanging)."""
+        st = self.state
+        resolved = resolved_args(st.rt.args, st.rt)
+        internal = []
+        for replica in st.replicas:
+            own = st.hub.ask(replica.pids, "internal_state")
+            internal.append({**resolved, **own, "last_gen_throughput": st.last_gen_throughput})
+        info = {**resolved, "launch_command": st.launch_command, **st.scheduler_info,
+                "kv_events": None}
+        info.update(startup_time=st.startup_time, internal_states=internal, version=VERSION,
+                    frontend="python", simulated=True)
+        return info
 
     def _model_info(self) -> dict[str, Any]:
         rt, args = self.state.rt, self.state.rt.args
@@ -177,22 +239,6 @@ class Handler(BaseHTTPRequestHandler):
                 "has_audio_understanding": False, "model_type": "sglang-fleet-simulated",
                 "architectures": [rt.model_type]}
 
-    def _metrics(self) -> str:
-        st = self.state
-        labels = f'model_name="{st.rt.args.served_model_name}"'
-        return "\n".join([
-            "# HELP sglang:num_running_reqs The number of running requests.",
-            "# TYPE sglang:num_running_reqs gauge",
-            f"sglang:num_running_reqs{{{labels}}} {len(st.running)}",
-            "# HELP sglang:gen_throughput The generation throughput (token/s).",
-            "# TYPE sglang:gen_throughput gauge",
-            f"sglang:gen_throughput{{{labels}}} {st.last_gen_throughput:.3f}",
-            "# HELP sglang:generation_tokens_total Generated tokens.",
-            "# TYPE sglang:generation_tokens_total counter",
-            f"sglang:generation_tokens_total{{{labels}}} {st.generated_tokens}",
-            "",
-        ])
-
     def _health(self, path: str) -> int:
         """http_server.health_generate: a 1-token generation; any output within
         SGLANG_HEALTH_CHECK_TIMEOUT (checked once a second) makes the server Up again."""
@@ -205,9 +251,11 @@ class Handler(BaseHTTPRequestHandler):
         if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower()
                 in ("0", "false", "no", "off") and path == "/health"):
             return 200
-        gen = Generation(st, (0,), 1, st.route(health=True))  # input_ids=[0], 1 token
-        threading.Thread(target=lambda: sum(1 for _ in gen.run(lambda g: st.log_prefill([g]))),
-                         daemon=True).start()
+        # input_ids=[0], 1 token, rid HEALTH_CHECK_<hex> (constants.py HEALTH_CHECK_RID_PREFIX)
+        gen = Generation(st, (0,), 1, st.route(health=True),
+                         rid=f"HEALTH_CHECK_{uuid.uuid4().hex}")
+        gen.temperature = 0.0  # its sampling_params: max_new_tokens 1, temperature 0
+        threading.Thread(target=st.health_generation, args=(gen,), daemon=True).start()
         tic = time.time()
         while time.time() < tic + st.health_timeout:
             time.sleep(1)
@@ -281,6 +329,9 @@ class Handler(BaseHTTPRequestHandler):
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
+        for gen, sampling in zip(gens, params, strict=True):
+            gen.streaming = bool(body.get("stream"))
+            gen.temperature = temperature_of(sampling)
         prefilled = threading.Event()
 
         def on_prefill(_gen: Generation) -> None:
@@ -292,10 +343,27 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._stream_generations(gens, batched, on_prefill)
             return
-        results: list[dict[str, Any] | None] = [None] * len(gens)
+        results = self._collect(gens, on_prefill)
+        if any(r is None for r in results):
+            return  # generation never finished: the connection dies with the server
+        if any(isinstance(r, QueueFull) for r in results):
+            self._send_overloaded()
+            return
+        if logged:
+            self._log_finished(body, rid, results if batched else results[0])
+        self._send(200, results if batched else results[0])
+
+    @staticmethod
+    def _collect(gens: list[Generation], on_prefill) -> list[Any]:
+        """Each generation's result (None: it never finished; QueueFull: aborted)."""
+        results: list[Any] = [None] * len(gens)
 
         def collect(i: int) -> None:
-            n = sum(1 for _ in gens[i].run(on_prefill))
+            try:
+                n = sum(1 for _ in gens[i].run(on_prefill))
+            except QueueFull as full:
+                results[i] = full
+                return
             results[i] = {"text": "".join(token_text(t) for t in range(n)),
                           "output_ids": list(range(n)), "meta_info": gens[i].meta(True)}
 
@@ -305,11 +373,13 @@ class Handler(BaseHTTPRequestHandler):
             t.start()
         for t in threads:
             t.join()
-        if any(r is None for r in results):
-            return  # generation never finished: the connection dies with the server
-        if logged:
-            self._log_finished(body, rid, results if batched else results[0])
-        self._send(200, results if batched else results[0])
+        return results
+
+    def _send_overloaded(self) -> None:
+        """The abort's HTTPException(503) through http_server's HTTPException handler (and
+        openai/serving_base.py handle_request): an ErrorResponse with the status as type."""
+        self._send(503, {"object": "error", "message": QueueFull.message, "type": "503",
+                         "param": None, "code": 503})
 
     # --- --log-requests (utils/request_logger.py) -------------------------------------------
     def _request_log_options(self) -> tuple[bool, int, str]:
@@ -360,11 +430,14 @@ class Handler(BaseHTTPRequestHandler):
         def stream(i: int) -> None:
             gen = gens[i]
             text = ""
-            for t in gen.run(on_prefill):
-                text += token_text(t)
-                done = t + 1 == gen.max_new_tokens
-                event = {"text": text, "output_ids": list(range(t + 1)),
-                         "meta_info": gen.meta(done)}
+            try:
+                for t in gen.run(on_prefill):
+                    text += token_text(t)
+                    self._stream_event(gen, text, t, batched, i, lock)
+            except QueueFull as full:  # tokenizer_manager: a stream yields the abort
+                event = {"text": "", "output_ids": [], "meta_info": dict(
+                    gen.meta(True), finish_reason={"type": "abort", "message": str(full),
+                                                   "status_code": 503})}
                 if batched:
                     event["index"] = i
                 with lock:
@@ -378,6 +451,15 @@ class Handler(BaseHTTPRequestHandler):
             t.join()
         self._end_stream()
 
+    def _stream_event(self, gen: Generation, text: str, t: int, batched: bool, i: int,
+                      lock: threading.Lock) -> None:
+        done = t + 1 == gen.max_new_tokens
+        event = {"text": text, "output_ids": list(range(t + 1)), "meta_info": gen.meta(done)}
+        if batched:
+            event["index"] = i
+        with lock:
+            self._event(event)
+
     def _openai(self, path: str, body: dict[str, Any]) -> None:
         chat = path.endswith("chat/completions")
         st, args = self.state, self.state.rt.args
@@ -386,6 +468,8 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
         gen = Generation(st, tuple(prompt_text.split()), max_tokens, st.route(),
                          st.take_warmup_delay())
+        gen.streaming = bool(body.get("stream"))
+        gen.temperature = temperature_of(body)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{gen.rid}"
         obj = "chat.completion" if chat else "text_completion"
         created = int(time.time())
@@ -393,6 +477,13 @@ class Handler(BaseHTTPRequestHandler):
         def on_prefill(g: Generation) -> None:
             st.log_prefill([g])
 
+        tokens = gen.run(on_prefill)
+        try:  # the scheduler admits it or aborts it before any output
+            first = next(tokens, None)
+        except QueueFull:
+            self._send_overloaded()
+            return
+        tokens = itertools.chain(() if first is None else (first,), tokens)
         if body.get("stream"):
             self._start_stream()
             base = {"id": rid, "object": f"{obj}.chunk" if chat else obj, "created": created,
@@ -401,7 +492,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
                              "content": ""}, "finish_reason": None}]})
             n = 0
-            for i in gen.run(on_prefill):
+            for i in tokens:
                 n = i + 1
                 delta = ({"delta": {"content": token_text(i)}} if chat
                          else {"text": token_text(i)})
@@ -415,7 +506,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event({**base, "choices": [], "usage": usage})
             self._end_stream()
             return
-        n = sum(1 for _ in gen.run(on_prefill))
+        n = sum(1 for _ in tokens)
         text = "".join(token_text(i) for i in range(n))
         choice = ({"message": {"role": "assistant", "content": text}} if chat
                   else {"text": text})
@@ -435,12 +526,21 @@ class Handler(BaseHTTPRequestHandler):
         self._access(200)
 
     def _event(self, payload: dict[str, Any]) -> None:
-        self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+        # http_server's dumps_json (orjson): compact
+        self.wfile.write(b"data: " + compact_json(payload) + b"\n\n")
         self.wfile.flush()
 
     def _end_stream(self) -> None:
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def temperature_of(params: Any) -> float:
+    """A request's temperature as SamplingParams takes it (absent or null: 1.0); only what
+    the watchdog's debug info reports."""
+    value = params.get("temperature") if isinstance(params, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else 1.0
 
 
 def methods_of(path: str) -> set[str]:

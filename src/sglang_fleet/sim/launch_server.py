@@ -28,10 +28,17 @@ import time
 import traceback
 from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing import resource_tracker
 from typing import Any
 
+from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.controller import spawn_scheduler
-from sglang_fleet.sim.failures import SGLangError
+from sglang_fleet.sim.failures import (
+    SCHEDULER_DIED_FRAMES,
+    SGLANG_ROOT,
+    SGLangError,
+    frames_traceback,
+)
 from sglang_fleet.sim.http_api import Handler
 from sglang_fleet.sim.runtime import (
     SimRuntime,
@@ -39,11 +46,41 @@ from sglang_fleet.sim.runtime import (
     effective_backend,
     load_runtime,
     log,
+    resolved_args,
 )
 from sglang_fleet.sim.server_args import prepare_server_args
 from sglang_fleet.sim.serving import UNHEALTHY, UP, Replica, ServerState
 
 WARMUP_TEXT = "The capital city of France is"
+# entrypoints/engine.py _set_startup_time's format, as logged.
+STARTUP_TIMINGS = ("Engine startup timings (s): load_weight=%.2f, "
+                   "kv_cache_allocation=%.2f, scheduler_e2e=%.2f, "
+                   "cuda_graph={%s}, tokenizer_e2e=%.2f")
+
+
+def scheduler_died(rank: int, exit_code: int | None) -> str:
+    """entrypoints/engine.py _scheduler_died_error."""
+    return (f"Rank {rank} scheduler died during initialization (exit code: {exit_code}). "
+            f"If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run "
+            f"`dmesg -T | grep -i oom` to check.")
+
+
+def subprocess_crashed(name: str, pid: int, exit_code: int) -> str:
+    """utils/watchdog.py SubprocessWatchdog._check_once."""
+    return (f"Subprocess {name} (pid={pid}) crashed with exit code {exit_code}. "
+            f"Triggering SIGQUIT for cleanup...")
+
+
+def kill_process_tree_called(pid: int, include_parent: bool) -> str:
+    """utils/common.py kill_process_tree's first line, called on the process itself."""
+    return f"kill_process_tree called: parent_pid={pid}, include_parent={include_parent}, pid={pid}"
+
+
+# managers/tokenizer_manager.py's handlers, registered with loop.add_signal_handler (called
+# with no arguments) and engine.py's launch-phase SIGQUIT handler.
+RUNNING_SIGQUIT = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+SIGTERM_DRAIN = "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
+LAUNCH_SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 
 
 def descendants(pid: int) -> list[int]:
@@ -69,13 +106,21 @@ def descendants(pid: int) -> list[int]:
 def kill_process_tree(include_parent: bool = True) -> None:
     """utils/common.py kill_process_tree(os.getpid()): SIGKILL the children, then itself."""
     me = os.getpid()
-    log(f"kill_process_tree called: parent_pid={me}, include_parent={include_parent}, pid={me}")
+    log(kill_process_tree_called(me, include_parent))
     for child in descendants(me):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     if include_parent:
         sys.stdout.flush()
         os.kill(me, signal.SIGKILL)
+
+
+class UvicornServer(ThreadingHTTPServer):
+    """An HTTP server with uvicorn's listen backlog (2048), not http.server's 5: a burst of
+    clients waits to be accepted instead of being reset."""
+
+    request_queue_size = 2048
+    daemon_threads = True
 
 
 class DummyHealthHandler(BaseHTTPRequestHandler):
@@ -119,9 +164,17 @@ class Engine:
         self.state: ServerState | None = None
         self.watchdog_stop = threading.Event()
         self.done = threading.Event()
+        self.hub = Hub()
+        os.environ.update(self.hub.environment())  # inherited by every worker
+        self.scheduler_info: dict[str, Any] = {}
+        self.replica_state: dict[Any, dict[str, Any]] = {}
+        self.startup_time: dict[str, Any] = {}
 
     # --- start-up -----------------------------------------------------------------------------
     def spawn(self) -> int:
+        # SGLang starts its workers with multiprocessing's spawn method, whose first start
+        # launches multiprocessing's resource tracker as a child of the main process.
+        resource_tracker.ensure_running()
         read_fd, write_fd = os.pipe()
         me = os.getpid()
         topo = self.topology
@@ -163,17 +216,20 @@ class Engine:
                 last_check = time.monotonic()
                 for i, proc in enumerate(self.scheduler_procs):
                     if proc.poll() is not None:
-                        raise RuntimeError(
-                            f"Rank {i} scheduler died during initialization (exit code: "
-                            f"{proc.returncode}). If exit code is -9 (SIGKILL), a common cause "
-                            f"is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.")
+                        raise RuntimeError(scheduler_died(i, proc.returncode))
         os.close(read_fd)
+        self.replicas = self.group_replicas(expected, pids)
+
+    def group_replicas(self, expected: dict[tuple, Any], pids: dict[tuple, int]) -> list[Replica]:
+        """The DP ranks requests are routed to (data_parallel_controller round-robin): each
+        replica's schedulers under pure DP; under attention DP one rank per attention-DP group,
+        whose every batch runs on all the schedulers (one TP group), reported by its first."""
         by_replica: dict[Any, Replica] = {}
+        every = [pids[key] for key in expected]
         for key, rank in expected.items():
-            dp = rank.dp_rank if not self.topology.attention_dp else None
-            replica = by_replica.setdefault(dp, Replica(dp, rank.prefix))
-            replica.pids.append(pids[key])
-        self.replicas = [by_replica[k] for k in sorted(by_replica, key=lambda d: d or 0)]
+            replica = by_replica.setdefault(rank.dp_rank, Replica(rank.dp_rank, rank.prefix))
+            replica.pids[:] = every if self.topology.attention_dp else [*replica.pids, pids[key]]
+        return [by_replica[k] for k in sorted(by_replica, key=lambda d: d or 0)]
 
     def subprocess_watchdog(self) -> None:
         """utils/watchdog.py SubprocessWatchdog over the scheduler procs and the detokenizer."""
@@ -185,25 +241,24 @@ class Engine:
                 code = proc.poll()
                 if code is None or code == 0 or self.watchdog_stop.is_set():
                     continue
-                log(f"Subprocess {name} (pid={proc.pid}) crashed with exit code {code}. "
-                    f"Triggering SIGQUIT for cleanup...")
+                log(subprocess_crashed(name, proc.pid, code))
                 os.kill(os.getpid(), signal.SIGQUIT)
                 return
 
     # --- signals ------------------------------------------------------------------------------
     def launch_phase_sigquit(self, *_: Any) -> None:
-        log("Received sigquit from a child process. It usually means the child failed.")
+        log(LAUNCH_SIGQUIT)
         kill_process_tree()
 
     def running_phase_sigquit(self, *_: Any) -> None:
         # Registered with loop.add_signal_handler in SGLang: called without arguments.
-        log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        log(RUNNING_SIGQUIT)
         self.watchdog_stop.set()
         kill_process_tree()
 
     def on_sigterm(self, *_: Any) -> None:
         assert self.state is not None
-        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        log(SIGTERM_DRAIN)
         self.state.gracefully_exit = True
 
     def sigterm_watchdog(self, httpd: ThreadingHTTPServer) -> None:
@@ -244,17 +299,46 @@ class Engine:
 
     # --- the server ---------------------------------------------------------------------------
     def run(self) -> int:
+        self.began = time.perf_counter()
         signal.signal(signal.SIGQUIT, self.launch_phase_sigquit)
         read_fd = self.spawn()
         try:
             self.wait_for_schedulers(read_fd)
-        except RuntimeError:  # _scheduler_died_error, uncaught in SGLang: the process ends
-            sys.stderr.write(traceback.format_exc())
+        except RuntimeError as exc:
+            # _scheduler_died_error, uncaught: launch_server.py's `finally:
+            # kill_process_tree(os.getpid(), include_parent=False)` runs, then Python prints
+            # the traceback through SGLang's files and the process exits 1.
+            kill_process_tree(include_parent=False)
+            sys.stderr.write(frames_traceback(SCHEDULER_DIED_FRAMES, exc))
             return 1
         if self.topology.node_rank != 0:
             return self.serve_non_zero_rank()
+        self.handshake()
         threading.Thread(target=self.subprocess_watchdog, daemon=True).start()
         return self.serve_http()
+
+    def handshake(self) -> None:
+        """Each scheduler's get_init_info; the first one's is the server's scheduler_info,
+        and the engine logs the critical path of their start-up times (engine.py
+        _set_startup_time, observability/startup_time.py)."""
+        pids = sorted({pid for replica in self.replicas for pid in replica.pids})
+        infos = self.hub.ask(pids, "init_info", every=True)
+        self.scheduler_info = dict(infos[0])
+        # Each DP rank's memory, for /metrics (its scheduler's collector reports it).
+        self.replica_state = {r.dp_rank: self.hub.ask(r.pids, "internal_state")
+                              for r in self.replicas}
+        times = [i["startup_time"] for i in infos]
+        graphs = {phase: max(t["cuda_graph"][phase] for t in times)
+                  for phase in times[0]["cuda_graph"]}
+        startup = {key: max(t[key] for t in times)
+                   for key in ("load_weight", "kv_cache_allocation", "scheduler_e2e")}
+        startup.update(cuda_graph=graphs, tokenizer_e2e=time.perf_counter() - self.began)
+        self.startup_time = startup
+        log(STARTUP_TIMINGS % (  # noqa: UP031 - SGLang's own %-format
+                startup["load_weight"], startup["kv_cache_allocation"],
+                startup["scheduler_e2e"],
+                ", ".join(f"{k}={v:.2f}" for k, v in graphs.items()),
+                startup["tokenizer_e2e"]))
 
     def serve_non_zero_rank(self) -> int:
         rank = self.topology.node_rank
@@ -263,7 +347,7 @@ class Engine:
             f"broadcast to stop the schedulers."))
         args = self.rt.args
         try:
-            health = ThreadingHTTPServer((args.host, args.port), DummyHealthHandler)
+            health = UvicornServer((args.host, args.port), DummyHealthHandler)
         except OSError as exc:
             log(f"Dummy health check server failed to start: [Errno {exc.errno}] "
                 f"{exc.strerror}")
@@ -286,13 +370,15 @@ class Engine:
 
     def serve_http(self) -> int:
         rt, args = self.rt, self.rt.args
-        self.state = st = ServerState(rt, self.replicas)
-        # SIGUSR1 makes a running server hang in generation from now on (the requests already
-        # running included), and a second one ends that for new requests: a hang after start
-        # (and its end) for the tests of watch mode and of /health's recovery. Real servers
-        # have no such switch.
-        signal.signal(signal.SIGUSR1,
-                      lambda *_: setattr(st, "hang_generation", not st.hang_generation))
+        self.state = st = ServerState(rt, self.replicas, self.hub)
+        st.scheduler_info, st.startup_time = self.scheduler_info, self.startup_time
+        st.replica_state = self.replica_state
+        st.detokenizer_pid = self.detokenizer.pid if self.detokenizer else None
+        st.launch_command = " ".join(self.argv)
+        # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
+        # as a stuck forward does, watchdog and all; a second one ends the hang: for the tests
+        # of watch mode and of /health's recovery. Real servers have no such switch.
+        signal.signal(signal.SIGUSR1, lambda *_: st.toggle_hang())
         time.sleep(rt.duration("starting_http"))
         fault = rt.fault_at("starting_http")
         if fault and fault.kind == "hang":
@@ -300,7 +386,7 @@ class Engine:
                 signal.pause()
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
-            httpd = ThreadingHTTPServer((args.host, args.port), handler)
+            httpd = UvicornServer((args.host, args.port), handler)
         except OSError as exc:
             log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                 f"('{args.host}', {args.port}): {exc.strerror}")
@@ -355,8 +441,10 @@ class Engine:
                 return
         st.status = UP
         with contextlib.suppress(OSError):
+            # http_server._freeze_gc_after_server_warmup: the admin key, else the API key
             host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-            headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+            key = getattr(args, "admin_api_key", None) or args.api_key
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
             self._request(host, "POST", "/freeze_gc", None, headers, 10)
         log("The server is fired up and ready to roll!")
 
@@ -372,19 +460,6 @@ class Engine:
             conn.close()
 
 
-def resolved_args(args: Any, rt: SimRuntime) -> dict[str, Any]:
-    """ServerArgs.resolved_dict(): every argument by dest name, the resolved ones filled in.
-    As in 0.5.23 only watermark secrets are redacted: the API key is logged as given."""
-    resolved = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    resolved["served_model_name"] = args.served_model_name or args.model_path
-    resolved["attention_backend"] = effective_backend(rt)
-    resolved["chunked_prefill_size"] = rt.capture_plan().chunked_prefill_size
-    for secret in ("watermark_key", "watermark_key_b", "watermark_config"):
-        if resolved.get(secret) is not None:
-            resolved[secret] = "<redacted>"
-    return resolved
-
-
 def serve(rt: SimRuntime, argv: list[str]) -> int:
     # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL. Named
     # as 0.5.23 names its message queue's (srt/utils/stale_shm_cleanup.py make_shm_name("mq"):
@@ -398,7 +473,20 @@ def serve(rt: SimRuntime, argv: list[str]) -> int:
             os.unlink(segment)
 
 
+# sglang/launch_server.py's `if __name__ == "__main__":` warning, as Python prints it.
+ENTRYPOINT_WARNING = ("'python -m sglang.launch_server' is still supported, but 'sglang serve' "
+                      "is the recommended entrypoint.\n"
+                      "  Example: sglang serve --model-path <model> [options]")
+
+
+def warn_entrypoint() -> None:
+    path = os.path.join(SGLANG_ROOT, "sglang", "launch_server.py")
+    sys.stderr.write(f"{path}:71: UserWarning: {ENTRYPOINT_WARNING}\n  warnings.warn(\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
+    warn_entrypoint()  # the simulator stands for `python -m sglang.launch_server`
     argv = list(sys.argv[1:] if argv is None else argv)
     args = prepare_server_args(argv)  # argparse: exit 2 with SGLang's message on a bad flag
     try:

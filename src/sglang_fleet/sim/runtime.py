@@ -48,18 +48,16 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
                                  "serving")),
     "nccl_timeout": ("serving", ("capturing_cuda_graph", "serving")),
     "not_enough_memory": ("allocating_kv_cache", ("allocating_kv_cache",)),
+    "no_kv_memory": ("allocating_kv_cache", ("allocating_kv_cache",)),
     "prefill_oom": ("serving", ("serving",)),
     "decode_oom": ("serving", ("serving",)),
     "capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
     "prefill_capture_failed": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
-    "scheduler_watchdog": ("serving", ("serving",)),
     "tokenizer_watchdog": ("serving", ("serving",)),
     "killed": ("serving", PHASES),
+    "detokenizer_crash": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)
-# Faults a scheduler plays when a request reaches it after start-up.
-SERVING_SCHEDULER_FAULTS = ("crash", "oom", "nccl_error", "nccl_timeout", "prefill_oom",
-                            "decode_oom", "scheduler_watchdog", "killed")
 
 
 @dataclass
@@ -88,14 +86,11 @@ class SimRuntime:
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
 
-    def scaled(self, seconds: float) -> float:
-        """A configured SGLang timeout on the simulator's compressed timeline."""
-        return float(seconds) * self.time_factor
-
     def fault_at(self, phase: str, kinds: tuple[str, ...] | None = None) -> Fault | None:
         for f in self.faults:
             if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
-                    "hang_generation", "leak_memory", "orphan_workers", "tokenizer_watchdog"):
+                    "leak_memory", "orphan_workers", "tokenizer_watchdog",
+                    "detokenizer_crash"):
                 return f
         return None
 
@@ -216,6 +211,19 @@ def effective_backend(rt: SimRuntime) -> str:
     if prefill is not None and prefill == getattr(args, "decode_attention_backend", None):
         return prefill
     return args.attention_backend or default_backend(rt)[0]
+
+
+def resolved_args(args: Any, rt: SimRuntime) -> dict[str, Any]:
+    """ServerArgs.resolved_dict(): every argument by dest name, the resolved ones filled in.
+    As in 0.5.23 only watermark secrets are redacted: the API key is logged as given."""
+    resolved = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    resolved["served_model_name"] = args.served_model_name or args.model_path
+    resolved["attention_backend"] = effective_backend(rt)
+    resolved["chunked_prefill_size"] = rt.capture_plan().chunked_prefill_size
+    for secret in ("watermark_key", "watermark_key_b", "watermark_config"):
+        if resolved.get(secret) is not None:
+            resolved[secret] = "<redacted>"
+    return resolved
 
 
 def configuration_facts(rt: SimRuntime) -> dict[str, Any]:

@@ -26,16 +26,17 @@ import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-import traceback
 
 from setproctitle import setproctitle
 
 from sglang_fleet.sglang_checks import resolved
-from sglang_fleet.sim import failures
+from sglang_fleet.sim import failures, rendezvous
 from sglang_fleet.sim.bars import Bar
+from sglang_fleet.sim.control import Channel
 from sglang_fleet.sim.graphs import CapturePlan
 from sglang_fleet.sim.runtime import GB, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.server_args import prepare_server_args
@@ -44,7 +45,38 @@ from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 from sglang_fleet_node import sglang_fleet_simgpu as simgpu
 
 PR_SET_PDEATHSIG = 1
+COMMUNICATOR_GB = 0.25  # NCCL and custom all-reduce buffers per rank (simulated)
+# model_executor/graph_memory_usage.py GRAPH_MEMORY_USAGE_KEYS
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                "draft_extend")
+# scheduler_components/internal_state.py _DECODE_GRAPH_PHASES
+DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 PREFILL_CAPTURE_S = "capturing_prefill_cuda_graph"  # profile key, seconds
+
+
+def pyspy_dump(pid: int) -> list[str]:
+    """utils/cudacore_pyspy_dump_utils.py pyspy_dump_schedulers(): the watchdog runs py-spy (a
+    dependency of SGLang) on its own process, natively and then not, through the shell, and
+    logs what came back. Run here for real: where py-spy is missing, the shell says so, as it
+    does under SGLang."""
+    out = []
+    for attempt, native_flag in enumerate(["--native", ""]):
+        cmd = f"py-spy dump {native_flag} --pid {pid}".strip()
+        result = subprocess.run(cmd, shell=True, capture_output=True, text=True)  # noqa: S602
+        if result.returncode == 0:
+            out.append(f"Pyspy dump for PID {pid} ({cmd}):\n{result.stdout}")
+            break
+        out.append(f"Pyspy failed ({cmd}). Error: {result.stderr}")
+        if attempt == 1:
+            out.append(f"All pyspy dump attempts failed for PID {pid}.")
+    return out
+
+
+def watchdog_report(debug_info: str, pid: int, timeout: float, soft: bool) -> list[str]:
+    """What WatchdogRaw._watchdog_once logs when it fires, in order: dump_info, py-spy's
+    dump, the timeout line."""
+    return [debug_info, *pyspy_dump(pid), failures.watchdog_timeout_lines("Scheduler", timeout,
+                                                                          soft)]
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -77,6 +109,19 @@ def loads_multithreaded(args) -> bool:
     return use
 
 
+def quantization_log(config: dict) -> str | None:
+    """configs/model_config.py get_quantization_config_log_str: the checkpoint's own
+    quantization_config (config.json), never the flag: "quant=fp8, fmt=e4m3"."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or not quant:
+        return None
+    text = f"quant={quant.get('quant_method', 'quantized')}"
+    for key in ("bits", "quant_algo", "fmt", "requantization_method"):
+        if key in quant:
+            text += f", {key}={quant[key]}"
+    return text
+
+
 class SimHang(Exception):
     pass
 
@@ -93,8 +138,25 @@ class Scheduler:
         self.used = 0
         self.leak = rt.has("leak_memory")
         self.device = None
-        self.request = threading.Event()
         self.plan: CapturePlan = rt.capture_plan()
+        self.channel: Channel | None = None
+        self.store: object = None  # the rendezvous, held open for the rank's life
+        # The event loop's state, as the watchdogs read it (scheduler.forward_ct and
+        # cur_batch_for_debug): a batch runs while `in_batch`, the loop counts its turns.
+        self.forward_ct = 0
+        self.in_batch = False
+        self.stick_next = False  # SIGUSR1's switch on the main process: the next batch hangs
+        # The last batch's request: rid, input ids, max_new_tokens, temperature.
+        self.batch: tuple[str, list[int], int, float] = ("", [], 1, 1.0)
+        self.phase = "launching"  # where a Python exception's traceback says it was
+        # What get_init_info and the internal state report (observability/startup_time.py
+        # build_scheduler_startup_time; graph_memory_usage.py's phases).
+        self.began = time.perf_counter()
+        self.startup_available_gb = 0.0
+        self.startup_time: dict = {"load_weight": 0.0, "kv_cache_allocation": 0.0,
+                                   "scheduler_e2e": 0.0,
+                                   "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
+        self.graph_memory = dict.fromkeys(GRAPH_PHASES, 0.0)
 
     # --- memory ---------------------------------------------------------------------------
     def avail_gb(self) -> float:
@@ -126,9 +188,9 @@ class Scheduler:
         if kind in ("hang", "xid", "killed"):
             self.stop_dead(fault)
         if kind == "nccl_timeout":
-            self.nccl_watchdog_abort()
-        if kind == "scheduler_watchdog":
-            self.scheduler_watchdog()
+            self.collective_hangs()
+        if kind == "hang_generation":
+            self.stuck()
         error = self.error_of(fault)
         if error is not None:
             raise error
@@ -146,6 +208,8 @@ class Scheduler:
                                 f"anon-rss:98765432kB, file-rss:0kB, shmem-rss:0kB, UID:0 "
                                 f"pgtables:234567kB oom_score_adj:0")
             os.kill(os.getpid(), signal.SIGKILL)
+        if fault.kind == "killed" and self.channel is not None:
+            self.stuck()  # the peers of a killed rank wait in their next collective
         raise SimHang()
 
     def error_of(self, fault: Fault) -> BaseException | None:
@@ -153,9 +217,15 @@ class Scheduler:
         SGLang logs it."""
         kind = fault.kind
         if kind == "oom":
-            need = self.rt.profile["kv_size_gb"]
+            reserved = min(self.used, 1 << 28)
             return failures.OutOfMemoryError(failures.cuda_oom(
-                need, self.gpu, self.total / GB, max(self.avail_gb() * 0.1, 0.0)))
+                self.rt.profile["kv_size_gb"] * GB, self.gpu, self.total,
+                max(self.total - self.used, 0), self.used, self.used - reserved, reserved))
+        if kind == "no_kv_memory":
+            fraction = getattr(self.rt.args, "mem_fraction_static", None) or 0.8
+            return failures.sglang_error("ValueError", failures.NO_KV_MEMORY_FRAMES,
+                                         failures.no_kv_memory(fraction, self.avail_gb(),
+                                                               self.startup_available_gb))
         if kind == "nccl_error":
             return failures.DistBackendError(failures.nccl_error())
         if kind == "not_enough_memory":
@@ -185,26 +255,75 @@ class Scheduler:
                                 .removeprefix("RuntimeError: "))
         return None
 
+    def nccl_timeout_s(self) -> float:
+        """The collective timeout: --dist-timeout, else torch's default for NCCL process
+        groups (distributed_c10d default_pg_nccl_timeout: 10 minutes); SGLang leaves it
+        unset by default."""
+        return float(getattr(self.rt.args, "dist_timeout", None) or 600)
+
     def nccl_watchdog_abort(self) -> None:
-        """A collective never completes: torch's watchdog aborts after --dist-timeout."""
-        timeout_s = getattr(self.rt.args, "dist_timeout", None) or 600
-        time.sleep(self.rt.scaled(timeout_s))
+        """A collective never completes: torch's NCCL watchdog aborts at the timeout."""
+        timeout_s = self.nccl_timeout_s()
+        time.sleep(timeout_s)
         world_rank = self.rank.pp_rank * self.rt.topology.tp + self.rank.tp_rank
         failures.write_nccl_watchdog_abort(world_rank, int(timeout_s * 1000),
                                            int(timeout_s * 1000) + 89, seq=1234)
         os.abort()  # std::terminate: SIGABRT, no Python exception handler runs
 
-    def scheduler_watchdog(self) -> None:
-        """A forward batch never finishes: utils/watchdog.py WatchdogRaw fires."""
-        timeout = getattr(self.rt.args, "watchdog_timeout", 300)
-        time.sleep(self.rt.scaled(timeout))
-        log(failures.scheduler_debug_info("f3a1c2d4e5b6", [1000, 8919, 16838], []), self.p)
-        log(failures.watchdog_timeout_lines("Scheduler", timeout, False), self.p)
-        print(file=sys.stderr, flush=True)
-        print(file=sys.stdout, flush=True)
-        time.sleep(5)  # "so that the parent process can print the error"
-        os.kill(self.parent_pid, signal.SIGQUIT)
-        raise SimHang()
+    def collective_hangs(self) -> None:
+        """A collective never completes. Once the event loop runs (serving), the forward
+        batch hangs with it and the scheduler's watchdog (--watchdog-timeout, 300 s) fires
+        before torch's NCCL watchdog (10 min) unless the timeouts say otherwise; during
+        start-up no scheduler watchdog runs yet and torch's aborts the process."""
+        if self.channel is None:
+            self.nccl_watchdog_abort()
+        threading.Thread(target=self.nccl_watchdog_abort, daemon=True).start()
+        self.stuck()
+
+    def stuck(self) -> None:
+        """A forward batch that never finishes (a hung kernel or collective): the event loop
+        stops, nothing is acknowledged or answered, no tick is sent, and the watchdogs see a
+        batch make no progress. Only the main process's SIGUSR1 switch ends it."""
+        assert self.channel is not None
+        self.in_batch = True
+        self.channel.unstick.clear()
+        self.channel.unstick.wait()
+        self.in_batch = False
+        self.stick_next = False
+
+    def watchdog(self, timeout: float, soft: bool) -> None:
+        """utils/watchdog.py WatchdogRaw over the event loop (create_scheduler_watchdog):
+        active while a batch runs, fires when the loop's counter has not moved for
+        `timeout` seconds (checked every timeout/2); a hard one SIGQUITs the parent 5 s
+        after saying so. SGLang's timeouts run as configured, never compressed."""
+        while True:
+            last_counter, last_time = 0, time.perf_counter()
+            while True:
+                now = time.perf_counter()
+                if self.in_batch:
+                    if self.forward_ct == last_counter:
+                        if now > last_time + timeout:
+                            break
+                    else:
+                        last_counter, last_time = self.forward_ct, now
+                time.sleep(timeout / 2)
+            for line in watchdog_report(self.debug_info(), os.getpid(), timeout, soft):
+                log(line, self.p)
+            print(file=sys.stderr, flush=True)
+            print(file=sys.stdout, flush=True)
+            if not soft:
+                time.sleep(5)  # "so that the parent process can print the error"
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.parent_pid, signal.SIGQUIT)
+
+    def debug_info(self) -> str:
+        """What the watchdog's dump_info says of the batch that stopped (no output yet)."""
+        rid, input_ids, max_new_tokens, temperature = self.batch
+        sampling = failures.sampling_params_repr(max_new_tokens, temperature)
+        total = self.rt.kv_tokens()
+        return failures.scheduler_debug_info(
+            failures.req_repr(rid, input_ids, [], sampling),
+            failures.full_pool_line(total, total - len(input_ids)))
 
     def hang(self) -> None:
         """The incident's signature: alive, spinning, one byte to an event pipe a second."""
@@ -224,6 +343,7 @@ class Scheduler:
     def run(self) -> None:
         try:
             self.start_up()
+            self.channel = Channel()
             self.status.write(f"ready {self.rank.dp_rank} {self.rank.pp_rank} "
                               f"{self.rank.tp_rank} {os.getpid()}\n")
             self.status.flush()
@@ -231,9 +351,10 @@ class Scheduler:
         except SimHang:
             self.hang()
         except Exception as exc:
-            text = (exc.traceback_text() if isinstance(exc, failures.SGLangError)
-                    else traceback.format_exc())
-            log(f"Scheduler hit an exception: {text}", self.p)
+            # run_scheduler_process: get_exception_traceback(), SGLang's frames of the phase
+            overlap = not getattr(self.rt.args, "disable_overlap_schedule", False)
+            traceback = failures.scheduler_traceback(self.phase, exc, overlap)
+            log(f"Scheduler hit an exception: {traceback}", self.p)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.parent_pid, signal.SIGQUIT)
 
@@ -246,12 +367,20 @@ class Scheduler:
         self.total = rt.devices[self.gpu]["memory_total"]
         # Held open for the process's life, as a CUDA process holds /dev/nvidiaN.
         self.device = open(simgpu.device_path(rt.gpu_dir, self.gpu), "rb")  # noqa: SIM115
+        self.init_parallel()
         self.strike("launching")
+        self.phase = "loading_weights"
         self.load_weights()
+        self.phase = "allocating_kv_cache"
+        kv_began = time.perf_counter()
         time.sleep(rt.duration("allocating_kv_cache"))
         self.strike("allocating_kv_cache")
         self.allocate_kv_cache()
+        self.startup_time["kv_cache_allocation"] = time.perf_counter() - kv_began
+        self.phase = "capturing_cuda_graph"
         self.capture()
+        self.phase = "serving"
+        self.startup_time["scheduler_e2e"] = time.perf_counter() - self.began
         if self.rank.tp_rank == 0:
             log(f"max_total_num_tokens={rt.kv_tokens()}, "
                 f"chunked_prefill_size={self.plan.chunked_prefill_size}, "
@@ -260,8 +389,28 @@ class Scheduler:
                 f"context_len={rt.context_len()}, available_gpu_mem={self.avail_gb():.2f} GB",
                 self.p)
 
+    def init_parallel(self) -> None:
+        """distributed/bootstrap.py init_parallel_runtime and measure_pre_model_load_memory:
+        a multi-node server's ranks meet at --dist-init-addr first (sim/rendezvous.py); the
+        communicators then take a little memory on each GPU."""
+        rt, topo = self.rt, self.rt.topology
+        began = time.perf_counter()
+        log("Init parallel begin.", self.p)
+        if topo.nnodes > 1:
+            self.store = rendezvous.rendezvous(
+                getattr(rt.args, "dist_init_addr", None) or "127.0.0.1:20000",
+                topo.tp * topo.pp, rendezvous.world_rank(topo.tp, self.rank.pp_rank,
+                                                         self.rank.tp_rank),
+                getattr(rt.args, "dist_timeout", None))
+        log(f"Init parallel ends. elapsed={time.perf_counter() - began:.2f} s", self.p)
+        before = self.avail_gb()
+        if topo.tp * topo.pp > 1:
+            self.hold(COMMUNICATOR_GB * GB)
+        log(f"Memory baseline taken. mem usage={before - self.avail_gb():.2f} GB", self.p)
+
     def load_weights(self) -> None:
         rt, p = self.rt, self.p
+        self.startup_available_gb = self.avail_gb()
         log(f"Load weight begin. avail mem={self.avail_gb():.2f} GB", p)
         self.build_model()
         shards = int(rt.profile["weight_shards"])
@@ -285,9 +434,10 @@ class Scheduler:
         bar.close()
         before = self.avail_gb()
         self.hold(rt.profile["weights_gb_per_gpu"] * GB)
-        quant = getattr(rt.args, "quantization", None)
+        self.startup_time["load_weight"] = time.monotonic() - start
+        quant = quantization_log(rt.model_config)
         log(f"Load weight end. elapsed={time.monotonic() - start:.2f} s, type={rt.model_type}, "
-            + (f"quant={quant}, " if quant else "")
+            + (f"{quant}, " if quant else "")
             + f"avail mem={self.avail_gb():.2f} GB, mem usage={before - self.avail_gb():.2f} GB.",
             p)
 
@@ -331,7 +481,7 @@ class Scheduler:
                 "Capturing prefill shape (num_tokens={size} avail_mem={avail:.2f} GB)",
                 "Capture target prefill CUDA graph end. elapsed={elapsed:.2f} s, "
                 "mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
-                plan.prefill_sizes, seconds, 0.31, fault if in_prefill else None)
+                plan.prefill_sizes, seconds, 0.31, fault if in_prefill else None, "prefill")
         else:
             log("Disable prefill CUDA graph because cuda_graph_config resolved "
                 "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled or "
@@ -345,10 +495,10 @@ class Scheduler:
                 f"Capture target decode CUDA graph end. bs={plan.decode_sizes}, "
                 "elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
                 plan.decode_sizes, rt.duration("capturing_cuda_graph"), 0.95,
-                fault if in_decode else None)
+                fault if in_decode else None, "decode")
 
     def capture_loop(self, begin: str, step: str, end: str, sizes: list[int], seconds: float,
-                     usage_gb: float, fault: Fault | None) -> None:
+                     usage_gb: float, fault: Fault | None, graph: str) -> None:
         start, before = time.monotonic(), self.avail_gb()
         log(begin.format(avail=before), self.p)
         bar = Bar("", len(sizes), shards_format=False, enabled=self.rank.draws_bars)
@@ -361,31 +511,106 @@ class Scheduler:
             bar.update()
         bar.close()
         self.hold(usage_gb * GB)
+        self.startup_time["cuda_graph"][graph] = time.monotonic() - start
+        self.graph_memory[graph] = usage_gb
         log(end.format(elapsed=time.monotonic() - start, usage=before - self.avail_gb(),
                        avail=self.avail_gb()), self.p)
 
     # --- serving ----------------------------------------------------------------------------
     def serve(self) -> None:
-        """Idle until the main process says a batch reached this replica: SIGUSR1 during
-        the warm-up, SIGUSR2 once serving; then play that phase's fault."""
-        phases: list[str] = []
-
-        def arrived(phase: str) -> None:
-            phases.append(phase)
-            self.request.set()
-
-        signal.signal(signal.SIGUSR1, lambda *_: arrived("warming_up"))
-        signal.signal(signal.SIGUSR2, lambda *_: arrived("serving"))
+        """The event loop (scheduler.py event_loop_normal): takes the batches and control
+        requests the main process sends, ticks, and plays the fault of the phase a batch
+        reaches. The hard watchdog starts here (init_watch_dog_memory_saver_input_blocker
+        runs after the model runner's start-up), the soft one with --soft-watchdog-timeout."""
+        args, channel = self.rt.args, self.channel
+        assert channel is not None
+        for timeout, soft in ((getattr(args, "watchdog_timeout", 300), False),
+                              (getattr(args, "soft_watchdog_timeout", None), True)):
+            if timeout is not None:
+                threading.Thread(target=self.watchdog, args=(timeout, soft), daemon=True,
+                                 name="watchdog").start()
         while True:
-            if not self.request.wait(3600):
-                continue
-            self.request.clear()
-            while phases:
-                fault = self.fault(phases.pop(0))
-                if fault is not None:
-                    if fault.kind == "decode_oom":
-                        time.sleep(0.3)  # a few tokens out before the pool runs dry
-                    self.play(fault)
+            message = channel.next()
+            if message is not None:
+                self.handle(message)
+            self.forward_ct += 1
+            channel.tick()
+
+    def handle(self, message: str) -> None:
+        assert self.channel is not None
+        verb, _, rest = message.partition(" ")
+        if verb == "batch":
+            phase, ident, rid, max_new_tokens, temperature, input_ids = rest.split(" ", 5)
+            self.batch = (rid, json.loads(input_ids), int(max_new_tokens),  # cur_batch_for_debug
+                          float(temperature))
+            self.take_batch(phase, ident)
+        elif verb == "ask":
+            ident, what = rest.split(" ", 1)
+            self.channel.reply(ident, self.answer(what))
+        elif verb == "stick":
+            self.stick_next = True
+            if rest == "now":  # requests are running: the batch running now hangs
+                self.stuck()
+
+    def take_batch(self, phase: str, ident: str) -> None:
+        """A batch reached this rank: it runs (acknowledged), or plays this phase's fault
+        first. A fault that ends or hangs the rank never acknowledges."""
+        assert self.channel is not None
+        if self.stick_next:
+            self.stuck()
+        fault = self.fault(phase)
+        if fault is not None and fault.kind == "decode_oom":
+            self.channel.ack(ident)
+            time.sleep(0.3)  # a few tokens out before the pool runs dry
+        if fault is not None:
+            self.play(fault)
+        self.channel.ack(ident)
+
+    def answer(self, what: str) -> dict:
+        """A control request's answer, from the event loop."""
+        if what == "internal_state":
+            return self.internal_state()
+        if what == "init_info":
+            return self.init_info()
+        return {"success": True}
+
+    def init_info(self) -> dict:
+        """Scheduler.get_init_info: what the handshake tells the main process
+        (max_req_input_len as tp_worker.py derives it from the context and the pool)."""
+        rt = self.rt
+        max_req_len = min(rt.context_len() - 1, rt.kv_tokens() - 1)
+        return {"status": "ready", "max_total_num_tokens": rt.kv_tokens(),
+                "max_req_input_len": max_req_len - 5, "startup_time": self.startup_time,
+                # hicache_storage.py disabled_l3_layout: no hierarchical cache here
+                "hicache_object_layout": {
+                    "enabled": False, "backend": None,
+                    "page_size": getattr(rt.args, "page_size", None) or 1,
+                    "hicache_object_layout": {"pools": []},
+                    "reason": "Hierarchical cache is disabled"}}
+
+    def internal_state(self) -> dict:
+        """scheduler_components/internal_state.py get_internal_state's own fields (the
+        resolved server arguments are the main process's to add): topology, memory
+        (memory_usage.py build_memory_usage) and the disaggregation role, which every
+        scheduler has ("null" without disaggregation) with its captured decode graphs
+        (tp_worker.py get_decode_cuda_graph_bs)."""
+        rt, topo = self.rt, self.rt.topology
+        return {
+            "world_size": topo.dp * topo.tp * topo.pp,
+            "startup_time": self.startup_time,
+            "effective_max_running_requests_per_dp":
+                getattr(rt.args, "max_running_requests", None) or 2048,
+            "memory_usage": {
+                "weight": round(float(rt.profile["weights_gb_per_gpu"]), 3),
+                "kvcache": round(float(rt.profile["kv_size_gb"]), 3),
+                "startup_available": round(self.startup_available_gb, 3),
+                "token_capacity": rt.kv_tokens(), "token_capacity_swa": None,
+                "graph": {k: round(v, 3) for k, v in self.graph_memory.items()}},
+            "disaggregation_mode": getattr(rt.args, "disaggregation_mode", None) or "null",
+            "decode_cuda_graph_bs": list(self.plan.decode_sizes) if self.plan.decode else [],
+            "decode_cuda_graph_memory_gb": round(
+                sum(round(self.graph_memory[p], 3) for p in DECODE_GRAPH_PHASES), 3),
+        }
 
 
 def main() -> None:

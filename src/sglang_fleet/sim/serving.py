@@ -12,6 +12,7 @@ decode lines every --decode-log-interval decode steps, 40 by default).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -21,7 +22,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_fleet.sim.runtime import SERVING_SCHEDULER_FAULTS, SimRuntime, log
+from sglang_fleet.sim import metrics
+from sglang_fleet.sim.control import Hub
+from sglang_fleet.sim.runtime import SimRuntime, log
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
 
@@ -33,7 +36,17 @@ class Replica:
     dp_rank: int | None
     prefix: str  # the stats-logging scheduler's log prefix (its TP rank 0)
     pids: list[int] = field(default_factory=list)
-    struck: set[str] = field(default_factory=set)  # phases whose fault was handed over
+    # The scheduler's admission (scheduler.py _abort_on_queued_limit, the running batch's
+    # limit): requests running, and the ids of those waiting for a place.
+    running: int = 0
+    waiting: collections.deque = field(default_factory=collections.deque)
+
+
+class QueueFull(Exception):
+    """scheduler.py _abort_on_queued_limit: the waiting queue is at --max-queued-requests; the
+    request is aborted with 503 and this message."""
+
+    message = "The request queue is full."
 
 
 def token_text(i: int) -> str:
@@ -43,9 +56,21 @@ def token_text(i: int) -> str:
 class ServerState:
     """What the HTTP handlers read and the generations update; one lock guards it."""
 
-    def __init__(self, rt: SimRuntime, replicas: list[Replica]):
+    def __init__(self, rt: SimRuntime, replicas: list[Replica], hub: Hub):
         self.rt = rt
         self.replicas = replicas
+        self.hub = hub
+        self.max_running = int(getattr(rt.args, "max_running_requests", None) or 2048)
+        queued = getattr(rt.args, "max_queued_requests", None)
+        self.max_queued = None if queued is None else int(queued)
+        self.admission = threading.Condition()
+        # What /server_info reports besides the arguments (set by the engine at start-up).
+        self.scheduler_info: dict[str, Any] = {}
+        self.startup_time: dict[str, Any] = {}
+        self.launch_command = ""
+        self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
+        self.stats = metrics.RequestStats()
+        self.detokenizer_pid: int | None = None
         self.status = STARTING
         self.gracefully_exit = False
         self.lock = threading.Lock()
@@ -54,7 +79,7 @@ class ServerState:
         self.last_gen_throughput = 0.0
         self.last_receive_tstamp = 0.0
         self.health_timeout = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
-        # SIGUSR1's switch; the hang_generation fault hangs generation once the server is Up.
+        # SIGUSR1's switch: the schedulers' batches hang (and end again on the next one).
         self.hang_generation = False
         self.stop_event = threading.Event()
         self.round_robin = 0
@@ -93,25 +118,122 @@ class ServerState:
                 n, self.round_robin = self.round_robin, self.round_robin + 1
         return self.replicas[n % len(self.replicas)]
 
-    def serving_fault(self, replica: Replica):
-        """The fault a request meets on `replica`: the warm-up's before the server is Up,
-        the serving one after; with data parallelism only DP0 is struck."""
-        if replica.dp_rank not in (None, 0):
-            return None
-        phase = "warming_up" if self.status == STARTING else "serving"
-        return self.rt.fault_at(phase, (*SERVING_SCHEDULER_FAULTS, "hang"))
-
-    def hand_fault(self, replica: Replica, phase: str) -> None:
-        """Tell the replica's schedulers a batch reached them (they play their fault):
-        SIGUSR1 during warm-up, SIGUSR2 once serving."""
-        with self.lock:
-            if phase in replica.struck:
+    # --- the schedulers' side ------------------------------------------------------------
+    def admit(self, replica: Replica, ident: str, counted: bool = True) -> None:
+        """Wait for a place in the replica's running batch; raise QueueFull when the waiting
+        queue is at --max-queued-requests (the check counts the waiting requests only)."""
+        with self.admission:
+            if replica.running < self.max_running and not replica.waiting:
+                replica.running += 1
                 return
-            replica.struck.add(phase)
-        sig = signal.SIGUSR1 if phase == "warming_up" else signal.SIGUSR2
-        for pid in replica.pids:
+            if self.max_queued is not None and len(replica.waiting) + 1 > self.max_queued:
+                if counted:
+                    with self.lock:
+                        self.stats.aborted()
+                raise QueueFull(QueueFull.message)
+            replica.waiting.append(ident)
+            while replica.waiting[0] != ident or replica.running >= self.max_running:
+                self.admission.wait()
+            replica.waiting.popleft()
+            replica.running += 1
+            self.admission.notify_all()
+
+    def release(self, replica: Replica) -> None:
+        with self.admission:
+            replica.running -= 1
+            self.admission.notify_all()
+
+    def health_generation(self, gen: Generation) -> None:
+        """/health's one-token request. Any output counts, an abort's too: a full queue's
+        503 still reaches the tokenizer manager, which is alive."""
+        try:
+            for _ in gen.run(lambda g: self.log_prefill([g])):
+                pass
+        except QueueFull:
+            with self.lock:
+                self.last_receive_tstamp = time.time()
+
+    def metrics_text(self) -> str:
+        """/metrics: each DP rank's scheduler gauges (its stats-logging rank's labels) and the
+        tokenizer manager's request counts. Read from the main process's own counts: no
+        scheduler is asked, so a stuck one does not hang it (SGLang's come from its
+        processes' files)."""
+        out, args = metrics.Exposition(), self.rt.args
+        with self.lock:
+            running = list(self.running.values())
+            stats = self.stats
+            for replica in self.replicas:
+                self._replica_metrics(out, replica, running)
+            stats.write(out, metrics.tokenizer_labels(args))
+            for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e",
+                          "tokenizer_e2e"):
+                if phase in self.startup_time:
+                    out.add("sglang:startup_time_seconds",
+                            {**metrics.tokenizer_labels(args), "phase": phase},
+                            self.startup_time[phase])
+        return out.text()
+
+    def _replica_metrics(self, out: metrics.Exposition, replica: Replica,
+                         running: list[Generation]) -> None:
+        rank = self.rt.topology.stats_rank(replica.dp_rank)
+        labels = metrics.scheduler_labels(self.rt.args, rank.pp_rank, rank.tp_rank,
+                                          rank.ep_rank, replica.dp_rank)
+        mine = [g for g in running if g.replica is replica]
+        used = sum(g.context_tokens() for g in mine)
+        total = len(running) or 1
+        memory = (self.replica_state.get(replica.dp_rank) or {}).get("memory_usage") or {}
+        prompt = sum(v for (n, _), v in self.stats.counters.items()
+                     if n == "sglang:prompt_tokens_total")
+        cached = self.stats.counters.get(("sglang:cached_tokens_total", "device"), 0.0)
+        bs = max(self.cuda_graph.decode_sizes or [0]) if self.cuda_graph.decode else 0
+        values = {
+            "sglang:num_running_reqs": replica.running,
+            "sglang:num_queue_reqs": len(replica.waiting),
+            "sglang:num_grammar_queue_reqs": 0,
+            "sglang:gen_throughput": self.last_gen_throughput * len(mine) / total,
+            "sglang:cache_hit_rate": cached / prompt if prompt else 0.0,
+            "sglang:token_usage": used / self.max_total_tokens,
+            "sglang:num_used_tokens": used,
+            "sglang:kv_available_tokens": self.max_total_tokens - used,
+            "sglang:kv_used_tokens": used,
+            "sglang:num_retracted_reqs": 0,
+            "sglang:num_paused_reqs": 0,
+            "sglang:is_cuda_graph": 1.0 if mine and len(mine) <= bs else 0.0,
+            "sglang:max_total_num_tokens": self.max_total_tokens,
+            "sglang:weight_memory_usage_gb": memory.get("weight", 0.0),
+            "sglang:kv_cache_memory_usage_gb": memory.get("kvcache", 0.0),
+            "sglang:context_len": self.rt.context_len(),
+            "sglang:startup_available_gpu_memory_gb": memory.get("startup_available", 0.0),
+        }
+        for name, value in values.items():
+            out.add(name, labels, value)
+        for phase, gb in (memory.get("graph") or {}).items():
+            out.add("sglang:graph_memory_usage_gb", {**labels, "phase": phase}, gb)
+
+    def queued(self) -> int:
+        return sum(len(r.waiting) for r in self.replicas)
+
+    def toggle_hang(self) -> None:
+        """SIGUSR1: the schedulers' batches hang from now on (the running ones included), or
+        end their hang."""
+        self.hang_generation = not self.hang_generation
+        for replica in self.replicas:
+            if self.hang_generation:
+                self.hub.tell(replica.pids, "stick now" if replica.running else "stick")
+            else:
+                self.hub.tell(replica.pids, "unstick")
+
+    def scheduler_stopped(self, replica: Replica) -> bool:
+        """A scheduler of the replica is stopped or stuck: its tokens stop coming."""
+        return self.hang_generation or self.hub.frozen(replica.pids)
+
+    def fail_detokenizer(self) -> None:
+        """The detokenizer_crash fault: the detokenizer fails on this batch's output."""
+        with self.lock:
+            pid, self.detokenizer_pid = self.detokenizer_pid, None
+        if pid:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+                os.kill(pid, signal.SIGUSR1)
 
     def stall_tokenizer(self) -> None:
         """The tokenizer manager's loop stops; its soft watchdog (utils/watchdog.py) says so
@@ -123,7 +245,7 @@ class ServerState:
         timeout = getattr(self.rt.args, "soft_watchdog_timeout", None)
 
         def bark() -> None:
-            time.sleep(self.rt.scaled(timeout))
+            time.sleep(timeout)
             log(f"TokenizerManager watchdog timeout (self.watchdog_timeout={timeout!r}, "
                 f"self.soft=True)")
             print(flush=True)
@@ -151,12 +273,17 @@ class ServerState:
                 self.cache.add(key)
 
     def flush_cache(self, prefix: str) -> bool:
+        """FlushCacheReqInput goes through the schedulers (no timeout: a stuck one hangs it);
+        they refuse while requests run or wait."""
+        for replica in self.replicas:
+            self.hub.ask(replica.pids, "flush_cache")
         with self.lock:
             busy = bool(self.running)
             if not busy:
                 self.cache.clear()
         if busy:
-            log(f"Cache not flushed because there are pending requests. #queue-req: 0, "
+            log(f"Cache not flushed because there are pending requests. #queue-req: "
+                f"{self.queued()}, "
                 f"#running-req: {len(self.running)}", prefix)
             return False
         log("Cache flushed successfully!", prefix)
@@ -174,7 +301,7 @@ class ServerState:
         log(f"Prefill batch, #new-seq: {len(gens)}, #new-token: {new_tokens}, "
             f"#cached-token: {sum(g.cached_tokens for g in gens)}, "
             f"token usage: {used / self.max_total_tokens:.2f}, #running-req: {max(running, 0)}, "
-            f"#queue-req: 0, #pending-token: 0, cuda graph: {graph}, "
+            f"#queue-req: {self.queued()}, #pending-token: 0, cuda graph: {graph}, "
             f"input throughput (token/s): {new_tokens / gap if gap > 0 else 0.0:.2f}",
             gens[0].replica.prefix)
 
@@ -196,7 +323,8 @@ class ServerState:
         bs = max(self.cuda_graph.decode_sizes or [0]) if self.cuda_graph.decode else 0
         log(f"Decode batch, #running-req: {running}, #token: {used}, "
             f"token usage: {used / self.max_total_tokens:.2f}, cuda graph: {running <= bs}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0",
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {self.queued()}",
             gen.replica.prefix)
 
 
@@ -204,13 +332,16 @@ class Generation:
     """One request's tokens, paced on an absolute schedule so the speed matches the profile."""
 
     def __init__(self, state: ServerState, key: tuple[Any, ...], max_new_tokens: int,
-                 replica: Replica, first_token_delay: float = 0.0):
+                 replica: Replica, first_token_delay: float = 0.0, rid: str | None = None):
         self.state = state
         self.key = key
         self.prompt_tokens = len(key)
         self.max_new_tokens = max(1, int(max_new_tokens))
+        self.temperature = 1.0  # SamplingParams' default; only reported, never sampled with
         self.replica = replica
-        self.rid = uuid.uuid4().hex
+        self.rid = rid or uuid.uuid4().hex
+        self.streaming = False
+        self.log_metrics = not self.rid.startswith("HEALTH_CHECK")  # health_generate's
         self.created = time.time()
         self.start = time.monotonic()
         self.first_token_at: float | None = None
@@ -219,61 +350,70 @@ class Generation:
         self.cached_tokens = state.cached_prefix(key)
         self.ttft = float(state.rt.profile.get("ttft_s", 0.1)) + first_token_delay
 
+    def input_ids(self) -> list[int]:
+        """The prompt as token ids (a text prompt's words stand for its tokens)."""
+        return [t if isinstance(t, int) else 1000 + sum(map(ord, str(t))) % 150000
+                for t in self.key]
+
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.produced
 
-    def blocked(self) -> int | None:
-        """Tokens this request gets before it stops for good (a hang), or None."""
-        st = self.state
-        if st.status != STARTING and st.rt.has("tokenizer_watchdog"):
-            st.stall_tokenizer()
-        if st.hang_generation or st.tokenizer_stalled or (
-                st.status != STARTING and st.rt.has("hang_generation")):
-            return 0
-        fault = st.serving_fault(self.replica)
-        if fault is None:
-            return None
-        if fault.kind != "hang":
-            st.hand_fault(self.replica, fault.phase or "serving")
-        return 4 if fault.kind == "decode_oom" else 0
-
     def run(self, on_prefill=None):
-        """Yield token indices as they are produced; None when done."""
+        """Yield token indices as they are produced. Raises QueueFull when the replica's
+        queue is full; waits, without a timeout, while its schedulers do not take the batch
+        or stop producing (stopped, stuck, dead), as a request waits on SGLang's."""
         st = self.state
+        st.admit(self.replica, self.rid, self.log_metrics)
         with st.lock:
             st.running[self.rid] = self
         try:
-            limit = self.blocked()
-            tok_s = st.rt.decode_tok_s()
-            for i in range(self.max_new_tokens):
-                if limit is not None and i >= limit:
-                    st.stop_event.wait()  # generation hangs: nothing more ever comes out
-                    return
-                due = self.start + self.ttft + i / tok_s
-                delay = due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                if st.hang_generation:
-                    # SIGUSR1 mid-serve stalls the requests already running too, as a stuck
-                    # scheduler does.
-                    st.stop_event.wait()
-                    return
-                if i == 0:
-                    self.first_token_at = time.monotonic()
-                    if on_prefill is not None:
-                        on_prefill(self)
-                self.produced = i + 1
-                with st.lock:
-                    st.generated_tokens += 1
-                    st.last_receive_tstamp = time.time()
-                if i:
-                    st.decode_step(self)
-                yield i
-            self.finished_at = time.monotonic()
-            st.insert(self.key + tuple(range(self.produced)))
+            if st.status != STARTING and st.rt.has("tokenizer_watchdog"):
+                st.stall_tokenizer()
+            if st.tokenizer_stalled:
+                st.stop_event.wait()  # the tokenizer's loop stopped: nothing comes out
+                return
+            if st.status != STARTING and st.rt.has("detokenizer_crash"):
+                st.fail_detokenizer()
+            st.hub.forward(self.replica.pids, "warming_up" if st.status == STARTING
+                           else "serving", self.rid, self.input_ids(),
+                           (self.max_new_tokens, self.temperature))
+            yield from self._tokens(on_prefill)
         finally:
             with st.lock:
                 st.running.pop(self.rid, None)
+            st.release(self.replica)
+
+    def _tokens(self, on_prefill):
+        st = self.state
+        tok_s = st.rt.decode_tok_s()
+        for i in range(self.max_new_tokens):
+            due = self.start + self.ttft + i / tok_s
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            while st.scheduler_stopped(self.replica):
+                if st.stop_event.wait(0.1):
+                    return
+                self.start += 0.1  # time the scheduler stood still is not the profile's
+            if i == 0:
+                self.first_token_at = time.monotonic()
+                if on_prefill is not None:
+                    on_prefill(self)
+            self.produced = i + 1
+            with st.lock:
+                st.generated_tokens += 1
+                st.last_receive_tstamp = time.time()
+            if i:
+                st.decode_step(self)
+            yield i
+        self.finished_at = time.monotonic()
+        st.insert(self.key + tuple(range(self.produced)))
+        if self.log_metrics:
+            with st.lock:
+                st.stats.finished(self.streaming, self.prompt_tokens, self.cached_tokens,
+                                  self.produced, None if self.first_token_at is None
+                                  else self.first_token_at - self.start,
+                                  self.finished_at - self.start)
 
     def meta(self, done: bool) -> dict[str, Any]:
         """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""

@@ -102,6 +102,12 @@ class Topology:
                                          self._prefix(shown_dp, pp_rank, tp_rank, ep_rank)))
         return out
 
+    def stats_rank(self, dp_rank: int | None) -> SchedulerRank:
+        """The scheduler that reports a DP rank's metrics (attention-TP rank 0 of the first
+        pipeline stage on this node)."""
+        ranks = self.schedulers(dp_rank if not self.attention_dp else None)
+        return next((r for r in ranks if r.dp_rank == dp_rank), ranks[0])
+
     def all_schedulers(self) -> list[SchedulerRank]:
         if not self.uses_dp_controller or self.attention_dp:
             return self.schedulers(None)

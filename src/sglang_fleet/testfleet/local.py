@@ -339,11 +339,13 @@ def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
 
     Both nodes use the group's one port, as real nodes do; here they share a machine, so each
     listens on its own loopback address (rank 0 serves HTTP on 127.0.0.1, rank 1's dummy
-    health server answers on 127.0.0.2) and the group's dist-init address is rank 0's."""
+    health server answers on 127.0.0.2) and the group's dist-init address is rank 0's, on a
+    port of its own (rank 0 hosts the group's rendezvous there)."""
     first, second = fleet.hosts[:2]
     (fleet.inventory / "group_vars" / "tp16.yml").write_text(
         "sglang_server_group: tp16\nsglang_server_tp: 16\n"
         "sglang_server_dist_init_host: 127.0.0.1\n"
+        f"sglang_server_dist_init_port: {free_port_block(1)}\n"
         f"sglang_server_port: {fleet.port(first)}\n"
         # Shared by the group's nodes, inside the folder that holds their roots.
         f"sglang_server_model_path: {fleet.root}/shared-models/Kimi-K2.5\n")
