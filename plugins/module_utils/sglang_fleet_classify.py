@@ -269,7 +269,9 @@ def _failure_of(obs, member_pids):
     kill of one of its processes, a reboot, a signal from outside, a full disk."""
     found = obs["log"].get("cause")
     oom = _oom_killed_members(obs, member_pids)
-    if oom and (found is None or found["kind"] == "killed"):
+    # SGLang's own words after the kill (a scheduler is dead, the tree killed) are its
+    # consequences: the OOM killer is the cause.
+    if oom and (found is None or found["kind"] in failures_grammar.CONSEQUENCE_KINDS):
         kill = oom[0]
         return dict(kill, said="the kernel's OOM killer killed pid %s (host memory): %s"
                     % (kill["pid"], kill["line"]),

@@ -96,11 +96,15 @@ class Bystanders:
         self.other = start_sim(tmp / "other", "--tp-size", "1", "--attention-backend",
                                "triton")
         wait_for(lambda: "fired up" in self.other.log(), timeout=60)
+        # Its processes once it serves (main, scheduler, detokenizer, resource tracker).
+        self.other_pids = {p["pid"] for p in procs.deployment_processes(self.other.marker)}
+        assert len(self.other_pids) >= 3, self.other_pids
 
     def alive(self):
         return (self.plain.poll() is None and self.daemon.poll() is None
                 and self.other.proc.poll() is None
-                and len(procs.deployment_processes(self.other.marker)) == 3)
+                and {p["pid"] for p in procs.deployment_processes(self.other.marker)}
+                == self.other_pids)
 
     def stop(self):
         for p in (self.plain, self.daemon):
