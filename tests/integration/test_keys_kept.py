@@ -23,6 +23,7 @@ from sglang_fleet.testfleet.local import (
     make_fleet,
     wait_for,
 )
+from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +116,32 @@ def test_watch_recover_from_cron_without_the_key_never_restarts_open(keyed_node,
     assert run.returncode != 0, out[-4000:]
     assert_refused_and_down(keyed_node, out)
 
+
+# ---- stopping needs only the identity: a broken secret never keeps a hung server up -------
+
+BROKEN = {"sglang_server_api_key": "x",  # refused by the LaunchSpec: 1 character long
+          "sglang_server_extra_args": ["--no-such-flag"]}
+
+
+def test_recover_stops_a_hung_server_whatever_else_the_inventory_breaks(keyed_node, tmp_path):
+    """The inventory no longer builds (a one-character key, an unknown flag): recovery still
+    judges the hung server by the LaunchSpec the node started it from, keeps the evidence and
+    stops it, then refuses the restart naming what is broken."""
+    pids = [p["pid"] for p in keyed_node.server_processes("sim-node-1")]
+    procs.signal_pids(pids, signal.SIGSTOP)  # frozen: a hung server, /health times out
+    keyed_node.set_host_vars("sim-node-1", BROKEN)  # the inventory, as a broken vault leaves it
+    try:
+        run = cli(keyed_node, "recover", tmp_path / "runs" / "recover", key=KEY)
+    finally:
+        procs.signal_pids(pids, signal.SIGCONT)
+    out = words(run.stdout)
+    assert run.returncode == 2, run.stdout[-4000:]  # the inventory's mistake: a usage error
+    assert "[sim-node-1] the inventory's settings are invalid (" in out
+    assert "sglang_server_api_key=<secret>: is 1 characters long" in out
+    assert "HEALTH [sim-node-1] unhealthy" in run.stdout
+    assert "sim-node-1: stopped and freed, not redeployed: configuration " in out
+    assert keyed_node.processes("sim-node-1") == [], "the hung server was stopped"
+    assert all(not os.path.exists(f"/proc/{pid}") for pid in pids)
+    bundles = list((Path(keyed_node.extra["sglang_fleet_evidence_dir"]) / "sim-node-1").iterdir())
+    assert bundles and (bundles[-1] / "summary.json").exists()
+    assert KEY not in run.stdout
