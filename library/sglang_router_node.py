@@ -208,6 +208,38 @@ options:
           name the variable behind a refused option.
         type: dict
         default: {}
+      running_spec_file:
+        description: Where each start keeps what it started with (the configuration, its
+          keys' env file variables and fingerprints, never their values).
+        type: path
+      secrets:
+        description:
+          - The keys this start has, by env file variable name (never their values). A key
+            the router last started with (I(running_spec_file)) that is missing now is
+            refused before anything changes, unless listed in I(drops), since a key that
+            resolved to nothing would restart the router open.
+        type: dict
+        suboptions:
+          names:
+            description: The env file variables of the keys this start has.
+            type: list
+            elements: str
+            default: []
+          variables:
+            description: Each key's env file variable (C(NAME_*) for one per list item) and
+              inventory variable, as pairs.
+            type: list
+            elements: list
+            default: []
+          drops:
+            description: Env file variables this start may leave out on purpose.
+            type: list
+            elements: str
+            default: []
+          fingerprints:
+            description: Each key's fingerprint, by env file variable, kept with the start.
+            type: dict
+            default: {}
   after_install:
     description: The role's install step ran just before; go on even when the pinned release
       is not installed (in check mode, where the install step only said it would install).

@@ -23,6 +23,7 @@ try:
         args_record,
         parse_args,
         record_args_checked,
+        vanished_secret,
     )
     from ansible.module_utils.sglang_fleet_procs import describe_foreign
     from ansible.module_utils.sglang_fleet_router import RouterUnreachable, http
@@ -35,6 +36,7 @@ except ImportError:  # imported by the controller package or its tests, outside 
         args_record,
         parse_args,
         record_args_checked,
+        vanished_secret,
     )
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign
     from sglang_fleet_node.sglang_fleet_router import RouterUnreachable, http
@@ -76,6 +78,13 @@ ROUTER_OPTIONS = dict(
     admin_url=dict(type="str"),
     admin_key=dict(type="str", no_log=True),
     flag_variables=dict(type="dict", default={}),
+    running_spec_file=dict(type="path"),
+    secrets=dict(type="dict", options=dict(
+        names=dict(type="list", elements="str", default=[], no_log=False),
+        variables=dict(type="list", elements="list", default=[], no_log=False),
+        drops=dict(type="list", elements="str", default=[], no_log=False),
+        fingerprints=dict(type="dict", default={}, no_log=False),
+    )),
 )
 
 # A parse takes two seconds; one that has not ended in a minute will not.
@@ -192,6 +201,27 @@ def check_args(r, files_current, check_mode, result):
     return bool(r["argcheck_record"]) and not check_mode
 
 
+def refuse_vanished_secret(r):
+    """A key the router last started with that resolves to nothing now would restart it open:
+    refused before anything changes (the servers' check), unless dropped on purpose."""
+    if not r.get("secrets") or not r.get("running_spec_file"):
+        return
+    refusal = vanished_secret(r["secrets"], read_json(r["running_spec_file"]) or {},
+                              "sglang_router_drop_secrets", what="the router",
+                              whom="the router")
+    if refusal:
+        raise RouterRefused(refusal)
+
+
+def started_record(r):
+    """What the host keeps of a start (beside the service's state file): the configuration
+    and its keys' names and fingerprints, never their values."""
+    if not r.get("secrets"):
+        return None
+    return {"config_hash": r["config_hash"], "secret_env_names": r["secrets"]["names"],
+            "secret_fingerprints": r["secrets"]["fingerprints"]}
+
+
 def start_blockers(r, members):
     svc = r["service"]
     return server_start_blockers(dict(log_file=svc["log_file"], state_file=svc["state_file"],
@@ -218,7 +248,8 @@ def restart(r, service, status, digest):
                     "processes of the deployment survived SIGKILL (D state?): %s; run "
                     "playbooks/recover.yml, or reboot the node" % ", ".join(
                         "%d(%s)" % (x["pid"], x["state"]) for x in report["remaining"]))
-        return service.start(digest, r["config_hash"])
+        return service.start(digest, r["config_hash"], launch_spec=started_record(r),
+                             running_spec_file=r.get("running_spec_file"))
     except (service_mod.ServiceError, OSError, IOError) as exc:
         raise RouterRefused("could not start %s: %s" % (r["marker"], exc)) from exc
 
@@ -244,6 +275,7 @@ def converge(p, check_mode, warn, want_diff=False):
     parameters. Returns the module's result."""
     r = p["router"]
     refuse_missing_python(r["install"], r["version"])
+    refuse_vanished_secret(r)
     result = dict(changed=False, action="none", install_needed=install_needed(r["install"]))
     if result["install_needed"] and not p["after_install"]:
         return result  # the role's install step runs, then this module again

@@ -117,6 +117,11 @@ def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = 
         "liveness_url": f"{spec['admin_url']}/liveness",
         "admin_url": spec["admin_url"],
         "admin_key": admin_key,
+        # What this start has of the router's keys (names and fingerprints, never values),
+        # kept on the host at each start: a later start that would drop one is refused.
+        "running_spec_file": paths["running_spec"],
+        "secrets": {"names": spec["secret_env_names"], "variables": spec["secret_variables"],
+                    "drops": spec["secret_drops"], "fingerprints": spec["secret_fingerprints"]},
         # The variable behind each option, for the refusal of one the installed router rejects.
         "flag_variables": dict(OWNED_FLAGS),
     }

@@ -146,6 +146,9 @@ SETTINGS: tuple[RouterSetting, ...] = (
       "role: admin|user, key}. The fleet manages membership with the first admin key. Kept "
       "like sglang_router_api_key.", "Secrets", flag="--control-plane-api-keys", secret=True,
       elements="dict"),
+    R("drop_secrets", "list", [], "Secret settings the router may start without although it "
+      "last started with them (a key removed on purpose); otherwise a secret that resolves to "
+      "nothing is refused.", "Secrets", elements="str"),
     R("allow_unauthenticated", "bool", False, "Serve clients or the worker API without a key "
       "on an address other than loopback (refused otherwise).", "Secrets"),
     # Membership

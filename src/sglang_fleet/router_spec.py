@@ -25,10 +25,20 @@ from typing import Any
 from sglang_fleet.catalogue import Catalogue
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
-from sglang_fleet.spec import MARKER_VAR, Problems, config_hash, describe_value, is_loopback
+from sglang_fleet.spec import (
+    MARKER_VAR,
+    Problems,
+    config_hash,
+    describe_value,
+    is_loopback,
+    secret_fingerprint,
+)
 
 API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
 CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
+# Each secret setting and its env file variables (the control-plane keys: one per key).
+SECRET_ENV = {PREFIX + "api_key": API_KEY_VAR,
+              PREFIX + "control_plane_api_keys": CONTROL_PLANE_KEY_VAR.format("*")}
 SECRET_ARG = "@env:"  # an argv word naming an env-file variable, replaced at exec time
 MASK = "********"
 KEY_MIN_LENGTH = 16
@@ -280,6 +290,7 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     if v["api_key"]:
         _check_key(PREFIX + "api_key", v["api_key"], p)
     cp_keys = _control_plane_keys(v["control_plane_api_keys"] or [], p)
+    _check_drops(v["drop_secrets"] or [], p)
     _check_extra_args(v["extra_args"] or [], cat, p)
     if v["port"] is not None and v["port"] == v["prometheus_port"]:
         p.error(PREFIX + "prometheus_port", v["prometheus_port"], "is the router's own port",
@@ -309,6 +320,13 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     if p.errors:
         return _result(p, None)
     return _result(p, _assemble(v, cat, cp_keys, host, address or host))
+
+
+def _check_drops(names: list[str], p: Problems) -> None:
+    for name in names:
+        if name not in SECRET_ENV:
+            p.error(PREFIX + "drop_secrets", name, "is not a secret setting",
+                    f"name one of: {', '.join(SECRET_ENV)}")
 
 
 def _check_exposure(v: dict[str, Any], cp_keys: list[dict[str, str]], p: Problems) -> None:
@@ -382,12 +400,18 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
         "router_args": ["launch", *masked],
         "env": env,
         "secret_env_names": secret_names,
+        # Fingerprints only: the router's host refuses a start that would drop a key the router
+        # last started with (one that resolved to nothing), unless drop_secrets names it.
+        "secret_fingerprints": _fingerprints(v["api_key"], cp_keys),
+        "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
+        "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
         "service": service,
         "paths": {
             "root": root, "conf_dir": f"{root}/conf", "run_dir": f"{root}/run",
             "log_dir": f"{root}/logs", "venv": venv,
             "script": f"{root}/conf/{name}.launch.sh", "env_file": f"{root}/conf/{name}.env",
             "pid_file": f"{root}/run/{name}.pid", "log_file": f"{root}/logs/{name}.log",
+            "running_spec": f"{root}/run/{name}.running-spec.json",
             "unit_file": (f"/etc/systemd/system/{name}.service"
                           if v["service_manager"] == "systemd" else None),
         },
@@ -411,6 +435,13 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
 def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
     return {"ok": not p.errors, "errors": [str(e) for e in p.errors],
             "warnings": p.warnings, "spec": spec}
+
+
+def _fingerprints(api_key: str | None, cp_keys: list[dict[str, str]]) -> dict[str, str]:
+    out = {API_KEY_VAR: secret_fingerprint(api_key)} if api_key else {}
+    for i, key in enumerate(cp_keys):
+        out[CONTROL_PLANE_KEY_VAR.format(i)] = secret_fingerprint(key["key"])
+    return out
 
 
 def router_secrets(api_key: str | None, control_plane_keys: list[Any] | None) -> dict[str, str]:

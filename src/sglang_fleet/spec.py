@@ -51,7 +51,7 @@ __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARK
            "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS",
            "SpecError",
            "build_identity", "build_launch_spec", "config_hash", "describe_value",
-           "group_consistency_errors", "public_settings"]
+           "group_consistency_errors", "public_settings", "secret_fingerprint"]
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
@@ -905,7 +905,7 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 
 # ---- assembly ----------------------------------------------------------------------------
 
-def _fingerprint(secret: str) -> str:
+def secret_fingerprint(secret: str) -> str:
     """A secret's fingerprint: enough to tell two keys apart, never the key."""
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
 
@@ -997,7 +997,7 @@ def build_launch_spec(
         "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
         # Which secrets were given, as fingerprints only: the node check refuses a start that
         # would drop one the deployment ran with (a key that resolved to nothing).
-        "secret_fingerprints": {s.env: _fingerprint(v[s.name]) for s in SETTINGS
+        "secret_fingerprints": {s.env: secret_fingerprint(v[s.name]) for s in SETTINGS
                                 if s.secret and s.env and v[s.name]},
         "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
         "service": service,

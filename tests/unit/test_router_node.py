@@ -4,9 +4,12 @@ router rejects, and the parser's fingerprint read by the router's own Python."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from sglang_fleet.router_render import router_node
 from sglang_fleet.router_spec import build_router_spec, router_secrets
@@ -144,3 +147,60 @@ def test_a_command_the_installed_router_refuses_writes_nothing(tmp_path):
     else:
         raise AssertionError("the refused command was not refused")
     assert not (tmp_path / "router").exists(), "nothing is written before the parse"
+
+
+def keyed_view(tmp_path: Path, api_key: str, keys: list, **settings) -> dict:
+    """The router as its host is given it with these keys (what the inventory resolved)."""
+    settings = {"sglang_router_root": str(tmp_path / "router"),
+                "sglang_router_host": "127.0.0.1", "sglang_router_service_manager": "supervisor",
+                "sglang_router_api_key": api_key,
+                "sglang_router_control_plane_api_keys": keys, **settings}
+    built = build_router_spec(settings, "r1", "10.0.0.5")
+    assert built["ok"], built["errors"]
+    return router_node(built["spec"], router_secrets(api_key, keys))
+
+
+def test_a_key_the_router_last_started_with_that_resolves_to_nothing_is_refused(tmp_path):
+    """The record a start keeps (names and fingerprints, never the keys) is what a later start
+    is held to: a key that vanished is refused before anything changes, naming the variable
+    and the setting that drops it on purpose; more keys, or a key dropped on purpose, pass."""
+    first = keyed_view(tmp_path, API_KEY, KEYS)
+    record = rn.started_record(first)
+    assert record["secret_env_names"] == ["SGLANG_ROUTER_API_KEY",
+                                          "SGLANG_ROUTER_CONTROL_PLANE_KEY_0"]
+    assert API_KEY not in repr(record) and ADMIN_KEY not in repr(record)
+    Path(first["running_spec_file"]).parent.mkdir(parents=True)
+    Path(first["running_spec_file"]).write_text(json.dumps(record))
+    rn.refuse_vanished_secret(keyed_view(tmp_path, API_KEY, KEYS))  # the same keys
+
+    no_key = keyed_view(tmp_path, "", KEYS)
+    with pytest.raises(rn.RouterRefused) as refused:
+        rn.converge({"router": no_key, "after_install": True, "wait_timeout": 1}, False,
+                    lambda _line: None)
+    text = str(refused.value)
+    assert text.startswith("sglang_router_api_key resolves to nothing, but the router last "
+                           f"started with it (config {first['config_hash']}, sha256:")
+    assert "would restart the router without it" in text
+    assert text.endswith("sglang_router_drop_secrets: [sglang_router_api_key]")
+    assert API_KEY not in text
+    assert not (tmp_path / "router" / "conf").exists(), "refused before anything is written"
+
+    with pytest.raises(rn.RouterRefused, match="^sglang_router_control_plane_api_keys "
+                                               "resolves to nothing, but the router"):
+        rn.refuse_vanished_secret(keyed_view(tmp_path, API_KEY, []))
+    # Another admin key, or more of them, is not a key that vanished.
+    more = [*KEYS, {"id": "ops", "name": "ops", "role": "user", "key": "cp-" + "7e" * 12}]
+    rn.refuse_vanished_secret(keyed_view(tmp_path, API_KEY, more[1:]))
+    rn.refuse_vanished_secret(keyed_view(tmp_path, API_KEY, more))
+    # Dropped on purpose.
+    rn.refuse_vanished_secret(keyed_view(
+        tmp_path, "", [], sglang_router_drop_secrets=["sglang_router_api_key",
+                                                      "sglang_router_control_plane_api_keys"]))
+
+
+def test_only_secret_settings_can_be_dropped():
+    built = build_router_spec({"sglang_router_drop_secrets": ["sglang_router_port"]}, "r1")
+    assert not built["ok"]
+    assert ("sglang_router_drop_secrets='sglang_router_port': is not a secret setting. Fix: name "
+            "one of: sglang_router_api_key, sglang_router_control_plane_api_keys"
+            in "\n".join(built["errors"]))
