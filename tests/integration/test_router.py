@@ -267,6 +267,22 @@ def test_a_hung_worker_leaves_the_router_before_it_is_killed_and_rejoins(fleet, 
     assert server_pid(fleet, host) != pid
 
 
+def test_a_recovery_limited_to_one_server_takes_it_out_of_its_router_and_back(fleet, tmp_path):
+    """`recover --limit HOST` leaves the router's host out of the run: the hung server still
+    leaves its router before it is stopped, and joins it again once recovered ready."""
+    host = fleet.hosts[1]
+    url, pid = fleet.url(host), server_pid(fleet, host)
+    os.kill(pid, signal.SIGUSR1)  # generation hangs from now on
+    run = cli(fleet, "recover", "--limit", host, "--run-dir", str(tmp_path / "recover"))
+    out = " ".join(run.stdout.split())
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"HEALTH [{host}] unhealthy" in run.stdout
+    assert out.index(f"[{host}] left router sim-router") < out.index(f"[{host}] joined router")
+    assert f"[{host}] recovered: configuration" in out and "restart on the same" in out
+    assert server_pid(fleet, host) != pid
+    wait_for(lambda: view(fleet).get(url), timeout=30)
+
+
 def test_membership_follows_the_verdict_and_health_reports_the_disagreement(fleet, tmp_path):
     host = fleet.hosts[1]
     url = fleet.url(host)
