@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import subprocess
 import tempfile
@@ -86,22 +85,14 @@ class OverloadRetryingLoad(Load):
 
     retries = 5
 
-    def _client(self, index: int) -> None:
-        session = requests.Session()
-        rng = random.Random(index)
-        while not self._stop.is_set() and time.monotonic() < self._deadline:
-            record = Request(self._next_id(), time.time())
-            with self._lock:
-                self.requests.append(record)
-            text = f"{rng.getrandbits(64):016x} from client {index}: say something"
-            for attempt in range(self.retries + 1):
-                send(session, self.url, record, text, self.max_new_tokens, self.api_key,
-                     self.timeout)
-                refused = record.error if record.status == 503 else record.abort
-                if QUEUE_FULL not in refused or attempt == self.retries:
-                    break
-                record.status, record.error, record.abort, record.tokens = None, "", "", 0
-                time.sleep(min(0.05 * 2 ** attempt, 2.0))
+    def _send(self, session: requests.Session, record: Request, text: str) -> None:
+        for attempt in range(self.retries + 1):
+            super()._send(session, record, text)
+            refused = record.error if record.status == 503 else record.abort
+            if QUEUE_FULL not in refused or attempt == self.retries:
+                break
+            record.status, record.error, record.abort, record.tokens = None, "", "", 0
+            time.sleep(min(0.05 * 2 ** attempt, 2.0))
 
 
 def naive_inventory(fleet: SimFleet) -> Path:

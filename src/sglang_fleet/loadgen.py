@@ -88,8 +88,11 @@ class Load:
             # Prompts with no common prefix, so a cache-aware router spreads them over its
             # workers instead of keeping each client on one.
             text = f"{rng.getrandbits(64):016x} from client {index}: say something"
-            send(session, self.url, record, text, self.max_new_tokens, self.api_key,
-                 self.timeout)
+            self._send(session, record, text)
+
+    def _send(self, session: requests.Session, record: Request, text: str) -> None:
+        """One request's life, recorded in `record` (a subclass may resend it)."""
+        send(session, self.url, record, text, self.max_new_tokens, self.api_key, self.timeout)
 
 
 def send(session: requests.Session, url: str, record: Request, text: str, max_new_tokens: int,
