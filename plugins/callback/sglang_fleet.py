@@ -122,6 +122,7 @@ class CallbackModule(DefaultCallback):
         self._said = {}  # host -> the failure message last shown for it
         self._fetched = {}  # (host, task) -> [files fetched, where]
         self._gate_shown = {}  # host -> (what the last GATE line said, when)
+        self._play_banner_due = False  # -v: the play's banner waits for its first task
 
     # ---- quiet by default -------------------------------------------------------------
 
@@ -358,7 +359,7 @@ class CallbackModule(DefaultCallback):
         return None
 
     def _play_banner(self):
-        if getattr(self, "_play_banner_due", False):
+        if self._play_banner_due:
             self._play_banner_due = False
             super(CallbackModule, self).v2_playbook_on_play_start(self._play)
 
