@@ -96,6 +96,11 @@ class HostOutcome:
         return "failed" if self.status == FAILED else NOT_OBSERVED
 
     @property
+    def only_checked(self) -> bool:
+        """It went no further than the controller's checks: no node of it was touched."""
+        return set(self.stages) <= {"spec"}
+
+    @property
     def evidence(self) -> str | None:
         return (self.recovery or {}).get("evidence")
 
@@ -142,7 +147,7 @@ def _left_behind(out: dict[str, HostOutcome]) -> None:
     """A rollout stopped by a failure: the hosts it never reached (checked, never deployed or
     observed) keep what they were running."""
     for o in out.values():
-        if o.status == OK and not o.verdict and set(o.stages) <= {"spec"}:
+        if o.status == OK and not o.verdict and o.only_checked:
             o.status = NOT_STARTED
             o.message = "not reached: the rollout stopped at a failed host; it runs as before"
 

@@ -49,7 +49,7 @@ def exit_code(rc: int, outcomes: dict[str, HostOutcome],
         return EXIT_USAGE  # nothing ran: a parse error, a bad path, or no host matched
     if any(o.status == "unreachable" for o in outcomes.values()):
         return EXIT_UNREACHABLE
-    if failed and all(o.stages.get("spec") and set(o.stages) <= {"spec"} for o in failed):
+    if failed and all(o.stages.get("spec") and o.only_checked for o in failed):
         return EXIT_USAGE  # the inventory was refused before any node was touched
     if failed:
         return EXIT_HOSTS_FAILED

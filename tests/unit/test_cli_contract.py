@@ -75,6 +75,25 @@ def test_exit_codes():
     refused = host_outcomes([ev("runner_on_failed", "a", ROLE + "spec.yml",
                                 msg="sglang_server_tp=100: out of range")], {"failures": {"a": 1}})
     assert exit_code(2, refused) == EXIT_USAGE
+    # Refused after its node was touched (a recovery stopped it, then its restart was refused):
+    # the host failed, it is no usage error.
+    touched = host_outcomes([ev("runner_on_ok", "a", "/p/roles/sglang_recover/tasks/recover.yml"),
+                             ev("runner_on_failed", "a", ROLE + "spec.yml",
+                                msg="sglang_server_api_key resolves to nothing")],
+                            {"failures": {"a": 1}})
+    assert exit_code(2, touched) == EXIT_HOSTS_FAILED
+
+
+def test_a_host_a_stopped_rollout_never_reached_is_not_started():
+    """serial 1: a fails in its deploy, the rollout stops; b passed the checks only."""
+    events = [ev("runner_on_ok", "a", ROLE + "spec.yml"),
+              ev("runner_on_ok", "b", ROLE + "spec.yml"),
+              ev("runner_on_failed", "a", ROLE + "service.yml", msg="start failed")]
+    outcomes = host_outcomes(events, {"ok": {"a": 2, "b": 1}, "failures": {"a": 1}})
+    assert outcomes["a"].status == "failed"
+    assert outcomes["b"].status == "not started"
+    assert outcomes["b"].message.startswith("not reached: the rollout stopped at a failed host")
+    assert exit_code(2, outcomes) == EXIT_HOSTS_FAILED
 
 
 def test_junit_has_one_case_per_host_and_stage_with_verdict_and_evidence():
