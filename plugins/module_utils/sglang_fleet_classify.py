@@ -79,13 +79,27 @@ def _busy_wait(prev, now, elapsed):
     return None
 
 
-def _oom_killed_members(obs, member_pids):
+def _oom_killed_members(obs, member_pids, lost_one=False):
     """The kernel's OOM kills of processes this run had: the killed one is gone by the time
-    the kill is read, so the run's earlier members are remembered in the gate state."""
+    the kill is read, so the run's earlier members are remembered in the gate state.
+    `lost_one`: the server lost a process without an error of its own (it exited, or SGLang
+    says a child died). A kill since its start of an SGLang-titled process the gate never saw
+    (killed before its first look) is then taken as its own, and said to be unseen."""
     known = set(member_pids)
-    return [{"kind": "killed", "fatal": True, "line": kill["line"], "message": kill["line"],
-             "at": kill["at"], "oom_kill": True, "pid": kill.get("pid")}
-            for kill in obs.get("oom_kills") or [] if kill.get("pid") in known]
+    out = []
+    for kill in obs.get("oom_kills") or []:
+        seen = kill.get("pid") in known
+        if not seen and not (lost_one and _sglang_titled(kill.get("name"))):
+            continue
+        out.append({"kind": "killed", "fatal": True, "line": kill["line"],
+                    "message": kill["line"], "at": kill["at"], "oom_kill": True,
+                    "pid": kill.get("pid"), "seen": seen})
+    return out
+
+
+def _sglang_titled(name):
+    # SGLang titles its processes sglang::...; the kernel names a process by its comm.
+    return bool(name) and name.startswith("sglang::")
 
 
 def _xid_fault(xids):
@@ -268,13 +282,17 @@ def _failure_of(obs, member_pids):
     """(failure dict or None, cause) of a failed run: the log's cause, the kernel's OOM
     kill of one of its processes, a reboot, a signal from outside, a full disk."""
     found = obs["log"].get("cause")
-    oom = _oom_killed_members(obs, member_pids)
+    lost_one = not obs["main_alive"] or (
+        found is not None and found["kind"] in failures_grammar.CONSEQUENCE_KINDS)
+    oom = _oom_killed_members(obs, member_pids, lost_one)
     # SGLang's own words after the kill (a scheduler is dead, the tree killed) are its
     # consequences: the OOM killer is the cause.
     if oom and (found is None or found["kind"] in failures_grammar.CONSEQUENCE_KINDS):
         kill = oom[0]
-        return dict(kill, said="the kernel's OOM killer killed pid %s (host memory): %s"
-                    % (kill["pid"], kill["line"]),
+        return dict(kill, said="the kernel's OOM killer killed pid %s%s (host memory): %s"
+                    % (kill["pid"], "" if kill["seen"] else
+                       ", an SGLang process killed after this start that the gate never saw",
+                       kill["line"]),
                     hint="the node ran out of host memory: free it, or lower what the server "
                          "holds in host memory (--cpu-offload-gb, --hicache-size)"), \
             vocab.ENVIRONMENT

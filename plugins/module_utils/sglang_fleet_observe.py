@@ -32,7 +32,9 @@ except ImportError:  # imported by the controller package or its tests, outside 
     from sglang_fleet_node.sglang_fleet_service import launch_errors
 
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
-_OOM = re.compile(r"Out of memory: Killed process (\d+)|oom-kill:.*pid=(\d+)")
+# The killed process's pid and name (its comm: a process title's first 15 characters).
+_OOM = re.compile(r"Out of memory: Killed process (\d+)(?: \(([^)]*)\))?"
+                  r"|oom-kill:.*task=([^,]*),pid=(\d+)")
 
 
 def process_io(pid):
@@ -162,7 +164,8 @@ def xids_and_ooms(lines, member_pids):
                          "action": vocab.XID_ACTIONS.get(code, "see NVIDIA's Xid catalog")})
         m = _OOM.search(text)
         if m:
-            ooms.append({"at": stamp, "line": text, "pid": int(m.group(1) or m.group(2))})
+            ooms.append({"at": stamp, "line": text, "pid": int(m.group(1) or m.group(4)),
+                         "name": m.group(2) or m.group(3)})
     return xids, ooms
 
 

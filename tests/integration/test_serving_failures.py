@@ -104,7 +104,11 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
     gate says unhealthy; at --watchdog-timeout SGLang's watchdog logs and SIGQUITs the tree;
     the gate then says crashed, and recovery starts the same configuration again."""
     fleet = make_fleet(tmp_path, hosts=1)
-    extra = {**fleet.extra, **FAST_GATE, "sglang_server_extra_args": ["--watchdog-timeout", "20"],
+    # Long enough that a health run on a loaded machine still comes first; the test's point
+    # is the order (gate, then watchdog), not the gate's speed.
+    watchdog = 40
+    extra = {**fleet.extra, **FAST_GATE,
+             "sglang_server_extra_args": ["--watchdog-timeout", str(watchdog)],
              "sglang_server_extra_env": {"SGLANG_HEALTH_CHECK_TIMEOUT": 2}}
     try:
         assert run_playbook("deploy.yml", fleet.inventory, extra).rc == 0
@@ -115,14 +119,14 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
         judged_after = time.monotonic() - hung_at
         assert "sim-node-1: unhealthy while serving: serving, but /health answered 503" in \
             words(health.output), health.output[-3000:]
-        assert judged_after < 20, "the gate's verdict comes before the watchdog's"
+        assert judged_after < watchdog, "the gate's verdict comes before the watchdog's"
         assert "Scheduler watchdog timeout" not in fleet.log_file("sim-node-1").read_text()
 
         wait_for(lambda: not fleet.server_processes("sim-node-1"), timeout=60, interval=0.5)
         ended_after = time.monotonic() - hung_at
-        assert 20 <= ended_after < 20 * 1.5 + 5 + 15, ended_after
+        assert watchdog <= ended_after < watchdog * 1.5 + 5 + 15, ended_after
         log = fleet.log_file("sim-node-1").read_text()
-        assert re.search(r"\] Scheduler watchdog timeout \(self\.watchdog_timeout=20\.0, "
+        assert re.search(rf"\] Scheduler watchdog timeout \(self\.watchdog_timeout={watchdog}\.0, "
                          r"self\.soft=False\)\n", log)
         assert "SIGQUIT received. signum=None, frame=None. It usually means one child " \
                "failed." in log
@@ -131,9 +135,12 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
                            {**extra, "sglang_recover_on_failure": True})
         out = words(run.output)
         assert run.rc == 0, run.output[-4000:]
-        assert (f"sim-node-1: recovered: configuration {good} failed (crashed while serving: "
-                f"TP0-7: Scheduler watchdog timeout (self.watchdog_timeout=20.0, "
-                f"self.soft=False)") in out, out[-3000:]
+        # Each rank's watchdog fires on its own; the first SIGQUIT ends the tree, so the
+        # ranks that logged it vary (TP0-7, or TP0,2-5,7 on a loaded machine).
+        assert re.search(rf"sim-node-1: recovered: configuration {good} failed \(crashed "
+                         r"while serving: TP[0-7,-]+: Scheduler watchdog timeout "
+                         rf"\(self\.watchdog_timeout={watchdog}\.0, self\.soft=False\)",
+                         out), out[-3000:]
         assert f"it was ready on {good} and failed later (crashed while serving)" in out
         assert f"restart on the same configuration {good}. Now {good} is ready." in out
         assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good

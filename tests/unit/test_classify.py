@@ -230,7 +230,7 @@ def test_dp2_scheduler_death_from_the_real_log_shape_is_crashed_with_its_line():
 
 
 def oom_kill(pid, at=T0 + 20):
-    return {"at": at, "pid": pid,
+    return {"at": at, "pid": pid, "name": "sglang::schedul",
             "line": f"Out of memory: Killed process {pid} (sglang::schedul) total-vm:4123kB, "
                     f"anon-rss:9876kB, file-rss:0kB, shmem-rss:0kB, UID:0 oom_score_adj:0"}
 
@@ -254,7 +254,7 @@ def test_the_observation_names_the_pid_of_each_kernel_oom_kill():
              (T0 + 1, "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
                       "mems_allowed=0-1,global_oom,task_memcg=/,task=python3,pid=5151,uid=0")]
     _, ooms = xids_and_ooms(lines, set())
-    assert [k["pid"] for k in ooms] == [4242, 5151]
+    assert [(k["pid"], k["name"]) for k in ooms] == [(4242, "sglang::schedul"), (5151, "python3")]
 
 
 def test_oom_kill_of_another_process_on_the_node_is_not_this_servers_failure():
@@ -263,6 +263,24 @@ def test_oom_kill_of_another_process_on_the_node_is_not_this_servers_failure():
     other["oom_kills"] = [oom_kill(4242)]
     seq.append((5, other))
     assert replay(seq)[-1]["verdict"] == "progressing"
+
+
+def test_an_oom_kill_before_the_gates_first_look_is_still_the_node_fault():
+    # Under load the gate's first look comes after the kernel killed a scheduler: its pid was
+    # never seen. The server then died of it; a kill of an SGLang process since this start is
+    # taken as its own, and the reason says the gate never saw it.
+    dead = obs(alive=False, exit_status=1, failures=[{
+        "kind": "child_failed", "fatal": True, "line": "Received sigquit from a child process.",
+        "message": "Received sigquit from a child process."}])
+    dead["log"]["cause"] = dead["log"]["failures"][0]
+    dead["oom_kills"] = [oom_kill(4242)]
+    v = replay([(5, dead)])[-1]
+    assert v["verdict"] == "crashed" and v["cause"] == "environment"
+    assert v["reason"].startswith("the kernel's OOM killer killed pid 4242, an SGLang process "
+                                  "killed after this start that the gate never saw")
+    # A process of another name is not taken for the server's.
+    dead["oom_kills"] = [dict(oom_kill(4242), name="python3")]
+    assert replay([(5, dead)])[-1]["cause"] != "environment"
 
 
 def test_health_200_during_warm_up_is_ready():
