@@ -461,7 +461,7 @@ def test_data_parallel_runs_a_controller_that_owns_the_schedulers(launch):
 
 def test_non_zero_node_rank_runs_a_dummy_health_server_and_only_logs_sigterm(launch):
     group = ["--tp-size", "16", "--nnodes", "2", "--attention-backend", "triton",
-             "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
+             "--enable-metrics", "--dist-init-addr", f"127.0.0.1:{free_port_block(1)}"]
     launch(*group, "--node-rank", "0")  # rank 0 hosts the rendezvous both nodes meet at
     sim = launch(*group, "--node-rank", "1", "--host", "127.0.0.2")
     url = f"http://127.0.0.2:{sim.port}"
@@ -474,6 +474,10 @@ def test_non_zero_node_rank_runs_a_dummy_health_server_and_only_logs_sigterm(lau
             assert (r.status_code, r.content) == (200, b""), path
         assert requests.get(url + "/ready", timeout=5).status_code == 404
         assert requests.post(url + "/generate", json={"text": "x"}, timeout=5).status_code == 404
+        # --enable-metrics mounts /metrics: no stats-logging scheduler on this node, so empty.
+        metrics = requests.get(url + "/metrics", timeout=5)
+        assert (metrics.status_code, metrics.content) == (200, b"")
+        assert metrics.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         assert titles(sim) == sorted(f"sglang::scheduler_TP{i}" for i in range(8, 16)), \
             "no detokenizer on a non-zero node rank"
         assert READY not in sim.log() and "Uvicorn running" not in sim.log()

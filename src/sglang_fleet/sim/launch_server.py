@@ -124,11 +124,15 @@ class UvicornServer(ThreadingHTTPServer):
 
 
 class DummyHealthHandler(BaseHTTPRequestHandler):
-    """launch_dummy_health_check_server: /ping, /health, /health_generate answer 200, empty."""
+    """launch_dummy_health_check_server: /ping, /health, /health_generate answer 200, empty.
+    Under --enable-metrics it mounts /metrics too (add_prometheus_middleware): the node's
+    multiprocess collector, empty here, since only a stats-logging rank (attn_tp_rank 0,
+    on node 0) reports scheduler metrics (observability/metrics_collector.py)."""
 
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    enable_metrics = False
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - uvicorn at warning
         pass
@@ -142,8 +146,14 @@ class DummyHealthHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
+        path = self.path.split("?", 1)[0]
+        if path in ("/ping", "/health", "/health_generate"):
             self._answer(200)
+        elif path.startswith("/metrics") and self.enable_metrics:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         else:
             self._answer(404, b'{"detail":"Not Found"}')
 
@@ -347,7 +357,9 @@ class Engine:
             f"broadcast to stop the schedulers."))
         args = self.rt.args
         try:
-            health = UvicornServer((args.host, args.port), DummyHealthHandler)
+            handler = type("DummyHealthHandler", (DummyHealthHandler,),
+                           {"enable_metrics": bool(args.enable_metrics)})
+            health = UvicornServer((args.host, args.port), handler)
         except OSError as exc:
             log(f"Dummy health check server failed to start: [Errno {exc.errno}] "
                 f"{exc.strerror}")
