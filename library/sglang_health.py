@@ -33,6 +33,12 @@ extends_documentation_fragment:
   - sglang_fleet
   - sglang_fleet.gpu
 options:
+  from_spec:
+    description:
+      - The sglang_server role's LaunchSpec (C(sglang_server_launch_spec)). On the controller,
+        its gate view (the one M(sglang_node)'s I(gate) takes) fills every option below that
+        the task does not give; options given beside it win. Never sent to the node.
+    type: dict
   log_file:
     description: The server log.
     type: path
@@ -120,6 +126,15 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Gate on the server of the LaunchSpec the sglang_server role built
+  sglang_health:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    wait: 10
+  register: verdict
+  until: verdict.verdict != 'progressing'
+  retries: 720
+  delay: 0
+
 - name: Gate on one server
   sglang_health:
     marker: "node1:Kimi-K2.5-30000"

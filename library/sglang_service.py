@@ -38,6 +38,20 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 options:
+  from_spec:
+    description:
+      - The sglang_server role's LaunchSpec (C(sglang_server_launch_spec)), or for a stop a
+        deployment's identity (C(sglang_server_identity)). On the controller, its service view
+        (marker, manager, unit, user, node rank, script, log, state file, workdir, stop
+        timeout) and, unless I(state=stopped), its start view (the one M(sglang_node)'s
+        I(start) takes, with the GPU backend and shm folder) fill every option the task does
+        not give; options given beside it win. Never sent to the node.
+    type: dict
+  group_hosts:
+    description: With I(from_spec), the inventory hosts of the server's multi-node group
+      (their nodes may hold its port on a shared machine). Controller side only.
+    type: list
+    elements: str
   marker:
     description: Deployment marker, the value of C(SGLANG_FLEET_DEPLOYMENT) in every process.
     type: str
@@ -161,6 +175,12 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Start the server of the LaunchSpec the sglang_server role built
+  sglang_service:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    group_hosts: "{{ groups[sglang_server_launch_spec.group.name] | default([]) }}"
+    state: started
+
 - name: Start the server, restarting it if its launch files changed
   sglang_service:
     marker: "node1:kimi-k2.5-30000"

@@ -881,6 +881,24 @@ def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def service_module_args(spec: dict[str, Any]) -> dict[str, Any]:
+    """sglang_service's options naming a LaunchSpec's (or an identity's) server and its
+    service: all a stop needs; a start adds start_module_args."""
+    service, paths = spec["service"], spec["paths"]
+    return {
+        "marker": spec["marker"],
+        "manager": service["manager"],
+        "unit_name": service["unit_name"],
+        "service_user": service["user"],
+        "node_rank": spec["group"]["node_rank"],
+        "script": paths["script"],
+        "log_file": paths["log_file"],
+        "state_file": paths["pid_file"],
+        "workdir": paths["root"],
+        "stop_timeout": service["stop_timeout"],
+    }
+
+
 def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
                       ) -> dict[str, Any]:
     """What a start of a LaunchSpec's server needs besides its service (sglang_service's

@@ -1,0 +1,16 @@
+# -*- coding: utf-8 -*-
+# Controller side of sglang_health: `from_spec` (the LaunchSpec) becomes the module's options
+# through the LaunchSpec's gate view, the same view sglang_node's `gate` option takes.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from sglang_fleet.spec import gate_module_args
+from sglang_fleet.spec_action import SpecViewAction
+
+
+class ActionModule(SpecViewAction):
+    module_name = "sglang_health"
+
+    def view(self, spec, args):
+        return gate_module_args(spec)
