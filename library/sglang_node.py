@@ -42,6 +42,15 @@ description:
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
+  from_spec:
+    description:
+      - The sglang_server role's LaunchSpec (C(sglang_server_launch_spec)). On the controller,
+        every option that follows from it alone (the host, interpreter, reboot mark, GPUs,
+        simulated node, running spec, settings, secret names, model, shm folder, service,
+        argument check) is filled from it where the task does not give it; options given
+        beside it win (an explicit null stays null). I(files), I(gate), I(lock), I(write) and
+        I(start) depend on the run and stay the task's. Never sent to the node.
+    type: dict
   host_name:
     description: Inventory name of the host, for messages.
     type: str
@@ -251,6 +260,12 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Check the node for the LaunchSpec the sglang_server role built
+  sglang_node:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    gate: "{{ sglang_server_launch_spec | sglang_fleet_gate_args }}"
+  register: node
+
 - name: Check the node before deploying
   sglang_node:
     host_name: gpu-node-01

@@ -881,6 +881,40 @@ def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def argcheck_record(spec: dict[str, Any]) -> str:
+    """Where the node records the arguments the installed SGLang parsed (sglang_argcheck)."""
+    return f"{spec['paths']['run_dir']}/{spec['deployment']}.argcheck.json"
+
+
+def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
+    """sglang_node's options that follow from the LaunchSpec alone; the files, the gate, the
+    lock, the write and the start depend on the run and are the task's."""
+    paths, model, gpu = spec["paths"], spec["model"], spec["gpu"]
+    service = service_module_args(spec)
+    return {
+        "host_name": spec["host"],
+        "server_python": spec["install"]["server_python"],
+        "reboot_mark": paths["reboot_mark"],
+        "gpu_backend": gpu["backend"],
+        "sim_dir": gpu["sim_dir"],
+        "gpu_count": gpu["count"],
+        "compute_capability": gpu["compute_capability"],
+        "sim": {**spec["sim"], "model_dir": model["path"], "family": model["family"],
+                "shm_dir": paths["shm_dir"]} if spec["sim"] else None,
+        "running_spec_file": paths["running_spec"],
+        "settings": spec["settings"],
+        "secrets": {"names": spec["secret_env_names"], "variables": spec["secret_variables"],
+                    "drops": spec["secret_drops"]},
+        "model": {"path": model["path"], **model["check"]},
+        "shm_dir": paths["shm_dir"],
+        "service": {"user": service.pop("service_user"),
+                    **{k: v for k, v in service.items() if k != "stop_timeout"}},
+        "argcheck_record": argcheck_record(spec),
+        "args_parser": spec["install"]["args_parser"],
+        "args": spec["server_args"],
+    }
+
+
 def service_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_service's options naming a LaunchSpec's (or an identity's) server and its
     service: all a stop needs; a start adds start_module_args."""

@@ -5,13 +5,10 @@ win; without it the module takes its options as given."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-View = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
 class SpecViewAction(ActionBase):
@@ -24,6 +21,10 @@ class SpecViewAction(ActionBase):
 
     def view(self, spec: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def module_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The options as sent to the node (a subclass adds what only the controller knows)."""
+        return args
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -40,6 +41,7 @@ class SpecViewAction(ActionBase):
                 raise AnsibleActionFail(f"{self.module_name}: from_spec is not a LaunchSpec "
                                         f"of this release of sglang-fleet (missing {exc})"
                                         ) from exc
-        result.update(self._execute_module(module_name=self.module_name, module_args=args,
+        result.update(self._execute_module(module_name=self.module_name,
+                                           module_args=self.module_args(args),
                                            task_vars=task_vars))
         return result
