@@ -21,36 +21,54 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-CATALOGUE_DIR = Path(__file__).resolve().parent / "data" / "catalogue"
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test
 
 
+@dataclass(frozen=True)
+class CatalogueFiles:
+    """Where one program's shipped catalogues lie: `<folder>/<stem>-VERSION.json`, one per
+    release (SGLang's here, sglang-router's in router_catalogue)."""
+
+    folder: Path
+    stem: str
+
+    def path(self, version: str) -> Path:
+        return self.folder / f"{self.stem}-{version}.json"
+
+    def versions(self) -> tuple[str, ...]:
+        """Releases with a catalogue, oldest first."""
+        from packaging.version import Version
+
+        names = [p.name.removeprefix(f"{self.stem}-").removesuffix(".json")
+                 for p in self.folder.glob(f"{self.stem}-*.json")]
+        return tuple(sorted(names, key=Version))
+
+    def write(self, dump: dict[str, Any], version: str) -> Path:
+        """Store one release's catalogue whole or not at all (a reader never sees half)."""
+        path = self.path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)
+        return path
+
+
+FILES = CatalogueFiles(Path(__file__).resolve().parent / "data" / "catalogue", "sglang")
+CATALOGUE_DIR = FILES.folder
+
+
 def catalogue_path(version: str) -> Path:
-    return CATALOGUE_DIR / f"sglang-{version}.json"
+    return FILES.path(version)
 
 
 def write_catalogue(dump: dict[str, Any]) -> Path:
-    path = catalogue_path(dump["sglang_version"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(dump, indent=1, sort_keys=True) + "\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
-
-
-def _version_key(version: str) -> tuple:
-    from packaging.version import Version
-
-    return (Version(version),)
+    return FILES.write(dump, dump["sglang_version"])
 
 
 @cache
 def shipped_versions() -> tuple[str, ...]:
     """Releases with a catalogue in the package, oldest first."""
-    names = [p.name.removeprefix("sglang-").removesuffix(".json")
-             for p in CATALOGUE_DIR.glob("sglang-*.json")]
-    return tuple(sorted(names, key=_version_key))
+    return FILES.versions()
 
 
 # ---- SGLang's argparse types, re-implemented exactly (each names its source) ----------------

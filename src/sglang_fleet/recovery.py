@@ -10,16 +10,9 @@ from typing import Any
 
 from sglang_fleet.reasons import counted
 from sglang_fleet.rules import matching_rules
+from sglang_fleet.settings import NOT_CONFIGURATION
 from sglang_fleet.spec import PREFIX, public_settings
 from sglang_fleet_node import sglang_fleet_vocab as vocab
-
-# Settings that say where a server runs, how it is reached or how it is watched, not what
-# runs: recovery never changes them, and they never make two configurations differ.
-NOT_CONFIGURATION = tuple(PREFIX + name for name in (
-    "overrides", "root", "python", "port", "host", "deployment_name", "group", "node_rank",
-    "dist_init_host", "dist_init_port", "shm_dir", "kernel_log", "gate_stall_windows",
-    "gate_ceilings", "gate_poll_interval", "health_timeout", "sim_time_factor",
-    "sim_gpu_count", "sim_compute_capability"))
 
 # Why a server failed, as far as choosing its next configuration goes.
 AFTER_READY = "after_ready"  # it was ready on this configuration and failed later

@@ -24,9 +24,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.catalogue import Catalogue
+from sglang_fleet.catalogue import Catalogue, CatalogueFiles
 
-CATALOGUE_DIR = Path(__file__).resolve().parent / "data" / "router_catalogue"
+FILES = CatalogueFiles(Path(__file__).resolve().parent / "data" / "router_catalogue",
+                       "sglang-router")
+CATALOGUE_DIR = FILES.folder
 
 # Runs inside the router's environment (standard library + sglang_router only). Choices that
 # the Rust extension reports (tool-call parsers) come in set order: sorted, so dumps compare.
@@ -64,12 +66,11 @@ json.dump({"router_version": version("sglang-router"), "prog": parser.prog,
 
 
 def catalogue_path(version: str) -> Path:
-    return CATALOGUE_DIR / f"sglang-router-{version}.json"
+    return FILES.path(version)
 
 
 def shipped_versions() -> tuple[str, ...]:
-    return tuple(sorted(p.name.removeprefix("sglang-router-").removesuffix(".json")
-                        for p in CATALOGUE_DIR.glob("sglang-router-*.json")))
+    return FILES.versions()
 
 
 def probe(python: str) -> dict[str, Any]:
@@ -85,10 +86,7 @@ def probe(python: str) -> dict[str, Any]:
 
 
 def write_catalogue(dump: dict[str, Any]) -> Path:
-    path = catalogue_path(dump["router_version"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
-    return path
+    return FILES.write(dump, dump["router_version"])
 
 
 @cache

@@ -13,46 +13,19 @@ pinned release's.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.settings import RoleFiles
+from sglang_fleet.role_files import RoleFiles
+from sglang_fleet.setting_kinds import Setting, SettingsTable
 
 PREFIX = "sglang_router_"
 ROLE_DIR = Path(__file__).resolve().parents[2] / "roles" / "sglang_router"
 
 
-@dataclass(frozen=True)
-class RouterSetting:
-    """One inventory variable (without its sglang_router_ prefix).
-
-    flag: the router option it renders and owns (extra_args may not set it); render: "value"
-    (`--flag value`), "switch" (`--flag` when true), None (not a router option, or rendered by
-    router_spec.py itself).
-    """
-
-    name: str
-    kind: str  # str | int | float | bool | list | dict
-    default: Any
-    doc: str
-    section: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[Any, ...] | None = None
-    flag: str | None = None
-    render: str | None = None
-    nullable: bool = False
-    secret: bool = False
-    elements: str | None = None
-
-    @property
-    def variable(self) -> str:
-        return PREFIX + self.name
-
-
-R = RouterSetting
-SETTINGS: tuple[RouterSetting, ...] = (
+R = partial(Setting, prefix=PREFIX)
+TABLE = SettingsTable(PREFIX, (
     # Release and install
     R("version", "str", "0.3.2", "sglang-router release, pinned (a catalogue of its options "
       "ships in sglang_fleet/data/router_catalogue).", "Release"),
@@ -98,7 +71,7 @@ SETTINGS: tuple[RouterSetting, ...] = (
       "went to).", "Routing", flag="--log-level", render="value"),
     R("extra_args", "list", [], "Further `sglang-router launch` options, checked against the "
       "pinned release; options the settings above own are refused here.", "Routing",
-      elements="str"),
+      elements="str", example='["--max-concurrent-requests", "256"]'),
     # Retries
     R("retry_max_retries", "int", 5, "Attempts per request (a failed send is re-sent to a "
       "worker; a response already streaming cannot be).", "Retries", low=1, high=100,
@@ -141,11 +114,12 @@ SETTINGS: tuple[RouterSetting, ...] = (
     # Secrets
     R("api_key", "str", "", "Key clients must send (Authorization: Bearer) to the router; "
       "kept in the 0600 env file, never on a command line or in output.", "Secrets",
-      flag="--api-key", secret=True),
+      flag="--api-key", secret=True, render="secret", env="SGLANG_ROUTER_API_KEY"),
     R("control_plane_api_keys", "list", [], "Keys of the worker API: a list of {id, name, "
       "role: admin|user, key}. The fleet manages membership with the first admin key. Kept "
       "like sglang_router_api_key.", "Secrets", flag="--control-plane-api-keys", secret=True,
-      elements="dict"),
+      elements="dict", render="custom", env="SGLANG_ROUTER_CONTROL_PLANE_KEY_*",
+      example="[{id: fleet, name: sglang-fleet, role: admin, key: ...}]"),
     R("drop_secrets", "list", [], "Secret settings the router may start without although it "
       "last started with them (a key removed on purpose); otherwise a secret that resolves to "
       "nothing is refused.", "Secrets", elements="str"),
@@ -166,7 +140,9 @@ SETTINGS: tuple[RouterSetting, ...] = (
       "draining.", "Membership", low=0.05, high=60.0),
     R("follow_verdicts", "bool", False, "health.yml: also apply membership (ready servers in, "
       "others out) instead of only reporting it; sglang-fleet watch sets it.", "Membership"),
-)
+))
+del R
+SETTINGS: tuple[Setting, ...] = TABLE.rows
 
 SECTION_NOTES = {
     "Release": "Release and how it is installed on the router host",
@@ -180,13 +156,14 @@ SECTION_NOTES = {
     "Membership": "Membership: the gate decides it (ready servers in, others out)",
 }
 
-BY_NAME: dict[str, RouterSetting] = {s.name: s for s in SETTINGS}
-BY_VARIABLE: dict[str, RouterSetting] = {s.variable: s for s in SETTINGS}
-SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
+BY_NAME: dict[str, Setting] = TABLE.by_name
+BY_VARIABLE: dict[str, Setting] = TABLE.by_variable
+SECRET_SETTINGS: tuple[str, ...] = TABLE.secret_variables
 OWNED_FLAGS: dict[str, str] = {s.flag: s.variable for s in SETTINGS if s.flag}
 
+
 def defaults() -> dict[str, Any]:
-    return {s.variable: s.default for s in SETTINGS}
+    return TABLE.defaults()
 
 
 ROLE_FILES = RoleFiles(

@@ -14,17 +14,17 @@ workers by themselves are refused.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import ipaddress
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from sglang_fleet import router_settings
 from sglang_fleet.catalogue import Catalogue
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
-from sglang_fleet.router_settings import BY_VARIABLE, PREFIX, SETTINGS, RouterSetting
+from sglang_fleet.router_settings import BY_NAME, BY_VARIABLE, PREFIX, TABLE
+from sglang_fleet.setting_kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
 from sglang_fleet.spec import (
     MARKER_VAR,
     Problems,
@@ -34,18 +34,14 @@ from sglang_fleet.spec import (
     secret_fingerprint,
 )
 
-API_KEY_VAR = "SGLANG_ROUTER_API_KEY"
-CONTROL_PLANE_KEY_VAR = "SGLANG_ROUTER_CONTROL_PLANE_KEY_{}"
+API_KEY_VAR = BY_NAME["api_key"].env
+CONTROL_PLANE_KEY_VAR = str(BY_NAME["control_plane_api_keys"].env).replace("*", "{}")
 # Each secret setting and its env file variables (the control-plane keys: one per key).
-SECRET_ENV = {PREFIX + "api_key": API_KEY_VAR,
-              PREFIX + "control_plane_api_keys": CONTROL_PLANE_KEY_VAR.format("*")}
+SECRET_ENV = TABLE.secret_env
 SECRET_ARG = "@env:"  # an argv word naming an env-file variable, replaced at exec time
 MASK = "********"
 KEY_MIN_LENGTH = 16
-_TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
 _KEY_FIELD = re.compile(r"^[^:\n\r\x00]{1,128}$")
-_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
-               "false": False, "no": False, "off": False, "0": False}
 # Options that would give the router workers of its own: membership is the gate's.
 _MEMBERSHIP_FLAGS = {
     "--worker-urls": "the router starts with no workers; the gate adds each server once it is "
@@ -68,98 +64,12 @@ LAUNCHER = (
 )
 
 
-def _unknown_variables(settings: dict[str, Any], p: Problems) -> None:
-    for name in sorted(settings):
-        if not name.startswith(PREFIX) or name in BY_VARIABLE or name.startswith(PREFIX + "_"):
-            continue
-        close = difflib.get_close_matches(name, list(BY_VARIABLE), n=1, cutoff=0.75)
-        fix = (f"did you mean {close[0]}?" if close else
-               "remove it; `ansible-doc -t role -r roles sglang_router` lists the settings")
-        p.error(name, None if name in _secret_names() else settings[name],
-                "is not a setting of the sglang_router role", fix,
-                described="<hidden>" if "key" in name else None)
+def _table() -> SettingsTable:
+    """The router role's settings, read when used (a test may add a row)."""
+    return router_settings.TABLE
 
 
-def _secret_names() -> set[str]:
-    return {s.variable for s in SETTINGS if s.secret}
-
-
-def _coerce(s: RouterSetting, raw: Any, p: Problems) -> Any:
-    """The value in its type, or None after reporting the problem (a secret's value is never
-    shown in it)."""
-    if raw is None or (raw == "" and (s.nullable or s.secret)):
-        if s.kind == "list":
-            return []
-        if s.nullable or s.secret:
-            return None if not s.secret else ""
-        p.error(s.variable, raw, "is required", f"set {s.variable}, e.g. {s.default!r}")
-        return None
-    value = _COERCERS[s.kind](s, raw)
-    if isinstance(value, _Refused):
-        p.error(s.variable, None if s.secret else raw, value.problem, value.fix,
-                described="<secret>" if s.secret else None)
-        return None
-    return value
-
-
-@dataclass(frozen=True)
-class _Refused:
-    problem: str
-    fix: str
-
-
-def _as_bool(s: RouterSetting, raw: Any) -> Any:
-    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-        return _BOOL_WORDS[raw.lower()]
-    if not isinstance(raw, bool):
-        return _Refused("must be a boolean", "set true or false (unquoted)")
-    return raw
-
-
-def _as_number(s: RouterSetting, raw: Any) -> Any:
-    value = raw
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = int(value) if s.kind == "int" else float(value)
-    wanted = "an integer" if s.kind == "int" else "a number"
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            s.kind == "int" and not isinstance(value, int)):
-        return _Refused(f"must be {wanted}",
-                        f"set {wanted} in {s.low:g}..{s.high:g}, e.g. {s.default}")
-    if s.low is not None and s.high is not None and not s.low <= value <= s.high:
-        return _Refused(f"is out of range {s.low:g}..{s.high:g}",
-                        f"set a value in {s.low:g}..{s.high:g}, e.g. {s.default}")
-    return value if s.kind == "int" else float(value)
-
-
-def _as_str(s: RouterSetting, raw: Any) -> Any:
-    if not isinstance(raw, str):
-        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
-    if any(c in raw for c in "\n\r\x00"):
-        return _Refused("contains a newline or NUL byte", "remove control characters")
-    if s.choices and raw not in s.choices:
-        close = difflib.get_close_matches(raw, list(s.choices), n=1)
-        return _Refused("is not a valid choice", (f"did you mean {close[0]!r}? " if close
-                                                  else "") + f"use one of: {', '.join(s.choices)}")
-    return raw
-
-
-def _as_list(s: RouterSetting, raw: Any) -> Any:
-    if not isinstance(raw, list):
-        return _Refused("must be a list", 'e.g. ["--max-concurrent-requests", "256"]'
-                        if not s.secret else
-                        "e.g. [{id: fleet, name: sglang-fleet, role: admin, key: ...}]")
-    if s.elements == "str" and not all(isinstance(a, str) for a in raw):
-        return _Refused("must be a list of strings",
-                        'quote every item, e.g. ["--max-concurrent-requests", "256"]')
-    return list(raw)
-
-
-_COERCERS = {"bool": _as_bool, "int": _as_number, "float": _as_number, "str": _as_str,
-             "list": _as_list}
-
-
-def _choice(s: RouterSetting, value: Any, cat: Catalogue, p: Problems) -> None:
+def _choice(s: Setting, value: Any, cat: Catalogue, p: Problems) -> None:
     choices = cat.by_flag[s.flag].choices if s.flag in cat.by_flag else None
     if choices is None or value in choices:
         return
@@ -175,7 +85,7 @@ def _check_key(variable: str, key: Any, p: Problems, where: str = "") -> None:
         problem = "is empty or not a string"
     elif len(key) < KEY_MIN_LENGTH:
         problem = f"is {len(key)} characters long: too short to be a secret"
-    elif not _TOKEN68.match(key):
+    elif not TOKEN68.match(key):
         problem = "has characters an HTTP bearer token cannot carry (spaces, quotes, ...)"
     if problem:
         p.error(variable, None, f"{where}{problem}",
@@ -227,7 +137,8 @@ def _check_extra_args(tokens: list[str], cat: Catalogue, p: Problems) -> None:
         fix = problem.fix.replace("`sglang serve --help` for SGLang router",
                                   "`sglang-router launch --help` of sglang-router")
         p.error(var, tokens, problem.problem, fix)
-    owned = {cat.by_flag[s.flag].dest: s for s in SETTINGS if s.flag and s.flag in cat.by_flag}
+    owned = {cat.by_flag[s.flag].dest: s for s in _table()
+             if s.flag and s.flag in cat.by_flag}
     for dest, flag in check.dests.items():
         if flag in _MEMBERSHIP_FLAGS:
             p.error(var, tokens, f"{flag}: {_MEMBERSHIP_FLAGS[flag]}",
@@ -273,10 +184,11 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     sglang_router_* variables (missing ones take the table's defaults); `address` is how other
     machines reach the host (its ansible_host). Returns {"ok", "errors", "warnings", "spec"}."""
     p = Problems(host, prefix="")
-    _unknown_variables(settings, p)
+    table = _table()
+    unknown_variables(settings, table, p)
     v: dict[str, Any] = {}
-    for s in SETTINGS:
-        v[s.name] = _coerce(s, settings.get(s.variable, s.default), p)
+    for s in table:
+        v[s.name] = coerce(s, settings.get(s.variable, s.default), p)
     version = v["version"]
     if version not in shipped_versions():
         p.error(PREFIX + "version", version, "is not an sglang-router release this toolkit has "
@@ -284,7 +196,7 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
                 "adding a release)")
         return _result(p, None)
     cat = router_catalogue(version)
-    for s in SETTINGS:
+    for s in table:
         if s.flag in cat.by_flag and cat.by_flag[s.flag].choices and v[s.name] is not None:
             _choice(s, v[s.name], cat, p)
     if v["api_key"]:
@@ -323,10 +235,11 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
 
 
 def _check_drops(names: list[str], p: Problems) -> None:
+    secrets = _table().secret_env
     for name in names:
-        if name not in SECRET_ENV:
+        if name not in secrets:
             p.error(PREFIX + "drop_secrets", name, "is not a secret setting",
-                    f"name one of: {', '.join(SECRET_ENV)}")
+                    f"name one of: {', '.join(secrets)}")
 
 
 def _check_exposure(v: dict[str, Any], cp_keys: list[dict[str, str]], p: Problems) -> None:
@@ -354,20 +267,8 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
     root = v["root"].rstrip("/")
     venv = v["venv"] or f"{root}/venv"
     router_python = f"{venv}/bin/python" if v["install_mode"] == "pip" else v["python"]
-    args: list[Any] = []
-    masked: list[str] = []
-    for s in SETTINGS:
-        if s.render == "value":
-            args += [s.flag, str(v[s.name])]
-            masked += [s.flag, str(v[s.name])]
-        elif s.render == "switch" and v[s.name]:
-            args.append(s.flag)
-            masked.append(s.flag)
-    secret_names: list[str] = []
-    if v["api_key"]:
-        secret_names.append(API_KEY_VAR)
-        args += ["--api-key", {"env": API_KEY_VAR}]
-        masked += ["--api-key", MASK]
+    table = _table()
+    args, masked, secret_names = _render_settings(v, table)
     if cp_keys:
         args.append("--control-plane-api-keys")
         masked.append("--control-plane-api-keys")
@@ -402,9 +303,9 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
         "secret_env_names": secret_names,
         # Fingerprints only: the router's host refuses a start that would drop a key the router
         # last started with (one that resolved to nothing), unless drop_secrets names it.
-        "secret_fingerprints": _fingerprints(v["api_key"], cp_keys),
-        "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
-        "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
+        "secret_fingerprints": _fingerprints(v, table, cp_keys),
+        "secret_variables": [[env, variable] for variable, env in table.secret_env.items()],
+        "secret_drops": [table.secret_env[name] for name in v["drop_secrets"] or []],
         "service": service,
         "paths": {
             "root": root, "conf_dir": f"{root}/conf", "run_dir": f"{root}/run",
@@ -428,7 +329,7 @@ def _assemble(v: dict[str, Any], cat: Catalogue, cp_keys: list[dict[str, str]], 
         "membership": {"workers_group": v["workers_group"], "join_timeout": v["join_timeout"],
                        "drain_timeout": v["drain_timeout"],
                        "drain_poll_interval": v["drain_poll_interval"]},
-        "settings": {s.variable: v[s.name] for s in SETTINGS if not s.secret},
+        "settings": {s.variable: v[s.name] for s in table if not s.secret},
     }
 
 
@@ -437,8 +338,31 @@ def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
             "warnings": p.warnings, "spec": spec}
 
 
-def _fingerprints(api_key: str | None, cp_keys: list[dict[str, str]]) -> dict[str, str]:
-    out = {API_KEY_VAR: secret_fingerprint(api_key)} if api_key else {}
+def _render_settings(v: dict[str, Any], table: SettingsTable
+                     ) -> tuple[list[Any], list[str], list[str]]:
+    """The options the settings render, in table order: (argv words, the same masked, the env
+    file variables they read). A secret option names its env file variable, never the value."""
+    args: list[Any] = []
+    masked: list[str] = []
+    secret_names: list[str] = []
+    for s in table:
+        if s.render == "value":
+            args += [s.flag, str(v[s.name])]
+            masked += [s.flag, str(v[s.name])]
+        elif s.render == "switch" and v[s.name]:
+            args.append(s.flag)
+            masked.append(s.flag)
+        elif s.render == "secret" and v[s.name]:
+            secret_names.append(str(s.env))
+            args += [s.flag, {"env": s.env}]
+            masked += [str(s.flag), MASK]
+    return args, masked, secret_names
+
+
+def _fingerprints(v: dict[str, Any], table: SettingsTable, cp_keys: list[dict[str, str]]
+                  ) -> dict[str, str]:
+    out = {str(s.env): secret_fingerprint(v[s.name]) for s in table
+           if s.render == "secret" and v[s.name]}
     for i, key in enumerate(cp_keys):
         out[CONTROL_PLANE_KEY_VAR.format(i)] = secret_fingerprint(key["key"])
     return out

@@ -18,31 +18,41 @@ import textwrap
 from pathlib import Path
 
 from sglang_fleet import router_settings, settings
-from sglang_fleet.router_spec import API_KEY_VAR as ROUTER_API_KEY_VAR
-from sglang_fleet.router_spec import CONTROL_PLANE_KEY_VAR
+from sglang_fleet.setting_kinds import SettingsTable
 
 NODE_COPY = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / \
     "sglang_fleet_secrets.py"
 _BEGIN = "# ---- generated from the settings tables: python -m sglang_fleet.secrets --write ----"
 _END = "# ---- end of the generated part ----"
-def secret_names() -> list[str]:
-    names: set[str] = {ROUTER_API_KEY_VAR}
-    for table in (settings.SETTINGS, router_settings.SETTINGS):
-        for s in table:
-            if s.secret:
-                names |= {s.variable, s.name}
-                names |= {getattr(s, "env", None)} - {None}
+
+
+def _tables() -> tuple[SettingsTable, ...]:
+    return settings.TABLE, router_settings.TABLE
+
+
+def _secret_rows(tables: tuple[SettingsTable, ...] | None) -> list:
+    return [s for table in tables or _tables() for s in table if s.secret]
+
+
+def secret_names(tables: tuple[SettingsTable, ...] | None = None) -> list[str]:
+    """Each secret setting's variable, its short name and its env file variable (one that
+    ends in `*` is numbered per item: a prefix, secret_prefixes)."""
+    names: set[str] = set()
+    for s in _secret_rows(tables):
+        names |= {s.variable, s.name}
+        if s.env and not s.env.endswith("*"):
+            names.add(s.env)
     return sorted(names)
 
 
-def secret_flags() -> list[str]:
-    return sorted({s.flag for table in (settings.SETTINGS, router_settings.SETTINGS)
-                   for s in table if s.secret and s.flag})
+def secret_flags(tables: tuple[SettingsTable, ...] | None = None) -> list[str]:
+    return sorted({s.flag for s in _secret_rows(tables) if s.flag})
 
 
-def secret_prefixes() -> list[str]:
+def secret_prefixes(tables: tuple[SettingsTable, ...] | None = None) -> list[str]:
     """Env file variables numbered per item (the router's control-plane keys)."""
-    return [CONTROL_PLANE_KEY_VAR.format("")]
+    return sorted({s.env.removesuffix("*") for s in _secret_rows(tables)
+                   if s.env and s.env.endswith("*")})
 
 
 def _tuple_lines(values: list[str]) -> list[str]:
@@ -51,22 +61,23 @@ def _tuple_lines(values: list[str]) -> list[str]:
                          break_on_hyphens=False, break_long_words=False)
 
 
-def generated_block() -> str:
+def generated_block(tables: tuple[SettingsTable, ...] | None = None) -> str:
     lines = [_BEGIN,
              "# The toolkit's secret settings (server and router), their short names, the env "
              "file variables",
              "# they are stored under, and the command-line options whose values are secrets.",
-             "SECRET_NAMES = frozenset((", *_tuple_lines(secret_names()), "))",
-             "SECRET_FLAGS = (", *_tuple_lines(secret_flags()), ")",
-             "SECRET_PREFIXES = (", *_tuple_lines(secret_prefixes()), ")", _END]
+             "SECRET_NAMES = frozenset((", *_tuple_lines(secret_names(tables)), "))",
+             "SECRET_FLAGS = (", *_tuple_lines(secret_flags(tables)), ")",
+             "SECRET_PREFIXES = (", *_tuple_lines(secret_prefixes(tables)), ")", _END]
     return "\n".join(lines)
 
 
-def node_copy_text() -> str:
+def node_copy_text(tables: tuple[SettingsTable, ...] | None = None) -> str:
+    """The node copy with its generated part from `tables` (the two roles' by default)."""
     text = NODE_COPY.read_text()
     head, _, rest = text.partition(_BEGIN)
     _, _, tail = rest.partition(_END)
-    return head + generated_block() + tail
+    return head + generated_block(tables) + tail
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """The one table of `sglang_server_*` settings: name, type, range, default, the SGLang option it
 renders and the Rule fact it feeds.
 
-Validation (spec.py), rendering, Rule facts, the role's defaults/main.yml and
-meta/argument_specs.yml all come from this table:
+Its rows are sglang_fleet.setting_kinds.Setting, as the router's are. Validation (spec.py),
+rendering, Rule facts (rule_facts), what recovery may change (NOT_CONFIGURATION), the secret
+registry (sglang_fleet.secrets), the role's defaults/main.yml and meta/argument_specs.yml all
+come from this table:
 
     python -m sglang_fleet.settings --write   # regenerate the role's two files from the table
 
@@ -11,67 +13,20 @@ and tests/unit/test_settings_table.py fails when any of them drift.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
+from sglang_fleet.role_files import RoleFiles
+from sglang_fleet.setting_kinds import Setting, SettingsTable
 
 PREFIX = "sglang_server_"
 ROLE_DIR = Path(__file__).resolve().parents[2] / "roles" / "sglang_server"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One inventory variable (without its sglang_server_ prefix).
-
-    kind: str | int | float | bool | list | dict | path.
-    flag: the SGLang option this setting renders and owns (checked against every shipped
-      catalogue); owns: further options it decides. extra_args may not set an owned option,
-      whatever alias spells it (they resolve to the release's argparse destination). render
-      says how: "value" (`--flag value` unless the value is None or `omit`), "switch"
-      (`--flag` when true), "secret" (`--flag "$ENV"`, the value kept in the 0600 env file
-      under `env`), "custom" (spec.py renders it), None (not a server flag).
-    secret, env: a secret's value never leaves the env file, where it is stored under `env`;
-      everything else that names secrets (masking, input checks) derives from these.
-    choices: fixed choices; catalogue_choices: take the choices of `flag` from the pinned
-      release's catalogue.
-    fact: the Rule fact it feeds.
-    """
-
-    name: str
-    kind: str
-    default: Any
-    doc: str
-    section: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[Any, ...] | None = None
-    catalogue_choices: bool = False
-    flag: str | None = None
-    owns: tuple[str, ...] = ()  # further SGLang options this setting decides
-    render: str | None = None
-    omit: Any = None
-    fact: str | None = None
-    nullable: bool = False
-    secret: bool = False
-    env: str | None = None
-    max_length: int = 4096
-    elements: str | None = None
-
-    @property
-    def variable(self) -> str:
-        return PREFIX + self.name
-
-    @property
-    def owned_flags(self) -> tuple[str, ...]:
-        return ((self.flag,) if self.flag else ()) + self.owns
-
-
-S = Setting
-SETTINGS: tuple[Setting, ...] = (
+S = partial(Setting, prefix=PREFIX)
+TABLE = SettingsTable(PREFIX, (
     # Model
     S("model_path", "str", "/models/Kimi-K2.5",
       "Model folder on the node (or a hub id when the node can download).", "Model",
@@ -93,13 +48,13 @@ SETTINGS: tuple[Setting, ...] = (
       "GPU model of each node, for reports and the simulated fleet.", "Hardware"),
     S("gpu_compute_capability", "str", "12.0",
       'Compute capability of the GPUs, "major.minor" ("12.0" = SM120).',
-      "Hardware", fact="compute_capability"),
+      "Hardware", fact="compute_capability", number_as_text=True),
     S("gpu_count", "int", 8, "GPUs per node; preflight checks it against NVML.",
       "Hardware", low=1, high=64),
     S("gpu_memory_gb", "float", None,
       "Memory per GPU in GB, for the check that the model's weights fit before any node is "
       "touched; null takes it from the GPU model (the node check reads it through NVML).",
-      "Hardware", low=0.0, high=100_000.0, nullable=True),
+      "Hardware", low=0.0, high=100_000.0, nullable=True, open_range=True, example="96"),
     S("interconnect", "str", "pcie", "GPU interconnect inside a node.", "Hardware",
       choices=("pcie", "nvlink"), fact="interconnect"),
     # Parallelism
@@ -115,14 +70,14 @@ SETTINGS: tuple[Setting, ...] = (
     S("group", "str", None,
       "Inventory group whose nodes form one multi-node server; null for one node.",
       "Parallelism", nullable=True, owns=("--nnodes", "--node-rank", "--dist-init-addr"),
-      render="custom"),
+      render="custom", configuration=False),
     S("node_rank", "int", None, "Explicit node rank; null derives it from the sorted group.",
-      "Parallelism", low=0, high=1023, nullable=True),
+      "Parallelism", low=0, high=1023, nullable=True, configuration=False),
     S("dist_init_host", "str", None,
       "Address of rank 0 for --dist-init-addr; null uses its ansible_host.", "Parallelism",
-      nullable=True, max_length=255),
+      nullable=True, max_length=255, configuration=False),
     S("dist_init_port", "int", 20000, "Port of --dist-init-addr.", "Parallelism",
-      low=1, high=65535),
+      low=1, high=65535, configuration=False),
     # Server options
     S("attention_backend", "str", None,
       "--attention-backend, validated for the pinned release; null for SGLang's default "
@@ -147,14 +102,14 @@ SETTINGS: tuple[Setting, ...] = (
       owns=("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")),
     S("mem_fraction_static", "float", None, "--mem-fraction-static, or null for SGLang's "
       "default.", "Server options", low=0.0, high=1.0, nullable=True,
-      flag="--mem-fraction-static", render="value"),
+      flag="--mem-fraction-static", render="value", open_range=True, example="0.85"),
     S("kv_cache_dtype", "str", "auto", "--kv-cache-dtype (choices of the pinned release; auto "
       "renders nothing).", "Server options", flag="--kv-cache-dtype", render="value",
       omit="auto", catalogue_choices=True),
     S("host", "str", "127.0.0.1", "Address the server listens on.", "Server options",
-      flag="--host", render="value", max_length=255),
+      flag="--host", render="value", max_length=255, configuration=False),
     S("port", "int", 30000, "HTTP port of the server.", "Server options", low=1, high=65535,
-      flag="--port", render="value"),
+      flag="--port", render="value", configuration=False),
     S("enable_metrics", "bool", True, "Pass --enable-metrics (Prometheus /metrics).",
       "Server options", flag="--enable-metrics", render="switch"),
     S("extra_args", "list", [], "More SGLang arguments, each flag checked against the pinned "
@@ -192,7 +147,7 @@ SETTINGS: tuple[Setting, ...] = (
       "Rules", elements="str"),
     S("overrides", "dict", {}, "Values that win over the other sglang_server_* variables; "
       "recovery sets them for the configuration it redeploys (never secrets).",
-      "Overrides"),
+      "Overrides", configuration=False),
     # Release and install
     S("version", "str", "0.5.23", "Pinned SGLang release (a catalogued one).",
       "Release", fact="sglang_version"),
@@ -206,49 +161,53 @@ SETTINGS: tuple[Setting, ...] = (
       "Release", elements="str"),
     S("python", "path", "/usr/bin/python3",
       "Interpreter that creates the venv (pip) or runs SGLang (existing, simulator).",
-      "Release"),
+      "Release", configuration=False),
     # Node layout and service
     S("root", "path", "/opt/sglang-fleet",
-      "Folder for the deployment's files, logs and venv on the node.", "Node"),
+      "Folder for the deployment's files, logs and venv on the node.", "Node",
+      configuration=False),
     S("shm_dir", "path", "/dev/shm", "Shared-memory folder the server uses.",
-      "Node"),
+      "Node", configuration=False),
     S("service_manager", "str", "systemd", "Service manager.", "Node",
       choices=("systemd", "supervisor")),
     S("user", "str", "root", "User the server runs as (the systemd unit's User=); processes "
       "of other users are never treated as the deployment's.", "Node",
       max_length=32),
     S("deployment_name", "str", None, "Deployment name; null means <served model name>-<port>.",
-      "Node", nullable=True, max_length=63),
+      "Node", nullable=True, max_length=63, configuration=False),
     S("stop_timeout", "int", 60, "Seconds between SIGTERM and SIGKILL when stopping.",
       "Node", low=1, high=3600),
     # Health gate
     S("gate_stall_windows", "dict", {},
       "Seconds without progress before a phase is stalled, by phase (overrides the defaults "
       "sized by sglang_server_model_size_b).",
-      "Health gate"),
+      "Health gate", configuration=False),
     S("gate_ceilings", "dict", {},
-      "Longest a phase may last whatever its progress, by phase (overrides).", "Health gate"),
+      "Longest a phase may last whatever its progress, by phase (overrides).", "Health gate",
+      configuration=False),
     S("gate_poll_interval", "int", 10,
       "Seconds between gate observations (progress is shown at each).", "Health gate",
-      low=1, high=300),
+      low=1, high=300, configuration=False),
     S("health_timeout", "int", 25, "Seconds the gate waits for /health, above SGLang's own 20 s.",
-      "Health gate", low=21, high=600),
+      "Health gate", low=21, high=600, configuration=False),
     S("kernel_log", "str", "kmsg", "Kernel log source for Xid and OOM lines, kmsg or none.",
-      "Health gate"),
+      "Health gate", configuration=False),
     # Simulator
     S("sim_profile", "str", "kimi-k2.5-rtxpro6000-tp8",
       "Simulator profile (speeds and phase durations).", "Simulator"),
     S("sim_time_factor", "float", 1.0, "Multiplier on the simulated phase durations.",
-      "Simulator", low=0.0, high=100.0),
+      "Simulator", low=0.0, high=100.0, configuration=False, open_range=True),
     S("sim_fault", "str", "", 'Simulated faults, e.g. "hang:loading_weights,crash:warming_up".',
       "Simulator"),
     S("sim_gpu_count", "int", 8,
       "GPUs the simulated node really has (preflight compares the inventory with it).",
-      "Simulator", low=1, high=64),
+      "Simulator", low=1, high=64, configuration=False),
     S("sim_compute_capability", "str", "12.0",
-      "Compute capability of the simulated node's GPUs.", "Simulator"),
-)
+      "Compute capability of the simulated node's GPUs.", "Simulator", number_as_text=True,
+      configuration=False),
+))
 del S
+SETTINGS: tuple[Setting, ...] = TABLE.rows
 
 # The comment heading each section of the generated defaults file.
 SECTION_NOTES = {
@@ -271,130 +230,61 @@ SECTION_NOTES = {
     "Simulator": "Simulator (install_mode: simulator)",
 }
 
-BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-BY_VARIABLE: dict[str, Setting] = {s.variable: s for s in SETTINGS}
-SECRET_SETTINGS: tuple[str, ...] = tuple(s.variable for s in SETTINGS if s.secret)
+BY_NAME: dict[str, Setting] = TABLE.by_name
+BY_VARIABLE: dict[str, Setting] = TABLE.by_variable
+SECRET_SETTINGS: tuple[str, ...] = TABLE.secret_variables
 # The environment variable of each secret, in the deployment's 0600 env file.
-SECRET_ENV: dict[str, str] = {s.variable: s.env for s in SETTINGS if s.secret and s.env}
+SECRET_ENV: dict[str, str] = TABLE.secret_env
 # SGLang's options whose values are secrets.
 SECRET_FLAGS: tuple[str, ...] = tuple(s.flag for s in SETTINGS if s.secret and s.flag)
 # The inventory variable behind each LaunchSpec fact that Rules match on.
 FACT_OF_SETTING: dict[str, str] = {s.variable: s.fact for s in SETTINGS if s.fact}
+# Settings that never make two configurations differ, and that recovery never changes.
+NOT_CONFIGURATION: tuple[str, ...] = tuple(s.variable for s in SETTINGS if not s.configuration)
 # Facts the role publishes under its own prefix: outputs, never inputs of a LaunchSpec.
 OUTPUT_FACTS = (PREFIX + "launch_spec", PREFIX + "verdict", PREFIX + "identity")
+
+
+def compute_capability(value: Any) -> str | None:
+    # "12.0", 12.0 and 12 all mean SM120; normalise to "major.minor".
+    if value is None:
+        return None
+    text = str(value)
+    return text if "." in text else f"{text}.0"
+
+
+# Facts whose value is not their setting's own.
+_FACT_OF_VALUE = {"compute_capability": compute_capability,
+                  "custom_all_reduce": lambda disabled: not disabled}
+
+
+def rule_facts(values: dict[str, Any], release: Any = None,
+               table: SettingsTable | None = None) -> dict[str, Any]:
+    """The LaunchSpec facts Rules match on, from settings by short name: each setting's `fact`
+    column, normalised where the fact is not the value itself. With the pinned release, an
+    unset attention backend is the one SGLang picks for the model family and GPU."""
+    facts = {}
+    for s in table or TABLE:
+        if s.fact:
+            value = values.get(s.name)
+            facts[s.fact] = _FACT_OF_VALUE[s.fact](value) if s.fact in _FACT_OF_VALUE else value
+    if release is not None and facts.get("attention_backend") is None \
+            and facts.get("model_family") and facts.get("compute_capability"):
+        facts["attention_backend"] = release.default_backend(facts["model_family"],
+                                                             facts["compute_capability"])
+    return facts
 
 
 def owners_by_dest(cat: Any) -> dict[str, Setting]:
     """SGLang destinations of one release's catalogue -> the setting that decides them
     (extra_args may not set them). Owned flags a release lacks are skipped."""
     owners: dict[str, Setting] = {}
-    for setting in SETTINGS:
+    for setting in TABLE:
         for flag in setting.owned_flags:
             option = cat.by_flag.get(flag)
             if option is not None:
                 owners.setdefault(option.dest, setting)
     return owners
-
-
-# ---- the role's files, generated ----------------------------------------------------------
-
-_ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool",
-                  "list": "list", "dict": "dict", "path": "path"}
-
-
-class _IndentedDumper(yaml.SafeDumper):
-    """Lists indented under their key, as the rest of the repository's YAML."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        return super().increase_indent(flow, False)
-
-
-def _yaml_value(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
-    return text.removesuffix("\n...").removesuffix("...").strip()
-
-
-def _wrap(text: str, width: int = 96) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width) or [""]
-
-
-@dataclass(frozen=True)
-class RoleFiles:
-    """How a settings table becomes its role's defaults/main.yml and meta/argument_specs.yml
-    (the sglang_server role's here, the sglang_router role's in router_settings)."""
-
-    table: tuple[Any, ...]  # rows with variable, kind, default, doc, section, choices, ...
-    section_notes: dict[str, str]
-    role_dir: Path
-    module: str  # the module whose table it is: `python -m MODULE --write` rewrites the files
-    intro: tuple[str, ...]  # comment lines heading defaults/main.yml
-    short_description: str
-    description: tuple[str, ...]
-
-    @property
-    def note(self) -> str:
-        return (f"Generated from src/{self.module.replace('.', '/')}.py by\n# "
-                f"`python -m {self.module} --write`: edit the table there.")
-
-    def defaults_yaml(self) -> str:
-        lines = ["---", f"# {self.note}", *(f"# {line}" for line in self.intro)]
-        section = None
-        for s in self.table:
-            if s.section != section:
-                section = s.section
-                lines += ["", *(f"# {part}" for part in _wrap(self.section_notes[section]))]
-            lines += [f"# {part}" for part in _wrap(s.doc)]
-            lines.append(f"{s.variable}: {_yaml_value(s.default)}")
-        return "\n".join(lines) + "\n"
-
-    def argument_specs(self) -> dict[str, Any]:
-        options: dict[str, Any] = {}
-        for s in self.table:
-            option: dict[str, Any] = {"type": _ANSIBLE_TYPES[s.kind], "description": s.doc,
-                                      "default": s.default}
-            if s.choices:
-                option["choices"] = list(s.choices)
-            if s.elements:
-                option["elements"] = s.elements
-            if s.secret:
-                option["no_log"] = True
-            options[s.variable] = option
-        return {"argument_specs": {"main": {
-            "short_description": self.short_description,
-            "description": list(self.description),
-            "options": options}}}
-
-    def argument_specs_yaml(self) -> str:
-        body = yaml.dump(self.argument_specs(), Dumper=_IndentedDumper, sort_keys=False,
-                         width=100, allow_unicode=True)
-        return f"---\n# {self.note}\n{body}"
-
-    def generated_files(self) -> dict[Path, str]:
-        return {self.role_dir / "defaults" / "main.yml": self.defaults_yaml(),
-                self.role_dir / "meta" / "argument_specs.yml": self.argument_specs_yaml()}
-
-    def main(self, argv: list[str] | None = None) -> int:
-        parser = argparse.ArgumentParser(
-            prog=f"python -m {self.module}",
-            description=f"Write the {self.role_dir.name} role's defaults and argument specs "
-                        f"from the settings table.")
-        parser.add_argument("--write", action="store_true",
-                            help="write the files (else: check)")
-        args = parser.parse_args(argv)
-        files = self.generated_files()
-        if args.write:
-            for path, text in files.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                print(f"wrote {path}")
-            return 0
-        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
-        for path in stale:
-            print(f"out of date: {path} (run python -m {self.module} --write)",
-                  file=sys.stderr)
-        return 1 if stale else 0
 
 
 ROLE_FILES = RoleFiles(

@@ -11,7 +11,6 @@ every error at once, each naming the host, the variable, its value and the fix.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import ipaddress
@@ -20,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.reviewed import (
@@ -30,17 +30,16 @@ from sglang_fleet.reviewed import (
     sim_profile,
 )
 from sglang_fleet.rules import Rule, matching_rules
+from sglang_fleet.setting_kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
 from sglang_fleet.settings import (
-    BY_NAME,
-    BY_VARIABLE,
     FACT_OF_SETTING,
     OUTPUT_FACTS,
     PREFIX,
     SECRET_ENV,
     SECRET_SETTINGS,
-    SETTINGS,
-    Setting,
+    compute_capability,
     owners_by_dest,
+    rule_facts,
 )
 from sglang_fleet.sglang_checks import refusals, resolved
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
@@ -59,23 +58,25 @@ API_KEY_VAR = SECRET_ENV[PREFIX + "api_key"]
 HF_TOKEN_VAR = SECRET_ENV[PREFIX + "hf_token"]
 API_KEY_MIN_LENGTH = 16
 
-_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
-               "false": False, "no": False, "off": False, "0": False}
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # Environment names that carry secrets: they have one way in, their own settings.
 _SECRET_ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)$")
 # NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
 _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-# An HTTP bearer token (RFC 6750 token68): what SGLang compares the Authorization header with.
-_TOKEN68 = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
 _PREVIEW_NODES = 64  # a value is summarised by walking at most this many of its parts
+
+
+def _table() -> SettingsTable:
+    """The server role's settings, read when used (a test may add a row)."""
+    return server_settings.TABLE
 
 
 def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The sglang_server_* settings without the secrets: safe for facts, ledgers, reports."""
+    secrets = _table().secret_variables
     return {k: v for k, v in settings.items()
-            if k.startswith(PREFIX) and k not in SECRET_SETTINGS
+            if k.startswith(PREFIX) and k not in secrets
             and k not in OUTPUT_FACTS and not k.startswith(PREFIX + "_")}
 
 
@@ -168,134 +169,28 @@ class Validated:
         return self.values[name]
 
 
-def _coerce(setting: Setting, raw: Any, p: Problems) -> Any:
-    """The value in its type, or None after reporting the problem (a secret's value is never
-    shown in it)."""
-    if raw is None or (raw == "" and setting.nullable):
-        if setting.kind in ("list", "dict"):
-            return [] if setting.kind == "list" else {}
-        if setting.nullable or setting.secret or setting.kind == "str" and setting.default == "":
-            return None
-        p.error(setting.variable, raw, "is required", f"set {setting.variable} in the inventory")
-        return None
-    problem = _COERCERS[setting.kind](setting, raw)
-    if isinstance(problem, _Refused):
-        p.error(setting.variable, None if setting.secret else raw, problem.problem,
-                problem.fix, described="<secret>" if setting.secret else None)
-        return None
-    return problem
-
-
-@dataclass(frozen=True)
-class _Refused:
-    problem: str
-    fix: str
-
-
-def _as_bool(setting: Setting, raw: Any) -> Any:
-    if isinstance(raw, str) and raw.lower() in _BOOL_WORDS:
-        return _BOOL_WORDS[raw.lower()]
-    if not isinstance(raw, bool):
-        return _Refused("must be a boolean", "set true or false (unquoted)")
-    return raw
-
-
-def _as_int(setting: Setting, raw: Any) -> Any:
-    value = raw
-    # `-e name=8` arrives as a string; accept what Ansible's own type checks accept.
-    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return _Refused("must be an integer",
-                        f"set an integer between {setting.low:g} and {setting.high:g}")
-    if not setting.low <= value <= setting.high:
-        return _Refused(f"out of range {setting.low:g}..{setting.high:g}",
-                        f"set a value in {setting.low:g}..{setting.high:g}")
-    return value
-
-
-def _as_float(setting: Setting, raw: Any) -> Any:
-    value = raw
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not setting.low < float(value) < setting.high:
-        return _Refused(
-            f"must be a number between {setting.low:g} and {setting.high:g} (exclusive)",
-            f"e.g. {setting.default if setting.default else 0.85}, or null for SGLang's "
-            "default" if setting.nullable else f"e.g. {setting.default}")
-    return float(value)
-
-
-def _as_str(setting: Setting, raw: Any) -> Any:
-    if setting.name in ("gpu_compute_capability", "sim_compute_capability") and \
-            isinstance(raw, int | float) and not isinstance(raw, bool):
-        raw = str(raw)
-    if raw == "" and setting.default not in ("", None) and not setting.secret:
-        return _Refused("is required", f"set {setting.variable} in the inventory")
-    if not isinstance(raw, str):
-        return _Refused(f"must be a string, got {type(raw).__name__}", "quote the value")
-    if len(raw) > setting.max_length:
-        return _Refused(f"is {len(raw)} characters long, the limit is {setting.max_length}",
-                        "shorten it")
-    if "\n" in raw or "\x00" in raw or "\r" in raw:
-        return _Refused("contains a newline or NUL byte", "remove control characters")
-    if setting.kind == "path" and not raw.startswith("/"):
-        return _Refused("must be an absolute path", f"e.g. {setting.default}")
-    if setting.choices and raw not in setting.choices:
-        return _Refused("is not a valid choice", f"use one of: {', '.join(setting.choices)}")
-    return raw
-
-
-def _as_list(setting: Setting, raw: Any) -> Any:
-    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
-        return _Refused("must be a list of strings", 'e.g. ["--log-level", "info"]')
-    return list(raw)
-
-
-def _as_dict(setting: Setting, raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        return _Refused("must be a mapping", "e.g. {NAME: value}")
-    return dict(raw)
-
-
-_COERCERS = {"bool": _as_bool, "int": _as_int, "float": _as_float, "str": _as_str,
-             "path": _as_str, "list": _as_list, "dict": _as_dict}
-
-
-def _unknown_variables(settings: dict[str, Any], p: Problems, where: str = "") -> None:
-    """An sglang_server_* variable the role does not have is a typo, never ignored."""
-    for name in sorted(settings):
-        if not name.startswith(PREFIX) or name in BY_VARIABLE or name in OUTPUT_FACTS \
-                or name.startswith(PREFIX + "_"):
-            continue
-        close = difflib.get_close_matches(name, list(BY_VARIABLE), n=1, cutoff=0.75)
-        fix = (f"did you mean {close[0]}?" if close else
-               "remove it; `ansible-doc -t role -r roles sglang_server` lists the settings")
-        p.error(name, settings[name], f"is not a setting of the sglang_server role{where}", fix)
-
-
 def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
-    _unknown_variables(settings, p)
+    table = _table()
+    secrets = table.secret_variables
+    unknown_variables(settings, table, p, outputs=OUTPUT_FACTS)
     overrides = settings.get(PREFIX + "overrides") or {}
     if not isinstance(overrides, dict):
         p.error("overrides", overrides, "must be a mapping of sglang_server_* variables",
                 "e.g. {sglang_server_attention_backend: triton}")
         overrides = {}
     for name in overrides:
-        if name in SECRET_SETTINGS:
+        if name in secrets:
             p.error("overrides", None, f"carries the secret {name}: a secret has one way in",
                     f"set {name} itself (encrypted with ansible-vault), never inside "
                     f"sglang_server_overrides", described=f"{{{name}: <secret>}}")
         elif name == PREFIX + "overrides":
             p.error("overrides", None, "contains sglang_server_overrides itself",
                     "list the variables to override directly", described="<nested>")
-    _unknown_variables({k: v for k, v in overrides.items() if k not in SECRET_SETTINGS},
-                       p, " (inside sglang_server_overrides)")
+    unknown_variables({k: v for k, v in overrides.items() if k not in secrets}, table, p,
+                      " (inside sglang_server_overrides)", OUTPUT_FACTS)
     effective = dict(settings)
     effective.update({k: v for k, v in overrides.items()
-                      if k in BY_VARIABLE and k not in SECRET_SETTINGS})
+                      if k in table.by_variable and k not in secrets})
     effective[PREFIX + "overrides"] = overrides
 
     version = effective.get(PREFIX + "version")
@@ -308,9 +203,9 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
     cat = catalogue(version)
 
     values: dict[str, Any] = {}
-    for setting in SETTINGS:
+    for setting in table:
         raw = effective.get(setting.variable, setting.default)
-        values[setting.name] = _coerce(setting, raw, p)
+        values[setting.name] = coerce(setting, raw, p)
         if setting.catalogue_choices and values[setting.name] is not None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
@@ -328,7 +223,8 @@ def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: d
     hint = f"did you mean {close[0]!r}? " if close else ""
     if close and setting.fact:
         # A suggestion a Rule refuses on this host is no fix: say so, and name the Rule's.
-        facts = {**_facts_guess(effective), setting.fact: close[0]}
+        raw = {s.name: effective.get(s.variable) for s in _table()}
+        facts = {**rule_facts(raw), setting.fact: close[0]}
         allowed = effective.get(PREFIX + "allow_rules") or []
         refusing = [r for r in matching_rules(facts) if r.id not in allowed]
         if refusing:
@@ -341,28 +237,13 @@ def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: d
             + ("; or null for SGLang's default" if setting.nullable else ""))
 
 
-def _facts_guess(effective: dict[str, Any]) -> dict[str, Any]:
-    """Rule facts from raw settings, for vetting a suggestion before validation finished."""
-    cc = effective.get(PREFIX + "gpu_compute_capability")
-    text = str(cc)
-    return {
-        "model_family": effective.get(PREFIX + "model_family"),
-        "compute_capability": text if "." in text else f"{text}.0",
-        "interconnect": effective.get(PREFIX + "interconnect"),
-        "tp": effective.get(PREFIX + "tp"),
-        "custom_all_reduce": not effective.get(PREFIX + "disable_custom_all_reduce"),
-        "cuda_graph": effective.get(PREFIX + "cuda_graph"),
-        "sglang_version": effective.get(PREFIX + "version"),
-    }
-
-
 def _check_secrets(values: dict[str, Any], cat: Catalogue, p: Problems) -> None:
     key = values.get("api_key")
     if key:
         problem = None
         if len(key) < API_KEY_MIN_LENGTH:
             problem = f"is {len(key)} characters long: too short to keep out of logs safely"
-        elif not _TOKEN68.match(key):
+        elif not TOKEN68.match(key):
             problem = "has characters an HTTP bearer token cannot carry (spaces, quotes, ...)"
         elif len(set(key)) < 8 or _in_sglang_vocabulary(key, cat):
             problem = "is too common a string to mask safely in SGLang's logs"
@@ -370,10 +251,11 @@ def _check_secrets(values: dict[str, Any], cat: Catalogue, p: Problems) -> None:
             p.error("api_key", None, problem,
                     f"use a random key of at least {API_KEY_MIN_LENGTH} characters, e.g. "
                     "`openssl rand -hex 24`, kept in ansible-vault", described="<secret>")
+    secrets = _table().secret_variables
     for name in values.get("drop_secrets") or []:
-        if name not in SECRET_SETTINGS:
+        if name not in secrets:
             p.error("drop_secrets", name, "is not a secret setting",
-                    f"name one of: {', '.join(SECRET_SETTINGS)}")
+                    f"name one of: {', '.join(secrets)}")
     token = values.get("hf_token")
     if token and not re.fullmatch(r"\S+", token):
         p.error("hf_token", None, "contains whitespace", "paste the token alone",
@@ -498,7 +380,7 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
     """The flags the settings render, in table order, named by the release's catalogue."""
     cat, release = v.catalogue, v.release
     args: list[Any] = []
-    for s in SETTINGS:
+    for s in _table():
         value = v[s.name]
         if s.render == "value" and value is not None and value != s.omit:
             args += [s.flag, str(value)]
@@ -575,10 +457,10 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
         elif text.startswith("NCCL_"):
             p.error("extra_env", name, f"{name} belongs in the NCCL profile",
                     "move it to sglang_server_nccl_profile")
-        elif text in SECRET_ENV.values() or _SECRET_ENV_NAME.search(text):
+        elif text in _table().secret_env.values() or _SECRET_ENV_NAME.search(text):
             p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
                     "and extra_env is written into facts, ledgers and reports",
-                    f"use the secret settings ({', '.join(SECRET_SETTINGS)}), kept in "
+                    f"use the secret settings ({', '.join(_table().secret_variables)}), kept in "
                     "ansible-vault")
         elif not _scalar(value):
             p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
@@ -593,7 +475,7 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
 
 def _options_of_release(v: Validated, p: Problems) -> None:
     """A setting that is set, whose option the pinned release does not have."""
-    for s in SETTINGS:
+    for s in _table():
         if s.flag and v[s.name] and s.flag not in v.catalogue.by_flag:
             p.error(s.variable, None if s.secret else v[s.name], f"SGLang {v.release.version} "
                     f"has no {s.flag}", "pin a release that has it, or unset the setting",
@@ -622,21 +504,8 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             if not _sglang_refusals(v, vars(parsed), p):
                 _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
-    cmd.secret_env_names = [s.env for s in SETTINGS if s.secret and s.env and v[s.name]]
-
-    family, cc = v["model_family"], _compute_capability(v["gpu_compute_capability"])
-    backend = v["attention_backend"] or (
-        v.release.default_backend(family, cc) if family and cc else None)
-    cmd.facts = {
-        "attention_backend": backend,
-        "model_family": family,
-        "compute_capability": cc,
-        "interconnect": v["interconnect"],
-        "tp": v["tp"],
-        "custom_all_reduce": not v["disable_custom_all_reduce"],
-        "cuda_graph": v["cuda_graph"],
-        "sglang_version": v.release.version,
-    }
+    cmd.secret_env_names = [s.env for s in _table() if s.secret and s.env and v[s.name]]
+    cmd.facts = rule_facts(v.values, v.release)
     allowed = v["allow_rules"] or []
     matched = matching_rules(cmd.facts)
     for rule in matched:
@@ -724,14 +593,6 @@ def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
             f"sglang_server_allow_rules: [{rule.id}]")
 
 
-def _compute_capability(value: Any) -> str | None:
-    # "12.0", 12.0 and 12 all mean SM120; normalise to "major.minor".
-    if value is None:
-        return None
-    text = str(value)
-    return text if "." in text else f"{text}.0"
-
-
 # ---- stage 4: paths ----------------------------------------------------------------------
 
 def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, Any]:
@@ -806,7 +667,8 @@ def build_identity(settings: dict[str, Any], host: str,
     p = Problems(host)
     overrides = settings.get(PREFIX + "overrides")
     given = {**settings, **(overrides if isinstance(overrides, dict) else {})}
-    v = {name: _coerce(BY_NAME[name], given.get(PREFIX + name, BY_NAME[name].default), p)
+    rows = _table().by_name
+    v = {name: coerce(rows[name], given.get(PREFIX + name, rows[name].default), p)
          for name in IDENTITY_SETTINGS}
     served = v["served_model_name"] or (
         v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
@@ -1046,12 +908,13 @@ def build_launch_spec(
         "env": env,
         "secret_env_names": cmd.secret_env_names,
         # Every secret setting and its env file variable: the files step reads their values.
-        "secret_variables": [[env, variable] for variable, env in SECRET_ENV.items()],
+        "secret_variables": [[env, variable] for variable, env in
+                             _table().secret_env.items()],
         # Which secrets were given, as fingerprints only: the node check refuses a start that
         # would drop one the deployment ran with (a key that resolved to nothing).
-        "secret_fingerprints": {s.env: secret_fingerprint(v[s.name]) for s in SETTINGS
+        "secret_fingerprints": {s.env: secret_fingerprint(v[s.name]) for s in _table()
                                 if s.secret and s.env and v[s.name]},
-        "secret_drops": [SECRET_ENV[name] for name in v["drop_secrets"] or []],
+        "secret_drops": [_table().secret_env[name] for name in v["drop_secrets"] or []],
         "service": service,
         "paths": layout,
         "install": {
@@ -1097,7 +960,7 @@ def _simulated_node(v: Validated, cmd: ServerCommand, layout: dict[str, Any],
     profile = sim_profile(str(v["sim_profile"]))
     known = known_model(v["model_path"])
     return {"gpu_count": v["sim_gpu_count"],
-            "compute_capability": _compute_capability(v["sim_compute_capability"]),
+            "compute_capability": compute_capability(v["sim_compute_capability"]),
             "profile": str(v["sim_profile"]),
             "gpu_model": v["gpu_model"],
             "gpu_memory_gb": profile["gpu_memory_total_gb"],
@@ -1180,6 +1043,6 @@ def warm_caches() -> None:
     worker building them again for its host."""
     from sglang_fleet.reviewed import shipped_sim_profiles, sim_profile
 
-    build_launch_spec({s.variable: s.default for s in SETTINGS}, "localhost")
+    build_launch_spec(_table().defaults(), "localhost")
     for name in shipped_sim_profiles():
         sim_profile(name)
