@@ -60,12 +60,13 @@ def routers_of(server, groups, hostvars):
     return out
 
 
-def router_node_filter(spec, api_key, control_plane_keys):
-    """spec | sglang_fleet_router_node(api_key, control_plane_keys): sglang_router_node's
-    `router` option, the env file written with the keys."""
+def router_node_filter(spec, secret_values):
+    """spec | sglang_fleet_router_node(secret_values): sglang_router_node's `router` option,
+    the env file written with the secret settings' values (by variable name)."""
     _need_package()
-    keys = list(control_plane_keys or [])
-    return router_node(spec, router_secrets(api_key, keys), admin_key(keys))
+    values = dict(secret_values or {})
+    return router_node(spec, router_secrets(values),
+                       admin_key(values.get("sglang_router_control_plane_api_keys")))
 
 
 def routers_to_call(routers, hostvars, worker_url, state, earlier=None):

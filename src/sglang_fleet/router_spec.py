@@ -368,15 +368,28 @@ def _fingerprints(v: dict[str, Any], table: SettingsTable, cp_keys: list[dict[st
     return out
 
 
-def router_secrets(api_key: str | None, control_plane_keys: list[Any] | None) -> dict[str, str]:
-    """The env file's secret values, by variable name (the spec holds only the names)."""
+def router_secrets(values: dict[str, Any]) -> dict[str, str]:
+    """The env file's secret values, by env file variable (the spec holds only the names):
+    `values` maps each secret setting's variable to its value. A row whose env name ends in
+    `*` holds a list: one variable per item."""
     out: dict[str, str] = {}
-    if api_key:
-        out[API_KEY_VAR] = str(api_key)
-    for i, key in enumerate(control_plane_keys or []):
-        out[CONTROL_PLANE_KEY_VAR.format(i)] = (
-            f"{key['id']}:{key['name']}:{key['role']}:{key['key']}")
+    for setting in _table():
+        value = values.get(setting.variable)
+        if not (setting.secret and setting.env and value):
+            continue
+        if setting.env.endswith("*"):
+            for i, item in enumerate(value):
+                out[setting.env.replace("*", str(i))] = _secret_item(item)
+        else:
+            out[setting.env] = str(value)
     return out
+
+
+def _secret_item(item: Any) -> str:
+    # The router's own format for a control-plane key: id:name:role:key.
+    if isinstance(item, dict):
+        return f"{item['id']}:{item['name']}:{item['role']}:{item['key']}"
+    return str(item)
 
 
 def admin_key(control_plane_keys: list[Any] | None) -> str:

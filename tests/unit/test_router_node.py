@@ -20,6 +20,7 @@ from sglang_fleet_node.sglang_fleet_service import content_digest
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
 KEYS = [{"id": "fleet", "name": "sglang fleet", "role": "admin", "key": ADMIN_KEY}]
+SECRET_VALUES = {"sglang_router_api_key": API_KEY, "sglang_router_control_plane_api_keys": KEYS}
 
 
 def view(tmp_path: Path, **settings) -> dict:
@@ -28,7 +29,7 @@ def view(tmp_path: Path, **settings) -> dict:
                 "sglang_router_service_manager": "supervisor", **settings}
     built = build_router_spec(settings, "r1", "10.0.0.5")
     assert built["ok"], built["errors"]
-    return router_node(built["spec"], router_secrets(API_KEY, KEYS))
+    return router_node(built["spec"], router_secrets(SECRET_VALUES))
 
 
 def fake_venv(root: Path, *dists: str) -> Path:
@@ -157,7 +158,8 @@ def keyed_view(tmp_path: Path, api_key: str, keys: list, **settings) -> dict:
                 "sglang_router_control_plane_api_keys": keys, **settings}
     built = build_router_spec(settings, "r1", "10.0.0.5")
     assert built["ok"], built["errors"]
-    return router_node(built["spec"], router_secrets(api_key, keys))
+    values = {"sglang_router_api_key": api_key, "sglang_router_control_plane_api_keys": keys}
+    return router_node(built["spec"], router_secrets(values))
 
 
 def test_a_key_the_router_last_started_with_that_resolves_to_nothing_is_refused(tmp_path):

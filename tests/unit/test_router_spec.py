@@ -23,6 +23,7 @@ API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
 KEYS = [{"id": "fleet", "name": "sglang fleet", "role": "admin", "key": ADMIN_KEY},
         {"id": "grafana", "name": "dashboards", "role": "user", "key": "cp-user-0123456789abcdef"}]
+SECRET_VALUES = {"sglang_router_api_key": API_KEY, "sglang_router_control_plane_api_keys": KEYS}
 
 
 def build(**settings):
@@ -158,7 +159,7 @@ def test_secrets_are_referenced_never_written():
     assert "@env:SGLANG_ROUTER_CONTROL_PLANE_KEY_0 @env:SGLANG_ROUTER_CONTROL_PLANE_KEY_1" in \
         script
     assert ': "${SGLANG_ROUTER_API_KEY:?is empty' in script
-    real = render_router_files(spec, router_secrets(API_KEY, KEYS))
+    real = render_router_files(spec, router_secrets(SECRET_VALUES))
     assert f"SGLANG_ROUTER_API_KEY={API_KEY}" in real["env"]
     assert f"SGLANG_ROUTER_CONTROL_PLANE_KEY_0='fleet:sglang fleet:admin:{ADMIN_KEY}'" in \
         real["env"]

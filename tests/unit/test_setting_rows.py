@@ -12,7 +12,7 @@ from functools import partial
 import pytest
 
 from sglang_fleet import recovery, router_settings, secrets, settings
-from sglang_fleet.router_spec import build_router_spec
+from sglang_fleet.router_spec import build_router_spec, router_secrets
 from sglang_fleet.setting_kinds import Setting
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
@@ -132,6 +132,9 @@ def test_a_router_secret_row_is_rendered_from_the_env_file_only(router_rows):
     text = errors(router(oracle_password=12345))
     assert "sglang_router_oracle_password=<secret>: must be a string" in text
     assert "12345" not in text
+    # Its value reaches the router's 0600 env file with no other change.
+    env = router_secrets({"sglang_router_oracle_password": "pw-0123456789abcdef"})
+    assert env == {"SGLANG_ROUTER_ORACLE_PASSWORD": "pw-0123456789abcdef"}
 
 
 def test_the_secret_registry_follows_the_rows(server_rows, router_rows):
