@@ -49,6 +49,9 @@ class RoleFiles:
     intro: tuple[str, ...]  # comment lines heading defaults/main.yml
     short_description: str
     description: tuple[str, ...]
+    # Task files other roles and the playbooks enter (include_role tasks_from), with the
+    # inputs they take: validated by Ansible at each such include.
+    entry_points: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     @property
     def note(self) -> str:
@@ -81,7 +84,7 @@ class RoleFiles:
         return {"argument_specs": {"main": {
             "short_description": self.short_description,
             "description": list(self.description),
-            "options": options}}}
+            "options": options}, **dict(self.entry_points)}}
 
     def argument_specs_yaml(self) -> str:
         body = yaml.dump(self.argument_specs(), Dumper=_IndentedDumper, sort_keys=False,

@@ -166,6 +166,31 @@ def defaults() -> dict[str, Any]:
     return TABLE.defaults()
 
 
+# membership.yml, entered for a server host by the sglang_server and sglang_recover roles and
+# the router and stop playbooks.
+MEMBERSHIP_ENTRY = {
+    "short_description": "Put this server host in its routers, take it out, or ask them",
+    "description": ["Runs for a server host: every router whose sglang_router_workers_group "
+                    "holds it is called (delegated to the router's host)."],
+    "options": {
+        "sglang_server_launch_spec": {
+            "type": "dict", "required": True,
+            "description": "The server's LaunchSpec (or its identity): its listen address, "
+                           "port and rank."},
+        "sglang_router_membership_state": {
+            "type": "str", "required": True, "choices": ["present", "absent", "query"],
+            "description": "present: join once ready; absent: leave; query: compare the "
+                           "routers' view with sglang_router_membership_verdict."},
+        "sglang_router_membership_drain": {
+            "type": "bool", "default": False,
+            "description": "With absent, wait for the server's in-flight requests "
+                           "(bounded by sglang_router_drain_timeout)."},
+        "sglang_router_membership_verdict": {
+            "type": "str", "default": "",
+            "description": "The gate's verdict, to compare the routers' view with."},
+    },
+}
+
 ROLE_FILES = RoleFiles(
     table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
     module="sglang_fleet.router_settings",
@@ -179,7 +204,8 @@ ROLE_FILES = RoleFiles(
         "renders the launch files (secrets in a 0600 env file) and runs it under systemd "
         "or the supervisor, like the servers.",
         "Its task files membership.yml, drain.yml and view.yml put ready servers in, take "
-        "failed ones out, drain a worker before a restart and report the router's view."))
+        "failed ones out, drain a worker before a restart and report the router's view."),
+    entry_points=(("membership", MEMBERSHIP_ENTRY),))
 
 
 if __name__ == "__main__":

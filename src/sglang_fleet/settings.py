@@ -287,6 +287,28 @@ def owners_by_dest(cat: Any) -> dict[str, Setting]:
     return owners
 
 
+LAUNCH_SPEC_INPUT = {"type": "dict", "required": True,
+                     "description": "This host's LaunchSpec, as the spec entry point (spec.yml) "
+                                    "built it."}
+
+# observe.yml, entered by the health, recover and router playbooks and the sglang_bench role.
+OBSERVE_ENTRY = {
+    "short_description": "Observe this host's server and set sglang_server_verdict",
+    "description": ["sglang_health on the server of sglang_server_launch_spec, repeated while "
+                    "it is progressing, up to sglang_server_observe_polls times."],
+    "options": {
+        "sglang_server_launch_spec": LAUNCH_SPEC_INPUT,
+        "sglang_server_observe_polls": {
+            "type": "int", "default": 1,
+            "description": "Observations at most while the verdict is progressing (1: one "
+                           "look, as the health playbook takes)."},
+        "sglang_server_observe_wait": {
+            "type": "float", "default": 0,
+            "description": "Seconds each observation keeps watching on the node for a verdict "
+                           "or a phase change (0: one look)."},
+    },
+}
+
 ROLE_FILES = RoleFiles(
     table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
     module="sglang_fleet.settings",
@@ -295,7 +317,8 @@ ROLE_FILES = RoleFiles(
     short_description="Deploy one SGLang server per node from inventory variables",
     description=("Builds and validates the LaunchSpec on the controller, checks the node, "
                  "installs SGLang, renders the launch files, starts the service and gates it "
-                 "on its progress until it is ready.",))
+                 "on its progress until it is ready.",),
+    entry_points=(("observe", OBSERVE_ENTRY),))
 
 
 if __name__ == "__main__":
