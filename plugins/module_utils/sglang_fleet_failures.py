@@ -89,7 +89,10 @@ FAILURES = (
      "the main process's SIGQUIT handler kills the whole process tree"),
     ("subprocess_exited", True, None,
      r"Scheduler or DataParallelController \d+ terminated with|"
-     r"Subprocess \S+ \(pid=\d+\) crashed with exit code|Rank \d+ scheduler is dead",
+     r"Subprocess \S+ \(pid=\d+\) crashed with exit code|Rank \d+ scheduler is dead|"
+     # 0.5.23's main process, when a scheduler ends before it is ready (engine.py,
+     # _scheduler_died_error): the scheduler's own death, whatever killed it, comes first.
+     r"Rank \d+ scheduler died during initialization",
      "a scheduler process has ended; the server cannot serve without it"),
     ("killed", True, None,
      r"(?:Killed|已杀死)\s*$|\S+: (?:line|行) \d+: +\d+ (?:Killed|已杀死)\b",

@@ -283,6 +283,32 @@ def test_an_oom_kill_before_the_gates_first_look_is_still_the_node_fault():
     assert replay([(5, dead)])[-1]["cause"] != "environment"
 
 
+SCHEDULER_DIED_AT_INIT = """\
+[2026-12-03 10:00:00] server_args=ServerArgs(model_path='/models/m', tp_size=8)
+[2026-12-03 10:00:06 TP0] Load weight begin. avail mem=94.50 GB
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/sglang/launch_server.py", line 32, in <module>
+    run_server(server_args)
+  File "/usr/lib/python3/sglang/srt/entrypoints/engine.py", line 1990, in \
+_wait_for_scheduler_ready
+    raise _scheduler_died_error(rank, proc)
+RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 \
+(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.
+"""
+
+
+def test_sglangs_scheduler_died_error_is_a_consequence_the_oom_killer_explains():
+    # SGLang 0.5.23's main process names a scheduler that died before it was ready; the
+    # kernel's OOM kill of it (seen by the gate or not) is the cause, not the configuration.
+    dead = obs(alive=False, exit_status=1)
+    dead["log"] = parse_log(SCHEDULER_DIED_AT_INIT)
+    assert dead["log"]["cause"]["kind"] == "subprocess_exited"
+    dead["oom_kills"] = [oom_kill(4242)]
+    v = replay([(5, dead)])[-1]
+    assert v["verdict"] == "crashed" and v["cause"] == "environment"
+    assert v["reason"].startswith("the kernel's OOM killer killed pid 4242")
+
+
 def test_health_200_during_warm_up_is_ready():
     # /health answers 200 only after warm-up succeeded; the ready line may not be in the log
     # (not yet written, or gone from a long-running server's tail).
