@@ -50,6 +50,19 @@ class Link:
             self.sock.sendall(line.encode() + b"\n")
 
 
+def serve_connections(server: socket.socket, handle: Any, name: str) -> None:
+    """Accept on a listening socket in a thread of its own, each connection handled in a
+    thread; the loop ends when the socket is closed."""
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True, name=name).start()
+
+
 class Hub:
     """The main process's end: accepts the schedulers, tracks their ticks, sends them batches
     and control requests and waits for their answers without a timeout."""
@@ -67,18 +80,10 @@ class Hub:
         # FanOutCommunicator's "queueing" mode: one control request at a time.
         self.ask_lock = threading.Lock()
         self.judged: dict[tuple[int, ...], tuple[float, bool]] = {}
-        threading.Thread(target=self._accept, daemon=True, name="control-accept").start()
+        serve_connections(self.server, self._serve, "control-accept")
 
     def environment(self) -> dict[str, str]:
         return {ENV: self.name[1:]}
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
 
     def _serve(self, sock: socket.socket) -> None:
         link = None

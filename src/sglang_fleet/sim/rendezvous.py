@@ -27,6 +27,7 @@ import threading
 import time
 
 from sglang_fleet.sim import failures
+from sglang_fleet.sim.control import serve_connections
 
 DEFAULT_STORE_TIMEOUT_S = 600  # torch distributed_c10d default_pg_nccl_timeout
 RETRY_S = 0.5  # between connection attempts while nothing listens
@@ -60,15 +61,7 @@ class Store:
                 "DistNetworkError", failures.RENDEZVOUS_FRAMES,
                 failures.store_listen_failed(port, exc.errno or 0)) from None
         self.server.listen(512)
-        threading.Thread(target=self._accept, daemon=True, name="tcpstore").start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._joined, args=(client,), daemon=True).start()
+        serve_connections(self.server, self._joined, "tcpstore")
 
     def _joined(self, client: socket.socket) -> None:
         with client.makefile("r") as lines:
