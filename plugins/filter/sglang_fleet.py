@@ -15,6 +15,7 @@ try:
     from sglang_fleet.spec import (
         IDENTITY_SETTINGS,
         PREFIX,
+        argcheck_record,
         build_identity,
         build_launch_spec,
         gate_module_args,
@@ -81,6 +82,11 @@ def deployment_files_filter(spec, secrets):
 def group_errors(specs):
     _need_package()
     return group_consistency_errors(dict(specs))
+
+
+def argcheck_record_filter(spec):
+    _need_package()
+    return argcheck_record(spec)
 
 
 def gate_args_filter(spec):
@@ -163,6 +169,7 @@ class FilterModule(object):
             "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
             "sglang_fleet_group_errors": group_errors,
+            "sglang_fleet_argcheck_record": argcheck_record_filter,
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,
             "sglang_fleet_next_spec": next_spec,

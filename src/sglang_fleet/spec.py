@@ -752,7 +752,11 @@ def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_node's options that follow from the LaunchSpec alone; the files, the gate, the
     lock, the write and the start depend on the run and are the task's."""
     paths, model, gpu = spec["paths"], spec["model"], spec["gpu"]
+    # sglang_node's `service` is sglang_service's view with the user under its own name and
+    # no stop timeout (the node check never stops a server).
     service = service_module_args(spec)
+    service["user"] = service.pop("service_user")
+    del service["stop_timeout"]
     return {
         "host_name": spec["host"],
         "server_python": spec["install"]["server_python"],
@@ -769,8 +773,7 @@ def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
                     "drops": spec["secret_drops"]},
         "model": {"path": model["path"], **model["check"]},
         "shm_dir": paths["shm_dir"],
-        "service": {"user": service.pop("service_user"),
-                    **{k: v for k, v in service.items() if k != "stop_timeout"}},
+        "service": service,
         "argcheck_record": argcheck_record(spec),
         "args_parser": spec["install"]["args_parser"],
         "args": spec["server_args"],
