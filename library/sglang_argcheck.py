@@ -60,7 +60,7 @@ parser:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_nodecheck import (
+from ansible.module_utils.sglang_fleet_argcheck import (
     args_record,
     parse_args,
     record_args_checked,

@@ -195,6 +195,9 @@ options:
           re-run.
         type: str
         required: true
+      url:
+        description: The URL clients use (the router's line names it).
+        type: str
       admin_url:
         description: The router's URL as its host reaches it; its workers are read there once
           it answers.
@@ -271,6 +274,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description: The router's line (running, started or restarted, where, which release and
+    configuration, its pid).
+  returned: when the router was checked and answers (not in check mode)
+  type: str
 install_needed:
   description: Whether the pinned release is missing from the router's virtualenv (pip).
   returned: always

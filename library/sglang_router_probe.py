@@ -12,8 +12,9 @@ description:
   - Reads the router's workers (C(GET /workers), with the control-plane key) and sends one
     short chat request through it (C(POST /v1/chat/completions), with the clients' key), in one
     module run on the router's host.
-  - Changes nothing, and never fails on the router's answer; the caller decides what an
-    answer other than 200 means (the router role's report fails the host, naming the fix).
+  - Changes nothing. Without O(report) it never fails on the router's answer and the caller
+    decides what an answer other than 200 means; with it, the module words the router's report
+    line (C(msg)) and fails on any other answer, naming the fix.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
@@ -32,6 +33,28 @@ options:
     description: Seconds the request through the router may take.
     type: float
     default: 60
+  report:
+    description:
+      - The router as its report names it; with it the module returns the report line and
+        fails when no request is answered through the router.
+    type: dict
+    suboptions:
+      name:
+        description: The router's inventory name.
+        type: str
+        required: true
+      url:
+        description: The URL clients use.
+        type: str
+        required: true
+      version:
+        description: The sglang-router release.
+        type: str
+        required: true
+      policy:
+        description: The routing policy.
+        type: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -47,6 +70,11 @@ EXAMPLES = r"""
     admin_key: "{{ sglang_router_control_plane_api_keys | sglang_fleet_router_admin_key }}"
     api_key: "{{ sglang_router_api_key }}"
   register: sglang_router__probe
+
+- name: Report the router, failing when no request is answered through it
+  sglang_router_probe:
+    url: http://127.0.0.1:30000
+    report: {name: router-1, url: "http://10.0.0.5:30000", version: 0.3.2, policy: cache_aware}
 """
 
 RETURN = r"""
@@ -73,10 +101,14 @@ error:
   description: The router's error, or why nothing answered, when the status is not 200.
   returned: always
   type: str
+msg:
+  description: The report line (its URL, workers, and the request answered through it).
+  returned: with report, when the router answered
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_routernode import ask
+from ansible.module_utils.sglang_fleet_router import ask, report_failure, report_line
 
 
 def main():
@@ -86,12 +118,21 @@ def main():
             admin_key=dict(type="str", no_log=True),
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="float", default=60),
+            report=dict(type="dict", options=dict(
+                name=dict(type="str", required=True), url=dict(type="str", required=True),
+                version=dict(type="str", required=True),
+                policy=dict(type="str", required=True))),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    module.exit_json(changed=False, **ask(p["url"].rstrip("/"), p["admin_key"] or None,
-                                          p["api_key"] or None, p["timeout"]))
+    seen = ask(p["url"].rstrip("/"), p["admin_key"] or None, p["api_key"] or None,
+               p["timeout"])
+    if p["report"] and seen["status"] != 200:
+        module.fail_json(msg=report_failure(p["report"], seen), **seen)
+    if p["report"]:
+        seen["msg"] = report_line(p["report"], seen)
+    module.exit_json(changed=False, **seen)
 
 
 if __name__ == "__main__":

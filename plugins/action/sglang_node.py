@@ -1,22 +1,48 @@
 # -*- coding: utf-8 -*-
 # Controller side of the sglang_node module: `from_spec` (the LaunchSpec) becomes the options
-# that follow from it (spec.node_module_args), and the run that the node check's lock is taken
-# for is named (see plugins/action/sglang_lock.py: the run is this worker's parent, readable
-# only on the controller). A lock another run holds is left to sglang_lock.
+# that follow from it (spec.node_module_args), its launch files rendered once with
+# `secret_values`; outside check mode the check also takes the gate's observation, the
+# deployment's lock (named after this run: see plugins/action/sglang_lock.py, the run is this
+# worker's parent, readable only on the controller) and writes the files when something is to
+# change, and with `start_if_stopped` starts a server that is not running. A lock another run
+# holds is left to sglang_lock.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from sglang_fleet.spec import node_module_args
+from sglang_fleet.render import deployment_files
+from sglang_fleet.spec import gate_module_args, node_module_args, start_module_args
 from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet_node.sglang_fleet_lock import controller_run
+from sglang_fleet_node.sglang_fleet_lock import controller_run, lease_for
 
 
 class ActionModule(SpecViewAction):
     module_name = "sglang_node"
+    controller_options = ("secret_values", "start_if_stopped")
 
     def view(self, spec, args):
-        return node_module_args(spec)
+        view = node_module_args(spec)
+        if "secret_values" not in args:
+            return view  # the files, lock, write and start come with the task
+        files = deployment_files(spec, dict(args["secret_values"] or {}))
+        view.update(files=files["checked"], folders=files["folders"],
+                    expected_digest=files["digest"])
+        if self._play_context.check_mode:
+            return view  # check mode only looks
+        task_vars = self._task_vars
+        gate = spec["gate"]
+        view["gate"] = gate_module_args(spec)
+        view["lock"] = {
+            "path": spec["paths"]["recover_lock"], "name": spec["marker"], "purpose": "deploy",
+            "lease": lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]),
+                               len(task_vars.get("ansible_play_batch") or [1]),
+                               task_vars.get("ansible_forks") or 1)}
+        view["write"] = {"files": files["files"], "secret_files": files["secret_files"]}
+        if args.get("start_if_stopped"):
+            group = spec["group"]["name"]
+            view["start"] = start_module_args(
+                spec, list((task_vars.get("groups") or {}).get(group) or []) if group else [])
+        return view
 
     def module_args(self, args):
         if args.get("lock"):

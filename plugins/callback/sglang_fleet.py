@@ -74,7 +74,8 @@ _FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail",
 _DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
 _ASSERT_ACTIONS = ("assert", "ansible.builtin.assert", "ansible.legacy.assert")
 # The task files whose failures are a refused LaunchSpec (checked on the controller).
-_REFUSAL_FILES = ("/roles/sglang_server/tasks/spec.yml",)
+_REFUSAL_FILES = ("/roles/sglang_server/tasks/spec.yml",
+                  "/roles/sglang_server/tasks/spec_fallback.yml")
 # Result keys Ansible adds that say nothing to an operator.
 _QUIET_KEYS = ("changed", "_ansible_no_log", "_ansible_verbose_always", "failed", "skipped",
                "exception", "warnings", "deprecations", "assertion", "evaluated_to")

@@ -19,7 +19,7 @@ try:
         build_identity,
         build_launch_spec,
         gate_module_args,
-        group_consistency_errors,
+        launch_refusals,
         start_module_args,
         warm_caches,
     )
@@ -56,6 +56,12 @@ def launch_spec(settings, host, group_members=None, dist_init_host=None):
                              str(dist_init_host) if dist_init_host else None)
 
 
+def launch_refusals_filter(launch, launches, specs):
+    """launch | sglang_fleet_launch_refusals(launches, specs): see spec.launch_refusals."""
+    _need_package()
+    return launch_refusals(dict(launch), dict(launches or {}), dict(specs or {}))
+
+
 def identity(settings, host, group_members=None):
     _need_package()
     return build_identity(dict(settings), str(host),
@@ -77,11 +83,6 @@ def render(spec, secrets=None, masked=False):
 def deployment_files_filter(spec, secrets):
     _need_package()
     return deployment_files(spec, dict(secrets or {}))
-
-
-def group_errors(specs):
-    _need_package()
-    return group_consistency_errors(dict(specs))
 
 
 def argcheck_record_filter(spec):
@@ -168,7 +169,7 @@ class FilterModule(object):
             "sglang_fleet_identity": identity,
             "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
-            "sglang_fleet_group_errors": group_errors,
+            "sglang_fleet_launch_refusals": launch_refusals_filter,
             "sglang_fleet_argcheck_record": argcheck_record_filter,
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,

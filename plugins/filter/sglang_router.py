@@ -52,11 +52,15 @@ def routers_of(server, groups, hostvars):
         workers_group = hv.get("sglang_router_workers_group", "sglang_servers")
         if server not in groups.get(workers_group, []):
             continue
-        built = build_router_spec(_router_vars(hv), name,
-                                  str(hv["ansible_host"]) if "ansible_host" in hv else name)
-        if not built["ok"]:
-            raise AnsibleFilterError("\n".join(built["errors"]))
-        out.append({"name": name, "spec": built["spec"]})
+        # Published by the router's own spec step (deploy.yml's validation) when it ran.
+        spec = hv.get("sglang_router__spec")
+        if not spec:
+            built = build_router_spec(_router_vars(hv), name,
+                                      str(hv["ansible_host"]) if "ansible_host" in hv else name)
+            if not built["ok"]:
+                raise AnsibleFilterError("\n".join(built["errors"]))
+            spec = built["spec"]
+        out.append({"name": name, "spec": spec})
     return out
 
 
@@ -88,6 +92,19 @@ def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
                 w.get("url") == wanted and w.get("healthy") for w in listed or []):
             out.append(router)
     return out
+
+
+def membership_due(server, groups, hostvars, server_spec, address, override=None):
+    """Whether a ready server running unchanged is missing from a router in front of it: one
+    of them did not list it healthy when this run deployed that router (membership.yml then
+    joins it). Asked before including membership.yml, so that a re-run of a fleet already in
+    its routers runs one task per server for membership, not four."""
+    _need_package()
+    if not server_spec["group"]["serves_http"]:
+        return False
+    routers = routers_of(server, groups, hostvars)
+    url = worker_url(dict(server_spec), str(address), override)
+    return bool(routers_to_call(routers, hostvars, url, "present"))
 
 
 def admin_key_filter(control_plane_keys):
@@ -139,6 +156,7 @@ class FilterModule(object):
             "sglang_fleet_router_spec": router_spec,
             "sglang_fleet_routers_of": routers_of,
             "sglang_fleet_routers_to_call": routers_to_call,
+            "sglang_fleet_membership_due": membership_due,
             "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,

@@ -236,3 +236,61 @@ def drain(read, timeout, interval, clock=time.monotonic, sleep=time.sleep):
         report["note"] = ("drain timeout of %ss hit with %s request(s) still running: the "
                           "restart cuts them" % (timeout, last))
     return report
+
+
+# ---- the router report: asked in its own module run, which needs nothing else of the node ----
+
+# One short request answered through the router: the smallest proof it serves.
+PROMPT = {"messages": [{"role": "user", "content": "Say hello in eight tokens."}],
+          "max_tokens": 8, "temperature": 0}
+
+
+def ask(url, admin_key=None, api_key=None, timeout=60.0):
+    """The router's workers and one request answered through it, in one visit: {workers,
+    workers_error, status (None when nothing answered), answer, error}."""
+    out = {"workers": [], "workers_error": None, "status": None, "answer": None, "error": None}
+    try:
+        status, body = http("GET", url + "/workers", admin_key, timeout=10)
+        if status == 200 and isinstance(body, dict):
+            out["workers"] = list(body.get("workers") or [])
+        else:
+            out["workers_error"] = "%s %s" % (status, str(body)[:200])
+    except RouterUnreachable as exc:
+        out["workers_error"] = str(exc)
+    try:
+        out["status"], body = http("POST", url + "/v1/chat/completions", api_key, PROMPT,
+                                   timeout=timeout)
+    except RouterUnreachable as exc:
+        out["error"] = str(exc)
+        return out
+    if out["status"] == 200 and isinstance(body, dict):
+        out["answer"] = body
+    else:
+        error = body.get("error") if isinstance(body, dict) else None
+        out["error"] = str(error if error is not None else body)
+    return out
+
+
+def report_line(router, seen):
+    """The router's report: where it serves, its workers, and the request answered."""
+    workers = seen["workers"]
+    answer = seen["answer"] or {}
+    usage = answer.get("usage") or {}
+    choices = answer.get("choices") or [{}]
+    content = str((choices[0].get("message") or {}).get("content") or "").strip()
+    if len(content) > 65:  # as Jinja's truncate(60) shortens it
+        content = content[:57].rsplit(" ", 1)[0] + "..."
+    return ('%s: serving at %s (sglang-router %s, policy %s): %d workers registered, %d '
+            'healthy; one request answered through it: %s tokens, "%s"'
+            % (router["name"], router["url"], router["version"], router["policy"],
+               len(workers), len([w for w in workers if w.get("is_healthy")]),
+               usage.get("completion_tokens"), content))
+
+
+def report_failure(router, seen):
+    """Why the report fails: what the router answered, and the fix."""
+    return ("%s: the router at %s answered %s to one request (%s); %d workers registered. "
+            "Fix: deploy the servers (deploy.yml), then playbooks/router.yml; "
+            "`playbooks/health.yml` shows each one's verdict beside the router's view"
+            % (router["name"], router["url"], seen["status"] or "nothing",
+               str(seen["error"])[:200], len(seen["workers"])))

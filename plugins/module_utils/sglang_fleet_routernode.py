@@ -18,28 +18,28 @@ import time
 try:
     from ansible.module_utils import sglang_fleet_deployfiles as deployfiles
     from ansible.module_utils import sglang_fleet_service as service_mod
-    from ansible.module_utils.sglang_fleet_files import read_json
-    from ansible.module_utils.sglang_fleet_nodecheck import (
+    from ansible.module_utils.sglang_fleet_argcheck import (
         args_record,
         parse_args,
         record_args_checked,
-        vanished_secret,
     )
+    from ansible.module_utils.sglang_fleet_files import read_json
     from ansible.module_utils.sglang_fleet_procs import describe_foreign
     from ansible.module_utils.sglang_fleet_router import RouterUnreachable, http
+    from ansible.module_utils.sglang_fleet_secrets import vanished_secret
     from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
 except ImportError:  # imported by the controller package or its tests, outside Ansible
     from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
     from sglang_fleet_node import sglang_fleet_service as service_mod
-    from sglang_fleet_node.sglang_fleet_files import read_json
-    from sglang_fleet_node.sglang_fleet_nodecheck import (
+    from sglang_fleet_node.sglang_fleet_argcheck import (
         args_record,
         parse_args,
         record_args_checked,
-        vanished_secret,
     )
+    from sglang_fleet_node.sglang_fleet_files import read_json
     from sglang_fleet_node.sglang_fleet_procs import describe_foreign
     from sglang_fleet_node.sglang_fleet_router import RouterUnreachable, http
+    from sglang_fleet_node.sglang_fleet_secrets import vanished_secret
     from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
 
 # The router's description as its host is given it (sglang_router_node's `router` option,
@@ -75,6 +75,7 @@ ROUTER_OPTIONS = dict(
     args_parser=dict(type="str", default="sglang_router.launch_router:parse_router_args"),
     argcheck_record=dict(type="path"),
     liveness_url=dict(type="str", required=True),
+    url=dict(type="str"),
     admin_url=dict(type="str"),
     admin_key=dict(type="str", no_log=True),
     flag_variables=dict(type="dict", default={}),
@@ -311,6 +312,11 @@ def converge(p, check_mode, warn, want_diff=False):
             "the router at %s did not answer within %g s (last: %s). Fix: read its log, %s"
             % (r["liveness_url"], p["wait_timeout"], late, r["service"]["log_file"]))
     result["workers"] = listed_workers(r)
+    result["msg"] = "%s: router %s at %s (sglang-router %s, config %s, pid %s)%s" % (
+        p["host_name"], "running" if action == "none" else action, r["url"] or r["admin_url"],
+        r["version"],
+        r["config_hash"], result["pid"],
+        "" if action == "none" else "; it starts with no workers: each ready server joins it")
     return result
 
 
@@ -338,36 +344,3 @@ def _apply(r, actions, record):
                 r["install"]["router_python"], r["args_parser"], r["args"]))
     except (deployfiles.DeployFilesError, OSError, IOError, ValueError) as exc:
         raise RouterRefused("cannot write the router's files: %s" % exc) from exc
-
-
-# ---- the router report ------------------------------------------------------------------
-
-# One short request answered through the router: the smallest proof it serves.
-PROMPT = {"messages": [{"role": "user", "content": "Say hello in eight tokens."}],
-          "max_tokens": 8, "temperature": 0}
-
-
-def ask(url, admin_key=None, api_key=None, timeout=60.0):
-    """The router's workers and one request answered through it, in one visit: {workers,
-    workers_error, status (None when nothing answered), answer, error}."""
-    out = {"workers": [], "workers_error": None, "status": None, "answer": None, "error": None}
-    try:
-        status, body = http("GET", url + "/workers", admin_key, timeout=10)
-        if status == 200 and isinstance(body, dict):
-            out["workers"] = list(body.get("workers") or [])
-        else:
-            out["workers_error"] = "%s %s" % (status, str(body)[:200])
-    except RouterUnreachable as exc:
-        out["workers_error"] = str(exc)
-    try:
-        out["status"], body = http("POST", url + "/v1/chat/completions", api_key, PROMPT,
-                                   timeout=timeout)
-    except RouterUnreachable as exc:
-        out["error"] = str(exc)
-        return out
-    if out["status"] == 200 and isinstance(body, dict):
-        out["answer"] = body
-    else:
-        error = body.get("error") if isinstance(body, dict) else None
-        out["error"] = str(error if error is not None else body)
-    return out

@@ -111,3 +111,43 @@ def secret_paths(value, path=""):
         for i, v in enumerate(value):
             found.extend(secret_paths(v, "%s[%d]" % (path, i)))
     return found
+
+
+# ---- a secret a deployment started with, and that resolves to nothing now ----
+
+def _variable_of(env, variables):
+    """The inventory variable behind an env file variable: `variables` pairs each env file
+    variable, or a family of them (`NAME_*`, one per item of a list setting), with its
+    variable."""
+    for name, variable in variables:
+        if env == name or (name.endswith("*") and env.startswith(name[:-1])):
+            return variable
+    return env
+
+
+def vanished_secret(secrets, before, drop_setting, what="this deployment", whom="the server"):
+    """The refusal of a secret setting that `what` last started with (`before`: the record of
+    that start, with its secret_env_names, secret_fingerprints and config_hash) and that now
+    resolves to nothing (an unset environment variable, a vault not opened), unless dropped on
+    purpose (`drop_setting` names the setting that does): starting without it would serve
+    openly. None when nothing vanished. `secrets`: this start's env file variables (names),
+    their inventory variables (variables) and those it may leave out (drops). One check for
+    the servers and the router."""
+    variables = secrets.get("variables") or []
+    kept = set(_variable_of(env, variables)
+               for env in list(secrets.get("names") or []) + list(secrets.get("drops") or []))
+    fingerprints = before.get("secret_fingerprints") or {}
+    for env in sorted(before.get("secret_env_names") or []):
+        variable = _variable_of(env, variables)
+        if variable in kept:
+            continue
+        return (
+            "%s resolves to nothing, but %s last started with it (config %s, %s): a secret "
+            "that vanished (an environment variable not set on the controller, a vault not "
+            "opened) would restart %s without it. Fix: make %s resolve again where the "
+            "inventory reads it (the controller's environment, ansible-vault), or leave it out "
+            "on purpose with %s: [%s]"
+            % (variable, what, before.get("config_hash", "?"),
+               fingerprints.get(env, "fingerprint unrecorded"), whom, variable, drop_setting,
+               variable))
+    return None

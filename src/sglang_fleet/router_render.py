@@ -115,6 +115,7 @@ def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = 
         "args_parser": ROUTER_PARSER,
         "argcheck_record": f"{paths['run_dir']}/{spec['name']}.argcheck.json",
         "liveness_url": f"{spec['admin_url']}/liveness",
+        "url": spec["url"],
         "admin_url": spec["admin_url"],
         "admin_key": admin_key,
         # What this start has of the router's keys (names and fingerprints, never values),

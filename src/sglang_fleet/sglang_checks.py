@@ -309,7 +309,7 @@ CHECKS_0_5_23: tuple[Check, ...] = (
 # The controller mirrors 0.5.23's checks only. SGLang 0.5.4.post3 has its own, with other
 # conditions and texts, in ServerArgs.check_server_args (sglang/srt/server_args.py:3649), none
 # mirrored here: for that release the controller checks nothing after the parser, and the
-# node check (sglang_fleet_nodecheck._PARSE) runs the installed SGLang's check_server_args on
+# node check (sglang_fleet_argcheck._PARSE) runs the installed SGLang's check_server_args on
 # the exact command line before anything on the node changes.
 CHECKS: dict[str, tuple[Check, ...]] = {
     "0.5.23": CHECKS_0_5_23,

@@ -1029,6 +1029,19 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
     return errors
 
 
+def launch_refusals(launch: dict[str, Any], launches: dict[str, Any],
+                    specs: dict[str, Any]) -> list[str]:
+    """What refuses one host's LaunchSpec (`launch`: its build's ok, errors, warnings): its own
+    errors, else the disagreements of its multi-node group. `launches` and `specs` map each
+    host of the group in the batch to its build's verdict and its LaunchSpec (None when not
+    built yet); members refused on their own are left out, since they say why themselves."""
+    if not launch.get("ok"):
+        return list(launch.get("errors") or [])
+    built = {host: spec for host, spec in specs.items()
+             if (launches.get(host) or {}).get("ok", True)}
+    return group_consistency_errors(built) if built else []
+
+
 def _result(p: Problems, spec: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "ok": not p.errors,

@@ -28,6 +28,7 @@ class SpecViewAction(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
+        self._task_vars = task_vars or {}  # for a view that reads the play (its batch, groups)
         args = dict(self._task.args)
         spec = args.pop("from_spec", None)
         taken = {name: args.pop(name) for name in self.controller_options if name in args}

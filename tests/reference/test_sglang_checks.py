@@ -21,7 +21,7 @@ from sglang_fleet.catalogue import catalogue
 from sglang_fleet.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
 from sglang_fleet.sim.failures import HEADS_FRAMES, SGLangError
 from sglang_fleet.sim.server_args import prepare_server_args
-from sglang_fleet_node.sglang_fleet_nodecheck import parse_args
+from sglang_fleet_node.sglang_fleet_argcheck import parse_args
 
 VERSION = "0.5.23"
 
@@ -178,7 +178,7 @@ def test_kimi_at_tp_3_passes_sglangs_argument_checks_and_fails_at_model_load(rea
 
 
 def test_the_node_check_refuses_what_the_installed_sglang_refuses(env, model_dir, tmp_path):
-    """The node check's own parse step (sglang_fleet_nodecheck.parse_args) on the real package:
+    """The node check's own parse step (sglang_fleet_argcheck.parse_args) on the real package:
     its post-parse checks run, and the refusal is SGLang's final line and where it raised."""
     # The node's hardware answers, as the probe gives them (a real node answers itself).
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""

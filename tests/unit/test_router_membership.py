@@ -8,6 +8,8 @@ from sglang_fleet_node.sglang_fleet_router import (
     describe_view,
     drain,
     finding,
+    report_failure,
+    report_line,
     router_active,
     view_of,
     worker_inflight,
@@ -131,3 +133,21 @@ def test_requests_are_traced_to_their_workers_in_the_routers_debug_log():
         ("a-00002", "http://127.0.0.1:30001")])
     assert routed_to(log) == {"a-00001": ["http://127.0.0.1:30001"],
                               "a-00002": ["http://127.0.0.1:30002", "http://127.0.0.1:30001"]}
+
+
+def test_the_router_report_says_where_it_serves_and_what_answered():
+    router = {"name": "r1", "url": "http://10.0.0.5:30000", "version": "0.3.2",
+              "policy": "cache_aware"}
+    seen = {"workers": [{"is_healthy": True}, {"is_healthy": False}], "status": 200,
+            "error": None, "answer": {"usage": {"completion_tokens": 8}, "choices": [
+                {"message": {"content": "  " + "word " * 20 + " "}}]}}
+    line = report_line(router, seen)
+    assert line.startswith("r1: serving at http://10.0.0.5:30000 (sglang-router 0.3.2, "
+                           "policy cache_aware): 2 workers registered, 1 healthy; one request "
+                           "answered through it: 8 tokens, \"word word")
+    assert line.endswith('word..."') and len(line.split('"')[1]) <= 60
+    failed = report_failure(router, dict(seen, status=503, error="no healthy workers",
+                                         workers=[]))
+    assert "answered 503 to one request (no healthy workers); 0 workers registered" in failed
+    assert "Fix: deploy the servers" in failed
+    assert "answered nothing" in report_failure(router, dict(seen, status=None, error="x"))

@@ -14,7 +14,7 @@ import pytest
 from sglang_fleet.router_render import router_node
 from sglang_fleet.router_spec import build_router_spec, router_secrets
 from sglang_fleet_node import sglang_fleet_routernode as rn
-from sglang_fleet_node.sglang_fleet_nodecheck import args_record
+from sglang_fleet_node.sglang_fleet_argcheck import args_record
 from sglang_fleet_node.sglang_fleet_service import content_digest
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"

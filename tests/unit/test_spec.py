@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sglang_fleet.spec import build_launch_spec, group_consistency_errors
+from sglang_fleet.spec import build_launch_spec, group_consistency_errors, launch_refusals
 from sglang_fleet.testfleet.local import role_defaults
 
 
@@ -395,3 +395,25 @@ def test_group_check_names_members_not_built_yet():
     # Single-node servers are never held up by it.
     assert group_consistency_errors({"n1": build(attention_backend="triton")["spec"],
                                      "n2": None}) == []
+
+
+def test_one_refusal_per_host_its_own_errors_first_then_its_groups():
+    """spec.yml's one assert: a host refused on its own says only that; a valid member is
+    held to the members that built, not to one refused on its own (which says why itself),
+    and a member not built yet is named."""
+    members = ["a01", "a02", "a03", "a04"]
+    a = _group("a01", members)
+    b = _group("a02", members, node_rank=0)  # the same rank as a01
+    assert a["ok"] and b["ok"], a["errors"] + b["errors"]
+    refused = {"ok": False, "errors": ["host a03: sglang_server_tp=3: ..."], "warnings": []}
+    verdict = {h: {"ok": r["ok"]} for h, r in (("a01", a), ("a02", b))}
+    assert launch_refusals(refused, {}, {}) == refused["errors"]
+    errors = launch_refusals(a, {**verdict, "a03": refused},
+                             {"a01": a["spec"], "a02": b["spec"], "a03": None})
+    assert len(errors) == 1 and "both have node rank 0" in errors[0]
+    c = _group("a02", members)
+    assert launch_refusals(a, {"a01": {"ok": True}, "a02": {"ok": True}, "a03": refused},
+                           {"a01": a["spec"], "a02": c["spec"], "a03": None}) == []
+    unbuilt = launch_refusals(a, {"a01": {"ok": True}},
+                              {"a01": a["spec"], "a02": c["spec"], "a03": None})
+    assert "hosts a03 have no LaunchSpec yet" in unbuilt[0]
