@@ -11,9 +11,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from sglang_fleet.render import deployment_files
-from sglang_fleet.spec import gate_module_args, node_module_args, start_module_args
+from sglang_fleet.spec import (
+    gate_module_args,
+    lock_lease,
+    node_module_args,
+    start_module_args,
+)
 from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet_node.sglang_fleet_lock import controller_run, lease_for
+from sglang_fleet_node.sglang_fleet_lock import controller_run
 
 
 class ActionModule(SpecViewAction):
@@ -30,13 +35,11 @@ class ActionModule(SpecViewAction):
         if self._play_context.check_mode:
             return view  # check mode only looks
         task_vars = self._task_vars
-        gate = spec["gate"]
         view["gate"] = gate_module_args(spec)
         view["lock"] = {
             "path": spec["paths"]["recover_lock"], "name": spec["marker"], "purpose": "deploy",
-            "lease": lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]),
-                               len(task_vars.get("ansible_play_batch") or [1]),
-                               task_vars.get("ansible_forks") or 1)}
+            "lease": lock_lease(spec, len(task_vars.get("ansible_play_batch") or [1]),
+                                task_vars.get("ansible_forks") or 1)}
         view["write"] = {"files": files["files"], "secret_files": files["secret_files"]}
         if args.get("start_if_stopped"):
             group = spec["group"]["name"]

@@ -20,11 +20,11 @@ try:
         build_launch_spec,
         gate_module_args,
         launch_refusals,
+        lock_lease,
         start_module_args,
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
-    from sglang_fleet_node.sglang_fleet_lock import lease_for
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -154,12 +154,11 @@ def operator_stopped_test(verdict):
     return operator_stopped(dict(verdict or {}))
 
 
-def lock_lease(spec, hosts=1, forks=1):
-    """The lease a run declares on a deployment's lock: spec | sglang_fleet_lock_lease(
-    ansible_play_batch | length, ansible_forks) (see sglang_fleet_lock.lease_for)."""
+def lock_lease_filter(spec, hosts=1, forks=1):
+    """spec | sglang_fleet_lock_lease(ansible_play_batch | length, ansible_forks): see
+    spec.lock_lease."""
     _need_package()
-    gate = spec["gate"]
-    return lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]), hosts, forks)
+    return lock_lease(dict(spec), hosts, forks)
 
 
 class FilterModule(object):
@@ -183,5 +182,5 @@ class FilterModule(object):
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_deployment_files": deployment_files_filter,
-            "sglang_fleet_lock_lease": lock_lease,
+            "sglang_fleet_lock_lease": lock_lease_filter,
         }

@@ -43,6 +43,7 @@ from sglang_fleet.settings import (
 )
 from sglang_fleet.sglang_checks import refusals, resolved
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
+from sglang_fleet_node.sglang_fleet_lock import lease_for
 from sglang_fleet_node.sglang_fleet_secrets import mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
@@ -718,6 +719,13 @@ def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated:
         "state_file": f"{root}/run/{deployment}.gate.json",
         "host": connect_host,
     }
+
+
+def lock_lease(spec: dict[str, Any], hosts: Any = 1, forks: Any = 1) -> float:
+    """The lease a run declares on a deployment's lock: its gate's whole budget for each wave
+    of `forks` hosts among the play's `hosts` (see sglang_fleet_lock.lease_for)."""
+    gate = spec["gate"]
+    return lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]), hosts, forks)
 
 
 def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
