@@ -15,6 +15,9 @@ description:
     C(proposed-rules.yml) beside the ledger, for review; nothing is applied automatically.
   - Runs on the controller through its action plugin; the file is appended atomically, so hosts
     recording at once never interleave lines.
+  - Every entry names the run that wrote it (C(run) with the run's id, controller host name
+    and ansible-playbook PID), so that the ledgers of runs made in parallel (slices of one
+    inventory) can be merged and each entry traced to its run.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 options:
@@ -47,7 +50,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 entry:
-  description: The entry as recorded.
+  description: The entry as recorded, with C(run) naming the run that wrote it.
   returned: always
   type: dict
 proposed_rules:

@@ -16,6 +16,7 @@ try:
 
     from sglang_fleet.recovery import proposed_rules
     from sglang_fleet.store import append_jsonl, read_jsonl
+    from sglang_fleet_node.sglang_fleet_lock import controller_run, stamped
     from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
@@ -37,7 +38,8 @@ class ActionModule(ActionBase):
         if not path or not isinstance(entry, dict):
             raise AnsibleActionFail("sglang_ledger needs path (str) and entry (dict)")
         # Entries carry settings: a secret nested anywhere in them is masked, never stored.
-        entry = mask_secrets(entry)
+        # Each names the run that wrote it, so that ledgers of parallel runs merge.
+        entry = mask_secrets(stamped(entry, controller_run()))
         if self._task.check_mode:
             result.update(changed=True, proposed_rules=[], entry=entry)
             return result

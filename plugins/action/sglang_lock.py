@@ -24,6 +24,7 @@ try:
         describe,
         owner_gone,
         pid_checkable,
+        stamped,
     )
     from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
@@ -110,6 +111,6 @@ class ActionModule(ActionBase):
             if ledger and not self._task.check_mode:
                 host = (task_vars or {}).get("inventory_hostname", "")
                 for entry in ledger_entries(held, gone, args, host):
-                    append_jsonl(ledger, mask_secrets(entry))
+                    append_jsonl(ledger, mask_secrets(stamped(entry, here)))
         result.update(res)
         return result

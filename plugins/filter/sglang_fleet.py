@@ -25,6 +25,7 @@ try:
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
+    from sglang_fleet.whole_groups import split_group_errors
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -161,6 +162,14 @@ def lock_lease_filter(spec, hosts=1, forks=1):
     return lock_lease(dict(spec), hosts, forks)
 
 
+def split_group_filter(group, members, run_hosts, serial=None, canary=None):
+    """group | sglang_fleet_split_group(groups[group], ansible_play_hosts_all, serial,
+    canary): why this run does not hold a multi-node server whole (see whole_groups)."""
+    _need_package()
+    return split_group_errors(str(group or ""), list(members or []), list(run_hosts or []),
+                              serial, str(canary) if canary else None)
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -183,4 +192,5 @@ class FilterModule(object):
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_deployment_files": deployment_files_filter,
             "sglang_fleet_lock_lease": lock_lease_filter,
+            "sglang_fleet_split_group": split_group_filter,
         }

@@ -117,6 +117,14 @@ def controller_run():
     return run_identity(parent if "ansible" in cmdline else os.getpid())
 
 
+def stamped(entry, run):
+    """A ledger entry naming the run that writes it (`run`: a run_identity), so that the
+    ledgers of runs made in parallel (slices of one inventory) merge and each entry says whose
+    it is."""
+    return dict(entry, run={"id": run.get("run_id"), "controller": run.get("host"),
+                            "pid": run.get("pid")})
+
+
 def lease_for(gate_budget_s, hosts=1, forks=1):
     """The lease a deploy or recovery declares: the longest it may go without renewing. A host
     renews at each gate observation, but waits unrenewed while the play gates the other hosts:

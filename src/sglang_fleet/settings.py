@@ -78,6 +78,11 @@ TABLE = SettingsTable(PREFIX, (
       nullable=True, max_length=255, configuration=False),
     S("dist_init_port", "int", 20000, "Port of --dist-init-addr.", "Parallelism",
       low=1, high=65535, configuration=False),
+    S("group_nodes", "int", None,
+      "Nodes the multi-node group has; set beside sglang_server_group so that an inventory "
+      "holding only part of the group (a slice of it, a host gone from a dynamic inventory) is "
+      "refused; null takes the group's members as they are.", "Parallelism",
+      low=2, high=1024, nullable=True, configuration=False),
     # Server options
     S("attention_backend", "str", None,
       "--attention-backend, validated for the pinned release; null for SGLang's default "

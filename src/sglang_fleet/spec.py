@@ -308,6 +308,24 @@ class Topology:
         return self.node_rank == 0
 
 
+def group_size_errors(v: Validated, members: list[str], p: Problems) -> None:
+    """A group whose inventory holds fewer (or more) nodes than sglang_server_group_nodes
+    says: a slice of the inventory, or a host gone, would deploy the server on fewer nodes."""
+    declared = v["group_nodes"]
+    if declared is None or declared == len(members):
+        return
+    if not v["group"]:
+        p.error("group_nodes", declared, "a node count without a multi-node group", "set "
+                "sglang_server_group to the group's inventory name, or unset group_nodes")
+        return
+    p.error("group_nodes", declared,
+            f"this inventory holds {len(members)} of group {v['group']}'s nodes "
+            f"({', '.join(members)}): the others are not in it (a slice of the inventory, or "
+            f"a host gone from it), and a multi-node server is deployed, recovered and stopped "
+            f"whole", "run with an inventory that holds the whole group (sglang-fleet plan "
+            "--slices N writes limits that keep groups whole), or correct group_nodes")
+
+
 def topology(v: Validated, host: str, members: list[str] | None, dist_host: str | None,
              p: Problems) -> Topology:
     nnodes, node_rank, addr = 1, 0, None
@@ -324,6 +342,7 @@ def topology(v: Validated, host: str, members: list[str] | None, dist_host: str 
             if not 0 <= node_rank < nnodes:
                 p.error("node_rank", node_rank, f"must be in 0..{nnodes - 1} for a "
                         f"{nnodes}-node group", "unset it to derive ranks from group order")
+        group_size_errors(v, members, p)
         if not dist_host:
             p.error("dist_init_host", dist_host, "no address for the group's rank 0",
                     "set sglang_server_dist_init_host or ansible_host on the first member")
@@ -333,6 +352,8 @@ def topology(v: Validated, host: str, members: list[str] | None, dist_host: str 
         p.error("node_rank", v["node_rank"], "a node rank without a multi-node group "
                 "contradicts itself", "set sglang_server_group to the group's inventory "
                 "name, or unset node_rank")
+    if not group:
+        group_size_errors(v, [], p)
     tp, dp, pp, gpus = v["tp"], v["dp"], v["pp"], v["gpu_count"]
     per_node = 0
     if tp and dp and pp and gpus:
@@ -657,7 +678,7 @@ def _service(v: Any, deployment: str) -> dict[str, Any]:
 # so a broken secret or flag never keeps an operator from stopping a fleet.
 IDENTITY_SETTINGS = ("model_path", "served_model_name", "deployment_name", "port", "host",
                      "root", "shm_dir", "service_manager", "user", "stop_timeout", "group",
-                     "node_rank")
+                     "node_rank", "group_nodes")
 
 
 def build_identity(settings: dict[str, Any], host: str,
@@ -677,6 +698,10 @@ def build_identity(settings: dict[str, Any], host: str,
     if p.errors or not deployment:
         return _result(p, None)
     members = list(group_members or [])
+    if v["group"] and host in members:
+        group_size_errors(v, members, p)
+        if p.errors:
+            return _result(p, None)
     rank = (v["node_rank"] if v["node_rank"] is not None else
             members.index(host) if v["group"] and host in members else 0)
     return _result(p, {

@@ -158,6 +158,9 @@ def test_a_stop_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_nod
     assert recovery["interrupted"] is True and recovery["finished_by"] == "stop"
     assert recovery["config_hash"] == "0123456789ab" and recovery["verdict"] == "stalled"
     assert recovery["killed"] == [7]
+    # Each entry names the run that wrote it (the stop), never the run it took over from.
+    assert {e["run"]["id"] for e in entries} == {taken["run"]["id"]} != {"killed-run"}
+    assert taken["run"]["pid"] != gone.pid and taken["from_run"]["run_id"] == "killed-run"
     assert not lock.exists()
 
 

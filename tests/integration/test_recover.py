@@ -161,6 +161,9 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(ready_node, tmp_pat
         # The incident's configuration differs from the ready deploy before it: back to that
         # last known good (which the Rule's fix, triton, also gives).
         assert rec["next"]["source"] == "last_known_good" and rec["reboot_needed"] is False
+        # The recovery's three entries name the one run that wrote them.
+        assert len({json.dumps(e["run"]) for e in ledger(one_node)[-3:]}) == 1
+        assert rec["run"]["id"] and rec["run"]["controller"] and rec["run"]["pid"] > 0
         # Logs of the failed run are still on the node: the incident's start, then the
         # recovery's, each appended.
         log = one_node.log_file("sim-node-1").read_text()

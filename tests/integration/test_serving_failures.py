@@ -41,14 +41,22 @@ def words(text: str) -> str:
 def test_a_group_whose_second_node_never_started_is_never_ready(tmp_path):
     """Rank 0 waits at the rendezvous for ranks 8-15: the gate names them while it waits,
     calls the group stalled in launching, never ready, and crashed with torch's own store
-    timeout once --dist-timeout has passed."""
+    timeout once --dist-timeout has passed. The second node's own check refuses to start it
+    (its logs folder is a link), as a node that fails before its start would."""
     fleet = make_tp16_group(tmp_path)
     extra = {**fleet.extra, "sglang_server_extra_args": ["--dist-timeout", "30"],
              "sglang_server_gate_stall_windows": {
                  **FAST_GATE["sglang_server_gate_stall_windows"], "launching": 4},
              "sglang_server_gate_poll_interval": 1}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    second_logs = fleet.log_file("sim-node-2").parent
+    second_logs.parent.mkdir(parents=True, exist_ok=True)
+    second_logs.symlink_to(elsewhere)
     try:
-        run = run_playbook("deploy.yml", fleet.inventory, extra, "--limit", "sim-node-1")
+        run = run_playbook("deploy.yml", fleet.inventory, extra)
+        assert "is a symbolic link" in words(run.output), run.output[-3000:]
+        assert not procs.deployment_processes(fleet.marker("sim-node-2"))
         assert run.rc != 0, run.output[-3000:]
         out = words(run.output)
         waits = r"TP0-7 wait at the rendezvous on 127\.0\.0\.1:\d+ for TP8-15 \(node rank 1\)"

@@ -1,0 +1,78 @@
+"""Whether a run holds each multi-node server whole: Ansible's own serial batches, the nodes a
+--limit or a slice leaves out, a canary inside a group, and a group smaller than it says."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.testfleet.local import role_defaults
+from sglang_fleet.whole_groups import serial_batches, split_group_errors
+
+HOSTS = ["a1", "a2", "b1", "b2", "c"]
+
+
+@pytest.mark.parametrize("serial,batches", [
+    (None, [HOSTS]),
+    ("100%", [HOSTS]),
+    (2, [["a1", "a2"], ["b1", "b2"], ["c"]]),
+    ("40%", [["a1", "a2"], ["b1", "b2"], ["c"]]),
+    ([1, "60%"], [["a1"], ["a2", "b1", "b2"], ["c"]]),
+    (0, [HOSTS]),
+])
+def test_serial_batches_are_cut_as_ansible_playbook_cuts_them(serial, batches):
+    assert serial_batches(HOSTS, serial) == batches
+
+
+def test_a_whole_group_passes_and_a_single_node_server_is_never_a_group():
+    assert split_group_errors("a", ["a2", "a1"], HOSTS) == []
+    assert split_group_errors("a", ["a1", "a2"], HOSTS, serial=2) == []
+    assert split_group_errors("", [], ["c"]) == []
+    assert split_group_errors("solo", ["c"], ["c"]) == []
+
+
+def test_a_limit_that_leaves_out_a_member_names_it_and_the_fix():
+    [error] = split_group_errors("a", ["a1", "a2"], ["a1", "c"])
+    assert error.startswith("this run holds a1 of the multi-node server a but not a2")
+    assert "Fix: include the whole group (--limit a, or add a2)" in error
+    assert "sglang-fleet plan --slices N" in error
+
+
+def test_a_serial_batch_that_splits_a_group_is_refused():
+    [error] = split_group_errors("a", ["a1", "a2"], HOSTS, serial=[1, 4])
+    assert error.startswith("sglang_fleet_serial=[1, 4] puts the nodes of the multi-node "
+                            "server a in different batches (a1 in batch 1, a2 in batch 2)")
+    # Another group, whole in its batch, passes.
+    assert split_group_errors("b", ["b1", "b2"], HOSTS, serial=[1, 4]) == []
+
+
+def test_a_canary_inside_a_group_is_refused():
+    [error] = split_group_errors("a", ["a1", "a2"], ["a1"], canary="a1")
+    assert error.startswith("sglang_fleet_canary=a1 is one node of the multi-node server a")
+    # The deploy play runs without the canary: its batches leave it out (b1 and b2 together).
+    assert split_group_errors("b", ["b1", "b2"], ["c", "b1", "b2"], serial=2, canary="c") == []
+
+
+def settings(**more):
+    return {**role_defaults(), **more}
+
+
+def test_a_group_smaller_than_it_declares_is_refused_naming_what_the_inventory_holds():
+    """An inventory slice (AWX job slicing drops a group's other hosts from the group) holds
+    one node of a group that has two: the LaunchSpec is refused, never built for one node."""
+    built = build_launch_spec(settings(sglang_server_group="tp16", sglang_server_tp=16,
+                                       sglang_server_group_nodes=2), "gpu-a01", ["gpu-a01"],
+                              "10.0.0.1")
+    assert not built["ok"]
+    said = "sglang_server_group_nodes=2: this inventory holds 1 of group tp16's nodes (gpu-a01)"
+    assert any(e.startswith("host gpu-a01: " + said) for e in built["errors"]), built["errors"]
+    whole = build_launch_spec(settings(sglang_server_group="tp16", sglang_server_tp=16,
+                                       sglang_server_group_nodes=2), "gpu-a01",
+                              ["gpu-a01", "gpu-a02"], "10.0.0.1")
+    assert whole["ok"], whole["errors"]
+
+
+def test_a_node_count_without_a_group_contradicts_itself():
+    built = build_launch_spec(settings(sglang_server_group_nodes=2), "gpu-a01")
+    said = "sglang_server_group_nodes=2: a node count without a multi-node group"
+    assert any(e.startswith("host gpu-a01: " + said) for e in built["errors"]), built["errors"]
