@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet import diagnose, experiments
+from sglang_fleet import diagnose, experiments, slices
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
 from sglang_fleet.metrics import prometheus_text, write_textfile
@@ -277,6 +277,23 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 # ---- watch -------------------------------------------------------------------------------
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Slices of the fleet for runs side by side, every multi-node group whole in one."""
+    check_inventory(args)
+    inventory = args.inventory or default_inventory()
+    servers, routers = slices.read_server_hosts(str(inventory) if inventory else None)
+    if not servers:
+        raise UsageError(f"no host in the {slices.SERVERS_GROUP} group of inventory "
+                         f"{inventory or '(default)'}")
+    planned = slices.plan_slices(servers, args.slices)
+    out = Path(args.out) if args.out else None
+    if out:
+        slices.write_limit_files(planned, out)
+    for line in slices.plan_lines(planned, routers, out):
+        say(line)
+    return EXIT_OK
+
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Observe the fleet every interval, export verdicts as Prometheus text, and recover hosts
@@ -768,6 +785,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(check)
     check.set_defaults(func=cmd_check)
 
+    plan = sub.add_parser("plan", help="split the fleet into --limit slices for runs side by "
+                                       "side, each multi-node group whole in one slice")
+    plan.add_argument("-i", "--inventory", help="inventory path (default: ansible.cfg's)")
+    plan.add_argument("--slices", type=int, required=True, metavar="N",
+                      help="how many slices (runs) to plan")
+    plan.add_argument("--out", metavar="DIR",
+                      help="write slice-K.limit files here, for --limit @DIR/slice-K.limit")
+    plan.set_defaults(func=cmd_plan)
+
     render = sub.add_parser("render", help="print the launch files a deploy would write, for "
                                            "HOST or the hosts --limit selects (with -e too)")
     _common(render)
@@ -813,7 +839,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
-    except (UsageError, InputError, experiments.PlanError) as exc:
+    except (UsageError, InputError, experiments.PlanError, slices.SliceError) as exc:
         print(f"sglang-fleet {args.command}: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except FileNotFoundError as exc:
