@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
+    from sglang_fleet.pd import deployment_errors
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
@@ -170,6 +171,14 @@ def split_group_filter(group, members, run_hosts, serial=None, canary=None):
                               serial, str(canary) if canary else None)
 
 
+def pd_refusals_filter(deployment, host, members, modes, specs, routers):
+    """deployment | sglang_fleet_pd_refusals(inventory_hostname, groups[deployment], modes,
+    specs, groups['sglang_routers']): why a PD deployment cannot run (see pd)."""
+    _need_package()
+    return deployment_errors(str(deployment or ""), str(host), list(members or []),
+                             dict(modes or {}), dict(specs or {}), list(routers or []))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -193,4 +202,5 @@ class FilterModule(object):
             "sglang_fleet_deployment_files": deployment_files_filter,
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
+            "sglang_fleet_pd_refusals": pd_refusals_filter,
         }

@@ -23,7 +23,7 @@ from sglang_fleet.catalogue import Catalogue, Option, catalogue_path
 
 PROJECT = Path(__file__).resolve().parents[2]
 INVENTORIES = ("inventory/local", "inventory/examples/rtxpro6000-fleet",
-               "inventory/examples/tp16-two-nodes")
+               "inventory/examples/tp16-two-nodes", "inventory/examples/pd-deepseek-v3")
 
 # Values by catalogue type: valid ones, and ones SGLang refuses (or mis-reads).
 _GOOD = {

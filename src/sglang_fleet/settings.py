@@ -83,6 +83,28 @@ TABLE = SettingsTable(PREFIX, (
       "holding only part of the group (a slice of it, a host gone from a dynamic inventory) is "
       "refused; null takes the group's members as they are.", "Parallelism",
       low=2, high=1024, nullable=True, configuration=False),
+    # Prefill/decode disaggregation
+    S("pd_deployment", "str", None,
+      "Inventory group whose prefill and decode servers form one PD deployment; null for a "
+      "server that does both.", "Disaggregation", nullable=True, max_length=255,
+      configuration=False),
+    S("disaggregation_mode", "str", None,
+      "This server's side of its PD deployment: prefill or decode (--disaggregation-mode); "
+      "null for a server that does both.", "Disaggregation", choices=("prefill", "decode"),
+      flag="--disaggregation-mode", render="value", nullable=True, configuration=False),
+    S("disaggregation_transfer_backend", "str", None,
+      "KV transfer backend (choices of the pinned release); null for SGLang's default, "
+      "mooncake.", "Disaggregation", flag="--disaggregation-transfer-backend", render="value",
+      catalogue_choices=True, nullable=True),
+    S("disaggregation_bootstrap_port", "int", None,
+      "Port of the prefill's KV bootstrap server; null for SGLang's default, 8998.",
+      "Disaggregation", low=1, high=65535, flag="--disaggregation-bootstrap-port",
+      render="value", nullable=True, configuration=False),
+    S("disaggregation_ib_device", "str", None,
+      "RDMA devices for the KV transfer (mlx5_0,mlx5_1, or a JSON map of GPU to devices); "
+      "null lets mooncake discover them.", "Disaggregation",
+      flag="--disaggregation-ib-device", render="value", nullable=True, max_length=4096,
+      configuration=False),
     # Server options
     S("attention_backend", "str", None,
       "--attention-backend, validated for the pinned release; null for SGLang's default "
@@ -220,6 +242,8 @@ SECTION_NOTES = {
     "Hardware": "Hardware of each node",
     "Parallelism": "Parallelism; a multi-node server is an inventory group named by "
                    "sglang_server_group",
+    "Disaggregation": "Prefill/decode disaggregation: a PD deployment is an inventory group "
+                      "of prefill and decode servers (docs/disaggregation.md)",
     "Server options": "Server options",
     "Environment": "Environment: NCCL tuning profile and other variables (SGLANG_*, CUDA_*)",
     "Rules": "Known-bad Rules deliberately overridden, by rule id",

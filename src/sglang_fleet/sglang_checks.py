@@ -62,6 +62,7 @@ class Frame:
 
 # The frames above each check in a 0.5.23 server's traceback, outermost first (python -m
 # sglang.launch_server; tests/reference holds each statement to the release's file and line).
+_PIPELINE = "sglang/srt/arg_groups/pipeline.py"
 _LAUNCH = Frame("sglang/launch_server.py", 84, "<module>", "run_server(server_args)")
 _ENGINE = Frame("sglang/srt/entrypoints/http_server.py", 3156, "launch_server",
                 ") = Engine._launch_subprocesses(")
@@ -71,7 +72,7 @@ STAGE_FRAMES: dict[str, tuple[Frame, ...]] = {
         Frame("sglang/launch_server.py", 29, "run_server", "server_args.resolve_once()"),
         Frame("sglang/srt/server_args.py", 277, "resolve_once",
               "run_resolution_pipeline(self)"),
-        Frame("sglang/srt/arg_groups/pipeline.py", 274, "run_resolution_pipeline",
+        Frame(_PIPELINE, 274, "run_resolution_pipeline",
               "run_hook(handle_data_parallelism, server_args)"),
         Frame("sglang/srt/arg_groups/resolution_hooks.py", 139, "run_hook",
               "step(server_args)"),
@@ -114,15 +115,20 @@ class Check:
     # None when the values pass, else SGLang's message ("" for a bare assert)
     test: Callable[[Values], str | None]
     fix: str  # the operator's way out, formatted with the resolved values
+    # The resolution pipeline's call of the hook holding the check, where that hook is not
+    # handle_data_parallelism (the resolve stage's frames name that one).
+    pipeline_call: Frame | None = None
 
     def refusal(self, values: Values) -> Refusal | None:
         message = self.test(values)
         if message is None:
             return None
         own = Frame(self.source, self.line, self.function, self.code)
+        frames = tuple(self.pipeline_call if self.pipeline_call and f.file == _PIPELINE else f
+                       for f in STAGE_FRAMES[self.stage])
         return Refusal(self.id, self.stage, self.error, message, self.source, self.line,
                        self.function, self.code, self.dests,
-                       self.fix.format_map(dict(values)), STAGE_FRAMES[self.stage] + (own,))
+                       self.fix.format_map(dict(values)), frames + (own,))
 
 
 def resolved(values: Values) -> dict[str, Any]:
@@ -177,6 +183,7 @@ def _when(condition: Callable[[Values], bool], message: str
 
 
 _PARALLEL = "sglang/srt/arg_groups/parallel_hook.py"
+_PD = "sglang/srt/arg_groups/pd_disaggregation_hook.py"
 _VALIDATION = "sglang/srt/arg_groups/validation_hook.py"
 
 
@@ -195,6 +202,16 @@ def _server_check(check_id: str, line: int, code: str, dests: tuple[str, ...],
 
 # SGLang 0.5.23, in the order a server meets them.
 CHECKS_0_5_23: tuple[Check, ...] = (
+    Check("prefill-transfer-backend", "resolve", "AssertionError", _PD, 146,
+          "handle_pd_disaggregation", 'assert cfg.disaggregation_transfer_backend != "fake", (',
+          ("disaggregation_transfer_backend", "disaggregation_mode"),
+          _when(lambda v: v.get("disaggregation_mode") == "prefill"
+                and v.get("disaggregation_transfer_backend") == "fake",
+                "Prefill server does not support 'fake' as the transfer backend"),
+          "use mooncake, nixl or mori on a prefill server (fake only serves synthetic decode "
+          "benchmarks)",
+          pipeline_call=Frame(_PIPELINE, 147, "run_resolution_pipeline",
+                              "run_hook(handle_pd_disaggregation, server_args)")),
     _resolve_check(
         "attn-dp-positive", 286,
         'raise ValueError(f"--attn-dp-size must be positive (got {cfg.attn_dp_size}).")',

@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sglang_fleet import pd
 from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
@@ -887,6 +888,7 @@ def build_launch_spec(
     served = v["served_model_name"] or (
         v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
     cmd = server_command(v, topo, host, served or "", p)
+    pd.side_checks(v.values, p)
     deployment = _deployment_name(v, served, p)
     root = v["root"]
     simulated = v["install_mode"] == "simulator"
@@ -973,6 +975,8 @@ def build_launch_spec(
         "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},
+        # The server's side of its PD deployment and what the deployment must agree on.
+        "pd": pd.pd_view(v.values, cmd.args, cmd.env, served),
         "facts": cmd.facts,
         # The inputs with the overrides applied, secrets left out: what recovery compares with
         # the last known good.

@@ -52,9 +52,11 @@ def test_two_simulated_nodes_form_one_tp16_server(tmp_path):
         assert "sim-node-1: ready at" in run.output
         assert "sim-node-2: ready as node rank 1 of tp16; rank 0 serves HTTP" in run.output
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
-        assert http_status(fleet.url("sim-node-2") + "/health", timeout=2) is None  # unused
+        # sim-node-2's own port of the fleet's block is unused: the group serves on rank 0's.
+        assert http_status(f"http://127.0.0.1:{fleet.base_port + 1}/health", timeout=2) is None
         from sglang_fleet_node.sglang_fleet_procs import deployment_processes
-        marker = f"sim-node-2:Kimi-K2.5-{fleet.port('sim-node-1')}"
+        marker = fleet.marker("sim-node-2")
+        assert marker == f"sim-node-2:Kimi-K2.5-{fleet.port('sim-node-1')}"
         rank1 = sorted(p["cmdline"] for p in deployment_processes(marker)
                        if p["cmdline"].startswith("sglang::scheduler"))
         assert rank1 == sorted(f"sglang::scheduler_TP{i}" for i in range(8, 16))

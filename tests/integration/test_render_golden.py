@@ -20,6 +20,8 @@ CASES = [
     ("inventory/examples/rtxpro6000-fleet", "gpu-node-01"),
     ("inventory/examples/tp16-two-nodes", "gpu-a01"),
     ("inventory/examples/tp16-two-nodes", "gpu-a02"),
+    ("inventory/examples/pd-deepseek-v3", "gpu-p01"),
+    ("inventory/examples/pd-deepseek-v3", "gpu-d01"),
 ]
 
 

@@ -27,6 +27,8 @@ VERSION = "0.5.23"
 
 # A command line for each check, which that check (and no earlier one) refuses.
 CASE_OF_CHECK = {
+    "prefill-transfer-backend": ["--tp-size", "8", "--disaggregation-mode", "prefill",
+                                 "--disaggregation-transfer-backend", "fake"],
     "attn-dp-positive": ["--tp-size", "8", "--attn-dp-size", "0"],
     "dp-with-attn-dp": ["--tp-size", "8", "--dp-size", "2", "--attn-dp-size", "2"],
     "tp-divides-attn-dp": ["--tp-size", "8", "--attn-dp-size", "3"],
@@ -162,6 +164,8 @@ def test_each_frame_of_the_simulators_tracebacks_is_sglangs(env):
     release's files."""
     frames = {(f.file, f.line, f.code) for stage in STAGE_FRAMES.values() for f in stage}
     frames |= {(c.source, c.line, c.code) for c in CHECKS_0_5_23}
+    frames |= {(c.pipeline_call.file, c.pipeline_call.line, c.pipeline_call.code)
+               for c in CHECKS_0_5_23 if c.pipeline_call}
     frames |= {(file, line, code) for stack in HEADS_FRAMES.values()
                for file, line, _, code in stack}
     for file, line, code in sorted(frames):

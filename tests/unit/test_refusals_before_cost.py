@@ -17,6 +17,8 @@ from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 
+CHECK = {check.id: check for check in CHECKS_0_5_23}
+
 # The combinations SGLang 0.5.23 refuses after its parser accepted them: the inventory that
 # asks for each, the variable the refusal names, and SGLang's own final line.
 POST_PARSE = {
@@ -104,7 +106,7 @@ SIM_ARGV = {
                             "AssertionError: Tokenizer worker num must >= 1"),
     "padding-and-compile": (["--tp-size", "8", "--disable-cuda-graph-padding",
                              "--enable-torch-compile"],
-                            "AssertionError: " + CHECKS_0_5_23[5].test(
+                            "AssertionError: " + CHECK["graph-padding-vs-compile"].test(
                                 {"disable_cuda_graph_padding": True,
                                  "enable_torch_compile": True})),
 }

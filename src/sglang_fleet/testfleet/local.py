@@ -112,12 +112,14 @@ class SimFleet:
     base_port: int
     hosts: list[str]
     extra: dict[str, Any]
+    # Hosts that serve on another host's port: the nodes of a multi-node group share rank 0's.
+    shared_port: dict[str, str] = field(default_factory=dict)
 
     def host_root(self, host: str) -> Path:
         return self.root / host
 
     def port(self, host: str) -> int:
-        return self.base_port + self.hosts.index(host)
+        return self.base_port + self.hosts.index(self.shared_port.get(host, host))
 
     def marker(self, host: str) -> str:
         return f"{host}:Kimi-K2.5-{self.port(host)}"
@@ -354,4 +356,5 @@ def add_tp16_group(fleet: SimFleet, tmp: Path) -> SimFleet:
         hosts + "    tp16:\n      hosts:\n"
         f"        {first}:\n          sglang_server_host: 127.0.0.1\n"
         f"        {second}:\n          sglang_server_host: 127.0.0.2\n")
+    fleet.shared_port[second] = first
     return fleet

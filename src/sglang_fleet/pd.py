@@ -1,0 +1,203 @@
+"""Prefill/decode disaggregation on the controller: what one server's settings must hold for its
+side, and what the servers of one PD deployment must agree on.
+
+SGLang 0.5.23 finds most PD mistakes only at the first request, after both sides have loaded
+their weights: the decode asks the prefill's bootstrap server for its parallel info and raises
+"Page size mismatch" or "KV cache dtype mismatch" (disaggregation/common/conn.py,
+CommonKVReceiver), or fails every request with "Disaggregation decode allocation policy
+mismatch". Here they are refused before any node is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+# server_args.py: disaggregation_bootstrap_port and disaggregation_transfer_backend defaults.
+DEFAULT_BOOTSTRAP_PORT = 8998
+DEFAULT_TRANSFER_BACKEND = "mooncake"
+# What a decode holds the prefill to (disaggregation/common/conn.py), each the flag or
+# environment variable that sets it, and SGLang's default when unset.
+KV_AGREEMENT: tuple[tuple[str, str | None], ...] = (
+    ("--page-size", None),
+    ("--kv-cache-dtype", "auto"),
+    ("--disaggregation-decode-allocation-policy", "early"),
+    ("--dsv4-attn-backend", None),
+    ("SGLANG_DSV4_KV_LAYOUT", None),
+)
+_DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+class SideProblems(Protocol):
+    def error(self, variable: str, value: Any, problem: str, fix: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+
+
+def arg_value(argv: Sequence[Any], flag: str) -> str | None:
+    """The value `flag` has in a rendered command line (`--flag v` or `--flag=v`)."""
+    for i, token in enumerate(argv):
+        if not isinstance(token, str):
+            continue
+        if token == flag and i + 1 < len(argv) and isinstance(argv[i + 1], str):
+            return argv[i + 1]
+        if token.startswith(flag + "="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def _ib_device_problem(devices: str) -> str | None:
+    """SGLang's validate_ib_devices takes a comma-separated list, a JSON map of GPU to
+    devices, or a path to a JSON file of that map (the node's own file)."""
+    text = devices.strip()
+    if text.startswith("/"):
+        return None
+    if text.startswith("{"):
+        try:
+            mapping = json.loads(text)
+        except ValueError as exc:
+            return f"is not valid JSON ({exc.msg} at character {exc.pos})"
+        bad = [k for k, val in mapping.items() if not isinstance(val, str) or not val.strip()]
+        return f"maps GPUs {bad} to no device list" if bad else None
+    names = [d.strip() for d in text.split(",")]
+    wrong = [d for d in names if not _DEVICE.match(d)]
+    if wrong or not text:
+        return f"names no device as SGLang reads them ({wrong or 'empty'})"
+    return None
+
+
+def side_checks(values: dict[str, Any], p: SideProblems) -> None:
+    """One server's PD settings: a side needs its deployment and the deployment its sides;
+    what SGLang refuses for a side; the prefill's bootstrap port against the server's own."""
+    mode, deployment = values["disaggregation_mode"], values["pd_deployment"]
+    backend = values["disaggregation_transfer_backend"] or DEFAULT_TRANSFER_BACKEND
+    if deployment and not mode:
+        p.error("pd_deployment", deployment, "the servers of a PD deployment are each a "
+                "prefill or a decode server", "set sglang_server_disaggregation_mode to "
+                "prefill or decode (in the group_vars of each side)")
+    if mode and not deployment:
+        p.error("disaggregation_mode", mode, "a prefill or decode server serves only beside "
+                "the other side, in a PD deployment", "set sglang_server_pd_deployment to "
+                "the inventory group that holds both sides")
+    if not mode:
+        _unused_pd_settings(values, p)
+        return
+    bootstrap = values["disaggregation_bootstrap_port"] or DEFAULT_BOOTSTRAP_PORT
+    if mode == "prefill":
+        taken = {"port": values["port"]}
+        if values["group"]:
+            taken["dist_init_port"] = values["dist_init_port"]
+        for name, port in taken.items():
+            if port == bootstrap:
+                p.error("disaggregation_bootstrap_port", bootstrap, f"the prefill's KV "
+                        f"bootstrap server would listen on sglang_server_{name}'s port "
+                        f"{port}", "give the bootstrap server a port of its own (SGLang's "
+                        "default is 8998)")
+    devices = values["disaggregation_ib_device"]
+    if devices:
+        problem = _ib_device_problem(devices)
+        if problem:
+            p.error("disaggregation_ib_device", devices, problem, "name the RDMA devices "
+                    "as ibv_devices lists them, comma-separated (mlx5_0,mlx5_1), or a JSON "
+                    'map of GPU index to devices ({"0": "mlx5_0"})')
+    elif backend == DEFAULT_TRANSFER_BACKEND:
+        p.warn("mooncake will discover the RDMA devices itself (sglang_server_disaggregation_"
+               "ib_device is null): on a node with several NICs, name those beside the GPUs")
+
+
+def _unused_pd_settings(values: dict[str, Any], p: SideProblems) -> None:
+    unused = [f"sglang_server_{n}" for n in ("disaggregation_transfer_backend",
+                                             "disaggregation_bootstrap_port",
+                                             "disaggregation_ib_device") if values[n]]
+    if unused:
+        p.warn(f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect on a "
+               f"server that is neither prefill nor decode (sglang_server_disaggregation_mode "
+               f"is null)")
+
+
+def pd_view(values: dict[str, Any], argv: Sequence[Any], env: dict[str, str],
+            served: str) -> dict[str, Any] | None:
+    """The LaunchSpec's PD part: the side, where the prefill's bootstrap server listens, and
+    what the deployment's servers must agree on (as rendered, extra_args included)."""
+    if not values["disaggregation_mode"]:
+        return None
+    agree: dict[str, Any] = {"served model name": served,
+                             "transfer backend": values["disaggregation_transfer_backend"]
+                             or DEFAULT_TRANSFER_BACKEND}
+    for name, default in KV_AGREEMENT:
+        given = env.get(name) if name.isupper() else arg_value(argv, name)
+        agree[name] = given if given is not None else default
+    return {"deployment": values["pd_deployment"], "mode": values["disaggregation_mode"],
+            "bootstrap_port": values["disaggregation_bootstrap_port"]
+            or DEFAULT_BOOTSTRAP_PORT,
+            "attention_backend": arg_value(argv, "--attention-backend"),
+            "agree": agree}
+
+
+def deployment_errors(deployment: str, host: str, members: Sequence[str],
+                      modes: dict[str, Any], specs: dict[str, Any],
+                      routers: Sequence[str]) -> list[str]:
+    """Why one PD deployment cannot run: `members` are its inventory group's hosts, `modes`
+    each member's disaggregation_mode as the inventory sets it, `specs` the LaunchSpecs of
+    the members this run built (None when not built), `routers` the inventory's routers."""
+    if not deployment:
+        return []
+    if host not in members:
+        return [f"host {host}: sglang_server_pd_deployment={deployment}: the host is not in "
+                f"inventory group {deployment!r}. Fix: add it to that group, or correct the "
+                f"name"]
+    errors = _side_counts(deployment, members, modes)
+    errors += _disagreements(deployment, {h: s for h, s in specs.items() if s})
+    if routers:
+        errors.append(f"PD deployment {deployment}: the inventory has routers "
+                      f"({', '.join(routers)}), and this toolkit does not yet register "
+                      f"prefill and decode servers with SGLang's router in PD mode (it would "
+                      f"send whole requests to a prefill server). Fix: deploy the PD "
+                      f"deployment from an inventory without sglang_routers, and start "
+                      f"the router with --pd-disaggregation yourself")
+    return errors
+
+
+def _side_counts(deployment: str, members: Sequence[str], modes: dict[str, Any]) -> list[str]:
+    sides = {side: sorted(h for h in members if modes.get(h) == side)
+             for side in ("prefill", "decode")}
+    neither = sorted(h for h in members if modes.get(h) not in sides)
+    errors = []
+    for side, hosts in sides.items():
+        if not hosts:
+            errors.append(f"PD deployment {deployment} has no {side} server (its hosts: "
+                          f"{', '.join(sorted(members))}): every request needs one of each. "
+                          f"Fix: set sglang_server_disaggregation_mode: {side} on the hosts "
+                          f"of that side")
+    if neither:
+        errors.append(f"PD deployment {deployment}: {', '.join(neither)} "
+                      f"{'is' if len(neither) == 1 else 'are'} neither prefill nor decode. "
+                      f"Fix: set sglang_server_disaggregation_mode on "
+                      f"{'it' if len(neither) == 1 else 'them'}, or take "
+                      f"{'it' if len(neither) == 1 else 'them'} out of group {deployment}")
+    return errors
+
+
+def _disagreements(deployment: str, specs: dict[str, Any]) -> list[str]:
+    """What a decode would find different in a prefill only at its first request."""
+    views = {host: spec.get("pd") for host, spec in specs.items() if spec.get("pd")}
+    errors = []
+    names = sorted({name for view in views.values() for name in view["agree"]})
+    for name in names:
+        seen: dict[str, list[str]] = {}
+        for host, view in sorted(views.items()):
+            seen.setdefault(str(view["agree"].get(name)), []).append(host)
+        if len(seen) > 1:
+            values = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in seen.items())
+            errors.append(f"PD deployment {deployment}: its servers disagree on {name} "
+                          f"({values}); SGLang fails every request between such a prefill and "
+                          f"decode. Fix: set it once, in group_vars/{deployment}")
+    backends = {v["attention_backend"] or "SGLang's default" for v in views.values()}
+    page_sizes = {v["agree"]["--page-size"] for v in views.values()}
+    if len(backends) > 1 and page_sizes == {None}:
+        errors.append(f"PD deployment {deployment}: its servers use different attention "
+                      f"backends ({', '.join(sorted(backends))}) without --page-size, and "
+                      f"each backend picks its own page size. Fix: set --page-size in "
+                      f"sglang_server_extra_args of group_vars/{deployment}")
+    return errors

@@ -1,0 +1,125 @@
+"""Prefill/decode disaggregation on the controller: a side's own settings, and what the servers
+of one PD deployment must agree on, refused before any node is touched."""
+
+from __future__ import annotations
+
+from sglang_fleet.pd import arg_value, deployment_errors
+from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.testfleet.local import role_defaults
+
+
+def build(host: str = "n1", **values):
+    settings = {**role_defaults(), "sglang_server_api_key": "sk-3f9a1c7e5b2d4068a1",
+                **{f"sglang_server_{k}": v for k, v in values.items()}}
+    return build_launch_spec(settings, host)
+
+
+def prefill(host: str = "p1", **values):
+    return build(host, pd_deployment="kimi_pd", disaggregation_mode="prefill", **values)
+
+
+def decode(host: str = "d1", **values):
+    return build(host, pd_deployment="kimi_pd", disaggregation_mode="decode", **values)
+
+
+def test_a_prefill_renders_its_side_and_its_bootstrap_port():
+    built = prefill(disaggregation_bootstrap_port=9100, disaggregation_ib_device="mlx5_0,mlx5_1")
+    assert built["ok"], built["errors"]
+    argv = built["spec"]["argv"]
+    assert arg_value(argv, "--disaggregation-mode") == "prefill"
+    assert arg_value(argv, "--disaggregation-bootstrap-port") == "9100"
+    assert arg_value(argv, "--disaggregation-ib-device") == "mlx5_0,mlx5_1"
+    pd = built["spec"]["pd"]
+    assert (pd["deployment"], pd["mode"], pd["bootstrap_port"]) == ("kimi_pd", "prefill", 9100)
+    assert pd["agree"]["transfer backend"] == "mooncake"
+
+
+def test_a_server_without_a_side_has_no_pd_part_and_renders_as_before():
+    built = build()
+    assert built["ok"] and built["spec"]["pd"] is None
+    assert not any(a.startswith("--disaggregation") for a in built["spec"]["argv"]
+                   if isinstance(a, str))
+
+
+def test_a_side_without_a_deployment_and_a_deployment_without_a_side_are_refused():
+    lonely = build(disaggregation_mode="decode")
+    assert "host n1: sglang_server_disaggregation_mode='decode': a prefill or decode server " \
+           "serves only beside the other side" in lonely["errors"][0]
+    assert "set sglang_server_pd_deployment" in lonely["errors"][0]
+    sideless = build(pd_deployment="kimi_pd")
+    assert "set sglang_server_disaggregation_mode to prefill or decode" in sideless["errors"][0]
+
+
+def test_what_sglang_refuses_on_a_prefill_is_refused_here():
+    fake = prefill(disaggregation_transfer_backend="fake")
+    assert any("Prefill server does not support 'fake'" in e for e in fake["errors"])
+    clash = prefill(port=8998)
+    assert any("sglang_server_disaggregation_bootstrap_port=8998: the prefill's KV bootstrap "
+               "server would listen on sglang_server_port's port 8998" in e
+               for e in clash["errors"]), clash["errors"]
+    # A decode's own HTTP port may be anything: the bootstrap server is the prefill's.
+    assert decode(port=8998)["ok"]
+
+
+def test_rdma_devices_are_read_as_sglang_reads_them():
+    assert prefill(disaggregation_ib_device='{"0": "mlx5_0", "1": "mlx5_1"}')["ok"]
+    assert prefill(disaggregation_ib_device="/etc/sglang/ib.json")["ok"]
+    bad = prefill(disaggregation_ib_device="mlx5_0, mlx5 1")
+    assert any("names no device as SGLang reads them (['mlx5 1'])" in e for e in bad["errors"])
+    broken = prefill(disaggregation_ib_device='{"0": "mlx5_0",}')
+    assert any("is not valid JSON" in e for e in broken["errors"])
+    auto = prefill()
+    assert any("mooncake will discover the RDMA devices itself" in w for w in auto["warnings"])
+
+
+def test_pd_settings_on_a_server_without_a_side_are_said_to_do_nothing():
+    built = build(disaggregation_bootstrap_port=9100)
+    assert built["ok"]
+    assert any("sglang_server_disaggregation_bootstrap_port has no effect" in w
+               for w in built["warnings"])
+
+
+def _deployment(**specs):
+    modes = {h: s["spec"]["pd"]["mode"] for h, s in specs.items()}
+    return deployment_errors("kimi_pd", "p1", sorted(specs), modes,
+                             {h: s["spec"] for h, s in specs.items()}, [])
+
+
+def test_a_deployment_whose_sides_agree_passes():
+    assert _deployment(p1=prefill(), d1=decode("d1")) == []
+
+
+def test_what_a_decode_holds_its_prefill_to_must_agree_across_the_deployment():
+    errors = _deployment(p1=prefill(kv_cache_dtype="fp8_e4m3"),
+                         d1=decode("d1", extra_args=["--page-size", "64"]))
+    assert ("PD deployment kimi_pd: its servers disagree on --kv-cache-dtype (auto on d1; "
+            "fp8_e4m3 on p1)") in "\n".join(errors)
+    assert "disagree on --page-size (64 on d1; None on p1)" in "\n".join(errors)
+    assert all("Fix: set it once, in group_vars/kimi_pd" in e for e in errors)
+
+
+def test_different_attention_backends_need_one_page_size():
+    errors = _deployment(p1=prefill(attention_backend="fa3"),
+                         d1=decode("d1", attention_backend="triton"))
+    assert any("different attention backends (fa3, triton) without --page-size" in e
+               for e in errors), errors
+    same_page = _deployment(p1=prefill(attention_backend="fa3", extra_args=["--page-size", "1"]),
+                            d1=decode("d1", attention_backend="triton",
+                                      extra_args=["--page-size", "1"]))
+    assert same_page == []
+
+
+def test_a_deployment_needs_both_sides_and_only_sides():
+    errors = deployment_errors("kimi_pd", "p1", ["p1", "p2", "x"],
+                               {"p1": "prefill", "p2": "prefill", "x": None}, {}, [])
+    assert errors[0].startswith("PD deployment kimi_pd has no decode server (its hosts: p1, "
+                                "p2, x)")
+    assert "x is neither prefill nor decode" in errors[1]
+    assert deployment_errors("kimi_pd", "q", ["p1"], {}, {}, [])[0].startswith(
+        "host q: sglang_server_pd_deployment=kimi_pd: the host is not in inventory group")
+
+
+def test_a_router_in_front_of_a_pd_deployment_is_refused_until_pd_mode_is_built():
+    errors = deployment_errors("kimi_pd", "p1", ["p1", "d1"], {"p1": "prefill", "d1": "decode"},
+                               {}, ["router-1"])
+    assert "does not yet register prefill and decode servers with SGLang's router" in errors[0]
