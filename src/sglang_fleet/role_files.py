@@ -75,7 +75,8 @@ class RoleFiles:
             option: dict[str, Any] = {"type": _ANSIBLE_TYPES[s.kind], "description": s.doc,
                                       "default": s.default}
             if s.choices:
-                option["choices"] = list(s.choices)
+                # A nullable setting may be given as null (recovery passes every setting).
+                option["choices"] = list(s.choices) + ([None] if s.nullable else [])
             if s.elements:
                 option["elements"] = s.elements
             if s.secret:

@@ -113,7 +113,7 @@ class SimFleet:
     hosts: list[str]
     extra: dict[str, Any]
     # Hosts that serve on another host's port: the nodes of a multi-node group share rank 0's.
-    shared_port: dict[str, str] = field(default_factory=dict)
+    shared_port: dict[str, str] = field(default_factory=dict, kw_only=True)
 
     def host_root(self, host: str) -> Path:
         return self.root / host
