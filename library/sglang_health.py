@@ -59,6 +59,13 @@ options:
     description: Whether this node serves HTTP (rank 0 of a multi-node server).
     type: bool
     default: true
+  bootstrap_port:
+    description:
+      - A prefill server's KV bootstrap server port (C(--disaggregation-bootstrap-port)). The
+        server is C(ready) only when this server's C(/health) answers too; a bootstrap server
+        that does not answer while the HTTP server does is C(unhealthy), since no decode can
+        fetch the prefill's KV cache.
+    type: int
   health_timeout:
     description: Seconds to wait for C(/health); above SGLang's own 20 s generation timeout.
     type: float

@@ -218,6 +218,11 @@ def _judge(prev_state, obs, now, windows, ceilings):
     if not judged:
         _stalled_or_progressing(verdict, obs, now, windows, ceilings,
                                 (quiet_signals, signals, now - state["quiet_since"]))
+    elif verdict["verdict"] == vocab.READY and obs.get("bootstrap_port") and \
+            obs.get("bootstrap_health") != 200:
+        # A prefill answers only with its KV bootstrap server (whose failed bind SGLang logs
+        # with a traceback, read above as a failure the answers outweigh).
+        _bootstrap_down(verdict, obs)
     return verdict, state
 
 
@@ -424,6 +429,31 @@ def _answering(verdict, obs):
                                    failures=log["failures"][-5:], last_lines=log["last_lines"])
         return True
     return False
+
+
+def _bootstrap_down(verdict, obs):
+    """A prefill whose HTTP server answers and whose KV bootstrap server does not: decode
+    servers cannot look it up, so every request through it fails. SGLang logs a bind failure
+    as "Server error: [Errno 98] error while attempting to bind on address ..." and serves on."""
+    port, answered = obs["bootstrap_port"], obs.get("bootstrap_health")
+    marks = ("attempting to bind on address", ", %d)" % port)
+    bind = [line for line in obs["log"]["error_lines"] if all(m in line for m in marks)]
+    reason = ("/health answered 200, but its KV bootstrap server on port %d %s: no decode "
+              "server can fetch this prefill's KV cache"
+              % (port, "does not answer" if answered is None else "answered %s" % answered))
+    if bind:
+        reason += "; it could not bind the port (%s)" % bind[-1].strip()
+        advice = ("free port %d (ss -ltnp 'sport = :%d' names the process that holds it), or "
+                  "set sglang_server_disaggregation_bootstrap_port to a free port; then "
+                  "recover" % (port, port))
+    else:
+        advice = ("its thread ended while the server runs: read the log's 'Server error' "
+                  "lines, then recover (a restart starts it again)")
+    verdict.update(verdict=vocab.UNHEALTHY, cause=vocab.ENVIRONMENT if bind else None,
+                   reason=reason, advice=advice)
+    verdict["evidence"].update(health=200, bootstrap_port=port, bootstrap_health=answered,
+                               error_lines=obs["log"]["error_lines"],
+                               last_lines=obs["log"]["last_lines"])
 
 
 def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):

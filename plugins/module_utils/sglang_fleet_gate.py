@@ -38,6 +38,7 @@ GATE_ARGS = deployment_argument_spec(
     host=dict(type="str", default="127.0.0.1"),
     port=dict(type="int", required=True),
     serves_http=dict(type="bool", default=True),
+    bootstrap_port=dict(type="int"),
     health_timeout=dict(type="float", default=25),
     gpu_timeout=dict(type="float", default=10),
     kernel_log=dict(type="str", default="kmsg"),

@@ -84,9 +84,10 @@ class HttpProbe(threading.Thread):
     query and the kernel log: SGLang's /health generates a token and answers a second or
     more later."""
 
-    def __init__(self, host, port, health_timeout):
+    def __init__(self, host, port, health_timeout, bootstrap_port=None):
         super(HttpProbe, self).__init__(daemon=True)
         self.host, self.port, self.health_timeout = host, port, health_timeout
+        self.bootstrap_port = bootstrap_port
         self.answers = {}
 
     def run(self):
@@ -97,12 +98,24 @@ class HttpProbe(threading.Thread):
             if answers["health"] != 200:
                 # 0.5.23's status flag without a generation: tells "up but generation fails".
                 answers["ready_endpoint"] = http_status(base + "/ready", 5)
+            if self.bootstrap_port:
+                answers["bootstrap_health"] = bootstrap_health(self.host, self.bootstrap_port)
         self.answers = answers
 
     def result(self):
         """The answers, once the probe has them (every request it makes is bounded)."""
         self.join()
         return self.answers
+
+
+# A bootstrap server answers /health at once (it only says "OK").
+BOOTSTRAP_TIMEOUT_S = 5
+
+
+def bootstrap_health(host, port):
+    """A prefill's KV bootstrap server's own /health (CommonKVBootstrapServer, in the prefill's
+    tokenizer process): the HTTP server answering says nothing about it."""
+    return http_status("http://%s:%d/health" % (host, port), BOOTSTRAP_TIMEOUT_S)
 
 
 def kernel_lines(source, since):
@@ -274,10 +287,14 @@ def observe(p, health_answered=False):
     # Asked after the log was read, never before: an answer older than the log could pair a
     # 503 from a server still starting with a log that says it is serving.
     probe = None
+    bootstrap_port = p.get("bootstrap_port") if p["serves_http"] else None
+    obs["bootstrap_port"] = bootstrap_port
     if p["serves_http"] and main_alive and health_answered:
         obs.update(port_open=True, health=200)
+        if bootstrap_port:
+            obs["bootstrap_health"] = bootstrap_health(p["host"], bootstrap_port)
     elif p["serves_http"] and main_alive:
-        probe = HttpProbe(p["host"], p["port"], p["health_timeout"])
+        probe = HttpProbe(p["host"], p["port"], p["health_timeout"], bootstrap_port)
         probe.start()
     try:
         devices = gpu.gpu_snapshot(p["gpu_backend"], p.get("sim_dir"), p["gpu_timeout"])

@@ -767,6 +767,9 @@ def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
         "host": spec["gate"]["host"],
         "port": spec["http"]["port"],
         "serves_http": spec["group"]["serves_http"],
+        # A prefill's rank 0 runs the KV bootstrap server (in its tokenizer process).
+        "bootstrap_port": spec["pd"]["bootstrap_port"] if spec.get("pd") and
+        spec["pd"]["mode"] == "prefill" and spec["group"]["serves_http"] else None,
         "health_timeout": spec["gate"]["health_timeout"],
         "gpu_backend": spec["gpu"]["backend"],
         "sim_dir": spec["gpu"]["sim_dir"],

@@ -1,19 +1,28 @@
-"""A prefill/decode deployment in the inventory: `check` refuses what a decode would find only at
-its first request, before any node is touched; a consistent one deploys each side."""
+"""A prefill/decode deployment: `check` refuses what a decode would find only at its first
+request, before any node is touched; a consistent one deploys each side, and a prefill is ready
+only while its KV bootstrap server answers too."""
 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
+import requests
 import yaml
 
-from sglang_fleet.testfleet.local import http_status, make_fleet, sglang_fleet
+from sglang_fleet.testfleet.local import (
+    http_status,
+    make_fleet,
+    run_playbook,
+    sglang_fleet,
+)
 
 pytestmark = pytest.mark.integration
 
 
-def make_pd_fleet(tmp_path, decode_vars: dict | None = None):
+def make_pd_fleet(tmp_path, decode_vars: dict | None = None,
+                  prefill_vars: dict | None = None):
     """Two simulated servers: sim-node-1 the prefill, sim-node-2 the decode of group kimi_pd."""
     fleet = make_fleet(tmp_path, hosts=2)
     hosts = fleet.inventory / "hosts.yml"
@@ -25,12 +34,16 @@ def make_pd_fleet(tmp_path, decode_vars: dict | None = None):
             "kimi_prefill": {"hosts": {"sim-node-1": {}},
                              "vars": {"sglang_server_disaggregation_mode": "prefill",
                                       "sglang_server_disaggregation_bootstrap_port":
-                                          fleet.base_port + 100}},
+                                          bootstrap_port(fleet), **(prefill_vars or {})}},
             "kimi_decode": {"hosts": {"sim-node-2": {}},
                             "vars": {"sglang_server_disaggregation_mode": "decode",
                                      **(decode_vars or {})}}}}}
     hosts.write_text(yaml.safe_dump(data))
     return fleet
+
+
+def bootstrap_port(fleet) -> int:
+    return fleet.base_port + 100
 
 
 def flat(text: str) -> str:
@@ -50,17 +63,69 @@ def test_a_pd_deployment_whose_sides_disagree_is_refused_before_any_node(tmp_pat
     assert not fleet.root.exists(), "no node may be touched"
 
 
-def test_a_consistent_pd_deployment_deploys_each_side_as_a_server(tmp_path):
-    fleet = make_pd_fleet(tmp_path)
+def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies(tmp_path):
+    """The simulated prefill runs SGLang's KV bootstrap server; its fault ends that server at
+    the first request after start-up while /health keeps answering 200."""
+    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_fault": "bootstrap_dead"})
+    port = bootstrap_port(fleet)
     try:
         run = fleet.deploy()
         assert run.rc == 0, run.output[-3000:]
         for host in fleet.hosts:
             assert f"{host}: ready at" in run.output
-            assert http_status(fleet.url(host) + "/health") == 200
         script = (fleet.host_root("sim-node-1") / "conf" /
                   f"Kimi-K2.5-{fleet.port('sim-node-1')}.launch.sh").read_text()
         assert "--disaggregation-mode prefill" in script
-        assert f"--disaggregation-bootstrap-port {fleet.base_port + 100}" in script
+        assert f"--disaggregation-bootstrap-port {port}" in script
+        prefill_log = fleet.log_file("sim-node-1").read_text()
+        for line in (f"CommonKVBootstrapServer started successfully on 127.0.0.1:{port}",
+                     "Start of pd disaggregation warmup ...",
+                     "Disaggregation warmup requests completed for all 1 DP ranks",
+                     "End of disaggregation warmup"):
+            assert line in prefill_log, line
+        assert "Start of pd disaggregation warmup ..." in fleet.log_file("sim-node-2").read_text()
+        base = f"http://127.0.0.1:{port}"
+        assert requests.get(base + "/health", timeout=5).text == "OK"
+        keys = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+        info = requests.get(f"{base}/route?{keys}", timeout=5).json()
+        assert info["prefill_http_port"] == fleet.port("sim-node-1")
+
+        # The first request ends the bootstrap server; the HTTP server answers on.
+        requests.post(fleet.url("sim-node-1") + "/generate", timeout=30,
+                      json={"text": "hello", "sampling_params": {"max_new_tokens": 2}})
+        assert http_status(base + "/health", timeout=2) is None
+        assert http_status(fleet.url("sim-node-1") + "/health") == 200
+        health = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
+        out = flat(health.output)
+        assert health.rc != 0, out[-3000:]
+        assert (f"sim-node-1: unhealthy while serving: /health answered 200, but its KV "
+                f"bootstrap server on "
+                f"port {port} does not answer: no decode server can fetch this prefill's KV "
+                f"cache") in out, out[-3000:]
+        assert "sim-node-2: ready" in out
     finally:
+        fleet.kill_leftovers()
+
+
+def test_a_prefill_whose_bootstrap_port_is_taken_is_unhealthy_with_the_cause(tmp_path):
+    fleet = make_pd_fleet(tmp_path)
+    port = bootstrap_port(fleet)
+    holder = socket.socket()  # this test's own listener holds the prefill's bootstrap port
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    try:
+        run = fleet.deploy()
+        out = flat(run.output)
+        assert run.rc != 0, out[-3000:]
+        assert (f"port {port} does not answer: no decode server can fetch this prefill's KV "
+                f"cache; it could not bind the port (OSError: [Errno 98] error while "
+                f"attempting to bind on address ('127.0.0.1', {port}): address already in "
+                f"use)") in out, out[-3000:]
+        assert f"free port {port} (ss -ltnp 'sport = :{port}'" in out
+        assert "sim-node-2: ready at" in run.output
+        assert (f"Server error: [Errno 98] error while attempting to bind on address "
+                f"('127.0.0.1', {port}): address already in use") in \
+            fleet.log_file("sim-node-1").read_text()
+    finally:
+        holder.close()
         fleet.kill_leftovers()

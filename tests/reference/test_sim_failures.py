@@ -25,6 +25,7 @@ import pytest
 
 from sglang_fleet import refenv
 from sglang_fleet.sim import (
+    bootstrap,
     detokenizer,
     failures,
     http_api,
@@ -499,3 +500,51 @@ def test_the_store_timeout_default_is_torchs_for_nccl(env):
     run = env.run("-c", "from torch.distributed.constants import default_pg_nccl_timeout as t;"
                         "print(int(t.total_seconds()))")
     assert run.returncode == 0 and int(run.stdout) == rendezvous.DEFAULT_STORE_TIMEOUT_S
+
+
+def test_the_prefills_bootstrap_server_speaks_as_the_releases(env, site):
+    """The KV bootstrap server's lines, answers and bind failure, and the PD warm-up's lines,
+    are those of 0.5.23 (disaggregation/common/conn.py, entrypoints/http_server.py)."""
+    conn = source(env, "sglang/srt/disaggregation/common/conn.py")
+    server = SimpleNamespace(host="127.0.0.1", port=9100)
+    assert evaluate(fstring_in(conn, "CommonKVBootstrapServer started successfully"),
+                    self=server) == bootstrap.started_line("127.0.0.1", 9100)
+    error = OSError(98, "address in use")
+    assert evaluate(fstring_in(conn, "Server error:"), e=error, str=str) == \
+        bootstrap.server_error_line(error)
+    assert statement_at(env, site, *bootstrap.BIND_FRAME[:2]) == bootstrap.BIND_FRAME[2]
+    assert f'web.Response(text="{bootstrap.MISSING_INPUTS}", status=400)' in conn
+    assert 'web.Response(text="OK", status=200)' in conn
+    for key in bootstrap.ROUTE_KEYS:
+        assert f'request.query.get("{key}")' in conn
+    route_get = conn[conn.index("async def _handle_route_get"):]
+    fields = set(re.findall(r"^\s+(\w+)=", route_get[route_get.index("info = PrefillServerInfo("):
+                                                     route_get.index("payload = dataclasses")],
+                            re.M))
+    assert "page_size" in fields and "kv_cache_dtype" in fields
+    # kv_layout and dsv41_spec_layout leave the payload when None, as they are here.
+    assert "payload.pop(\"kv_layout\")" in route_get
+    assert set(bootstrap.server_info(SimpleNamespace(tp_size=8, port=30000))) == \
+        fields - {"kv_layout", "dsv41_spec_layout"}
+    utils = source(env, "sglang/srt/disaggregation/utils.py")
+    assert f'FAKE_BOOTSTRAP_HOST = "{bootstrap.FAKE_BOOTSTRAP_HOST}"' in utils
+    server_py = source(env, "sglang/srt/entrypoints/http_server.py")
+    assert evaluate(fstring_in(server_py, "Start of pd disaggregation warmup")) == \
+        bootstrap.PD_WARMUP_START
+    for text in (bootstrap.PD_WARMUP_DONE, bootstrap.PD_WARMUP_END, bootstrap.PD_WARMUP_FAILED):
+        assert f'"{text}"' in server_py, text
+    # asyncio's own words for a port that is taken, in the reference Python.
+    probe = env.run("-c", textwrap.dedent("""
+        import asyncio, socket
+        held = socket.socket(); held.bind(("127.0.0.1", 0)); held.listen()
+        port = held.getsockname()[1]
+        async def bind():
+            await asyncio.get_running_loop().create_server(asyncio.Protocol, "127.0.0.1", port)
+        try:
+            asyncio.run(bind())
+        except OSError as e:
+            print(port, str(e))
+    """))
+    port, said = probe.stdout.strip().split(" ", 1)
+    assert str(bootstrap.bind_error(OSError(98, "Address already in use"), "127.0.0.1",
+                                    int(port))) == said

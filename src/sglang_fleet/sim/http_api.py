@@ -306,6 +306,9 @@ class Handler(BaseHTTPRequestHandler):
                            "msg": "Input should be a dictionary or an instance of "
                                   "GenerateReqInput", "input": body,
                            "ctx": {"class_name": "GenerateReqInput"}})
+        hook = self.state.take_request_hook()
+        if hook is not None:
+            hook()
         prompts = _prompts(body)
         if prompts is None:
             message = "Either text, input_ids or input_embeds should be provided."

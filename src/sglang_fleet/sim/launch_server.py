@@ -31,6 +31,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing import resource_tracker
 from typing import Any
 
+from sglang_fleet.sim.bootstrap import (
+    FAKE_BOOTSTRAP_HOST,
+    PD_WARMUP_DONE,
+    PD_WARMUP_END,
+    PD_WARMUP_FAILED,
+    PD_WARMUP_START,
+    start_bootstrap_server,
+)
 from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.controller import spawn_scheduler
 from sglang_fleet.sim.failures import (
@@ -396,6 +404,10 @@ class Engine:
         if fault and fault.kind == "hang":
             while True:
                 signal.pause()
+        # The tokenizer manager starts a prefill's KV bootstrap server before the HTTP server.
+        self.pd_warmup_failed = False
+        self.bootstrap = start_bootstrap_server(args) \
+            if getattr(args, "disaggregation_mode", "null") == "prefill" else None
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
             httpd = UvicornServer((args.host, args.port), handler)
@@ -439,19 +451,26 @@ class Engine:
                         if attempt == 119:
                             raise
                         time.sleep(1)
-                n = len(self.replicas)
-                text: Any = [WARMUP_TEXT] * n if n > 1 else WARMUP_TEXT
-                body = {"sampling_params": {"temperature": 0, "max_new_tokens": 8},
-                        "text": text}
-                status, reply = self._request(host, "POST", "/generate", body, headers, 600)
-                assert status == 200, reply
+                if getattr(args, "disaggregation_mode", "null") != "null":
+                    self.pd_warmup_failed = not self.pd_warm_up(host, headers)
+                else:
+                    n = len(self.replicas)
+                    text: Any = [WARMUP_TEXT] * n if n > 1 else WARMUP_TEXT
+                    body = {"sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                            "text": text}
+                    status, reply = self._request(host, "POST", "/generate", body, headers,
+                                                  600)
+                    assert status == 200, reply
             except Exception:
                 if self.done.is_set() or st.gracefully_exit:
                     return
                 log(f"Initialization failed. warmup error: {traceback.format_exc()}")
                 kill_process_tree()
                 return
-        st.status = UP
+        if not self.pd_warmup_failed:
+            st.status = UP
+        if self.bootstrap is not None and self.rt.has("bootstrap_dead"):
+            st.request_hook = self.bootstrap.stop
         with contextlib.suppress(OSError):
             # http_server._freeze_gc_after_server_warmup: the admin key, else the API key
             host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -459,6 +478,30 @@ class Engine:
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             self._request(host, "POST", "/freeze_gc", None, headers, 10)
         log("The server is fired up and ready to roll!")
+
+    def pd_warm_up(self, host: str, headers: dict[str, str]) -> bool:
+        """http_server._execute_server_warmup in PD mode: one request per DP rank with the fake
+        bootstrap host (_send_disaggregation_warmup_requests); a failed one leaves the server
+        UnHealthy, its /health answering 503."""
+        st, args = self.state, self.rt.args
+        assert st is not None
+        log(PD_WARMUP_START)
+        ranks = len(self.replicas)
+        codes = []
+        for rank in range(ranks):
+            body = {"sampling_params": {"temperature": 0.0, "max_new_tokens": 8,
+                                        "ignore_eos": True},
+                    "bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_room": rank,
+                    "input_ids": [10, 11, 12, 13], "routed_dp_rank": rank}
+            codes.append(self._request(host, "POST", "/generate", body, headers, 1800)[0])
+        failed = [code for code in codes if code != 200]
+        if failed:
+            log(PD_WARMUP_FAILED % (args.disaggregation_mode, failed))
+            st.status = UNHEALTHY
+            return False
+        log(PD_WARMUP_DONE % ranks)
+        log(PD_WARMUP_END)
+        return True
 
     def _request(self, host: str, method: str, path: str, body: Any, headers: dict[str, str],
                  timeout: float) -> tuple[int, str]:

@@ -56,6 +56,9 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "tokenizer_watchdog": ("serving", ("serving",)),
     "killed": ("serving", PHASES),
     "detokenizer_crash": ("serving", ("serving",)),
+    # A prefill's KV bootstrap server gone while its HTTP server answers: it stops at the
+    # first request after the server is up, silently (its thread ended).
+    "bootstrap_dead": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)
 
@@ -90,7 +93,7 @@ class SimRuntime:
         for f in self.faults:
             if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
                     "leak_memory", "orphan_workers", "tokenizer_watchdog",
-                    "detokenizer_crash"):
+                    "detokenizer_crash", "bootstrap_dead"):
                 return f
         return None
 

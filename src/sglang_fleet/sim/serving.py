@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,8 @@ class ServerState:
         self.startup_time: dict[str, Any] = {}
         self.launch_command = ""
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
+        # A fault that strikes at the first request once the server is up (bootstrap_dead).
+        self.request_hook: Callable[[], None] | None = None
         self.stats = metrics.RequestStats()
         self.detokenizer_pid: int | None = None
         self.status = STARTING
@@ -96,6 +99,13 @@ class ServerState:
         self.tokenizer_stalled = False
         # The first request (the warm-up) pays the profile's warming_up time on top of TTFT.
         self.warmup_delay = rt.duration("warming_up")
+
+    def take_request_hook(self) -> Callable[[], None] | None:
+        """The fault waiting for the first request of a server that is up, once."""
+        if self.status != UP or self.request_hook is None:
+            return None
+        hook, self.request_hook = self.request_hook, None
+        return hook
 
     def take_warmup_delay(self) -> float:
         with self.lock:
