@@ -15,36 +15,26 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-# server_args.py: disaggregation_bootstrap_port and disaggregation_transfer_backend defaults.
+# server_args.py: disaggregation_bootstrap_port and disaggregation_transfer_backend defaults,
+# for the checks on the settings (the LaunchSpec's view reads the parsed command line).
 DEFAULT_BOOTSTRAP_PORT = 8998
 DEFAULT_TRANSFER_BACKEND = "mooncake"
-# What a decode holds the prefill to (disaggregation/common/conn.py), each the flag or
-# environment variable that sets it, and SGLang's default when unset.
-KV_AGREEMENT: tuple[tuple[str, str | None], ...] = (
-    ("--page-size", None),
-    ("--kv-cache-dtype", "auto"),
-    ("--disaggregation-decode-allocation-policy", "early"),
-    ("--dsv4-attn-backend", None),
-    ("SGLANG_DSV4_KV_LAYOUT", None),
+# What a decode holds the prefill to (disaggregation/common/conn.py): the flag that sets each,
+# read from the command line as SGLang's parser resolves it (defaults included).
+KV_AGREEMENT: tuple[tuple[str, str], ...] = (
+    ("--page-size", "page_size"),
+    ("--kv-cache-dtype", "kv_cache_dtype"),
+    ("--disaggregation-decode-allocation-policy", "disaggregation_decode_allocation_policy"),
+    ("--dsv4-attn-backend", "dsv4_attn_backend"),
 )
+# ... and the environment variable that sets the DSv4 KV layout beside them.
+KV_LAYOUT_ENV = "SGLANG_DSV4_KV_LAYOUT"
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
 class SideProblems(Protocol):
     def error(self, variable: str, value: Any, problem: str, fix: str) -> None: ...
     def warn(self, text: str) -> None: ...
-
-
-def arg_value(argv: Sequence[Any], flag: str) -> str | None:
-    """The value `flag` has in a rendered command line (`--flag v` or `--flag=v`)."""
-    for i, token in enumerate(argv):
-        if not isinstance(token, str):
-            continue
-        if token == flag and i + 1 < len(argv) and isinstance(argv[i + 1], str):
-            return argv[i + 1]
-        if token.startswith(flag + "="):
-            return token.split("=", 1)[1]
-    return None
 
 
 def _ib_device_problem(devices: str) -> str | None:
@@ -116,22 +106,21 @@ def _unused_pd_settings(values: dict[str, Any], p: SideProblems) -> None:
                f"is null)")
 
 
-def pd_view(values: dict[str, Any], argv: Sequence[Any], env: dict[str, str],
+def pd_view(values: dict[str, Any], parsed: dict[str, Any], env: dict[str, str],
             served: str) -> dict[str, Any] | None:
     """The LaunchSpec's PD part: the side, where the prefill's bootstrap server listens, and
-    what the deployment's servers must agree on (as rendered, extra_args included)."""
+    what the deployment's servers must agree on. `parsed` is the rendered command line as the
+    pinned release's parser reads it (extra_args and SGLang's defaults included)."""
     if not values["disaggregation_mode"]:
         return None
     agree: dict[str, Any] = {"served model name": served,
-                             "transfer backend": values["disaggregation_transfer_backend"]
-                             or DEFAULT_TRANSFER_BACKEND}
-    for name, default in KV_AGREEMENT:
-        given = env.get(name) if name.isupper() else arg_value(argv, name)
-        agree[name] = given if given is not None else default
+                             "transfer backend": parsed.get("disaggregation_transfer_backend")}
+    for flag, dest in KV_AGREEMENT:
+        agree[flag] = parsed.get(dest)
+    agree[KV_LAYOUT_ENV] = env.get(KV_LAYOUT_ENV)
     return {"deployment": values["pd_deployment"], "mode": values["disaggregation_mode"],
-            "bootstrap_port": values["disaggregation_bootstrap_port"]
-            or DEFAULT_BOOTSTRAP_PORT,
-            "attention_backend": arg_value(argv, "--attention-backend"),
+            "bootstrap_port": parsed.get("disaggregation_bootstrap_port"),
+            "attention_backend": parsed.get("attention_backend"),
             "agree": agree}
 
 

@@ -387,6 +387,8 @@ class ServerCommand:
     allowed_rules: list[str] = field(default_factory=list)
     # What the model must support: tp, pp, ep and the attention-DP size SGLang resolves.
     layout: dict[str, int] = field(default_factory=dict)
+    # The command line as the pinned release's parser reads it (secrets as placeholders).
+    parsed: dict[str, Any] = field(default_factory=dict)
 
 
 def _scalar(value: Any) -> bool:
@@ -521,10 +523,11 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
                     f"line: {exc}", "correct the flags named",
                     described="<the rendered command line>")
         else:
-            values = resolved(vars(parsed))
+            cmd.parsed = vars(parsed)
+            values = resolved(cmd.parsed)
             cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
                           "attn_dp": values.get("attn_dp_size", 1)}
-            if not _sglang_refusals(v, vars(parsed), p):
+            if not _sglang_refusals(v, cmd.parsed, p):
                 _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
     cmd.secret_env_names = [s.env for s in _table() if s.secret and s.env and v[s.name]]
@@ -979,7 +982,7 @@ def build_launch_spec(
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},
         # The server's side of its PD deployment and what the deployment must agree on.
-        "pd": pd.pd_view(v.values, cmd.args, cmd.env, served),
+        "pd": pd.pd_view(v.values, cmd.parsed, cmd.env, served),
         "facts": cmd.facts,
         # The inputs with the overrides applied, secrets left out: what recovery compares with
         # the last known good.

@@ -3,9 +3,14 @@ of one PD deployment must agree on, refused before any node is touched."""
 
 from __future__ import annotations
 
-from sglang_fleet.pd import arg_value, deployment_errors
+from sglang_fleet.pd import deployment_errors
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
+
+
+def arg_value(argv: list, flag: str) -> str:
+    """The value after `flag` in a rendered command line."""
+    return argv[argv.index(flag) + 1]
 
 
 def build(host: str = "n1", **values):
