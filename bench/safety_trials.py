@@ -328,7 +328,7 @@ class Trials:
         """A live lock held from another PID namespace (a container with host networking),
         renewed each second; then its holder killed."""
         fleet = self.fleet("lock_namespace")
-        declares = "lease" in (helpers.REPO / "library" / "sglang_lock.py").read_text()
+        declares = "lease" in (helpers.REPO / "plugins" / "modules" / "sglang_lock.py").read_text()
         playbook = self.work / "lock-holder.yml"
         playbook.write_text(LOCK_HOLDER.replace("LEASE", "lease: 8" if declares else ""))
         holder = subprocess.Popen(
@@ -477,8 +477,8 @@ LOCK_HOLDER = """\
 - hosts: sglang_servers
   gather_facts: false
   tasks:
-    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}
-    - sglang_lock:
+    - ansible.builtin.include_role: {name: sglang.fleet.sglang_server, tasks_from: spec.yml}
+    - sglang.fleet.sglang_lock:
         path: "{{ sglang_server_launch_spec.paths.recover_lock }}"
         name: "{{ sglang_server_launch_spec.marker }}"
         purpose: deploy

@@ -10,7 +10,7 @@ from sglang_fleet.spec_action import SpecViewAction
 
 
 class ActionModule(SpecViewAction):
-    module_name = "sglang_health"
+    module_name = "sglang.fleet.sglang_health"
 
     def view(self, spec, args):
         return gate_module_args(spec)

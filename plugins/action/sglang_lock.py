@@ -87,7 +87,7 @@ class ActionModule(ActionBase):
         ledger = args.pop("ledger", None)
         here = controller_run()
         args.setdefault("run", here)
-        res = self._execute_module(module_name="sglang_lock", module_args=args,
+        res = self._execute_module(module_name="sglang.fleet.sglang_lock", module_args=args,
                                    task_vars=task_vars)
         if args.get("state", "acquired") != "acquired" or res.get("outcome") != "held":
             result.update(res)
@@ -100,7 +100,7 @@ class ActionModule(ActionBase):
             res["msg"] = "%s %s." % (res.get("msg", ""), hint[0].upper() + hint[1:])
             result.update(res)
             return result
-        res = self._execute_module(module_name="sglang_lock",
+        res = self._execute_module(module_name="sglang.fleet.sglang_lock",
                                    module_args=dict(args, take_over=held),
                                    task_vars=task_vars)
         if res.get("outcome") == "taken_over":

@@ -22,7 +22,7 @@ from sglang_fleet_node.sglang_fleet_lock import controller_run
 
 
 class ActionModule(SpecViewAction):
-    module_name = "sglang_node"
+    module_name = "sglang.fleet.sglang_node"
     controller_options = ("secret_values", "start_if_stopped")
 
     def view(self, spec, args):

@@ -12,7 +12,7 @@ from sglang_fleet.spec_action import SpecViewAction
 
 
 class ActionModule(SpecViewAction):
-    module_name = "sglang_service"
+    module_name = "sglang.fleet.sglang_service"
     controller_options = ("group_hosts",)
 
     def view(self, spec, args):

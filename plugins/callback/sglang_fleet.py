@@ -114,7 +114,7 @@ class _InertDisplay(object):
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
-    CALLBACK_NAME = "sglang_fleet"
+    CALLBACK_NAME = "sglang.fleet.sglang_fleet"
 
     def __init__(self):
         super(CallbackModule, self).__init__()

@@ -5,6 +5,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible.errors import AnsibleFilterError
 
 try:
@@ -45,10 +47,12 @@ def _need_package():
             "environment" % _IMPORT_ERROR)
 
 
-def state_path_filter(name, project):
-    """'ledger.jsonl' | sglang_fleet_state_path(ansible_config_file | dirname)."""
+def state_path_filter(name, config_file):
+    """'ledger.jsonl' | sglang_fleet_state_path(ansible_config_file): the stores
+    sit beside the ansible.cfg in use; a run without one keeps them in its working folder."""
     _need_package()
-    return state_path(str(name), str(project))
+    project = os.path.dirname(str(config_file)) if config_file else os.getcwd()
+    return state_path(str(name), project)
 
 
 def launch_spec(settings, host, group_members=None, dist_init_host=None):

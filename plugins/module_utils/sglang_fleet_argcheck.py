@@ -15,11 +15,7 @@ import os
 import subprocess
 import sys
 
-try:
-    from ansible.module_utils.sglang_fleet_files import write_json_atomic
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_files import write_json_atomic
-
+from .sglang_fleet_files import write_json_atomic
 
 _FINGERPRINT = (
     "import importlib.util, os, sys\n"

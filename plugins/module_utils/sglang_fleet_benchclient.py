@@ -13,20 +13,12 @@ import random
 import time
 from http.client import HTTPConnection
 
-try:
-    from ansible.module_utils.sglang_fleet_streammetrics import (
-        batch_metrics,
-        request_metrics,
-        summarize,
-        summarize_batches,
-    )
-except ImportError:  # imported on the controller, outside a module
-    from sglang_fleet_node.sglang_fleet_streammetrics import (
-        batch_metrics,
-        request_metrics,
-        summarize,
-        summarize_batches,
-    )
+from .sglang_fleet_streammetrics import (
+    batch_metrics,
+    request_metrics,
+    summarize,
+    summarize_batches,
+)
 
 
 class BenchError(Exception):

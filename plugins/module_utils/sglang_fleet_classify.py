@@ -16,14 +16,9 @@ __metaclass__ = type
 
 import time
 
-try:
-    from ansible.module_utils import sglang_fleet_failures as failures_grammar
-    from ansible.module_utils import sglang_fleet_logphase as logphase
-    from ansible.module_utils import sglang_fleet_vocab as vocab
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_failures as failures_grammar
-    from sglang_fleet_node import sglang_fleet_logphase as logphase
-    from sglang_fleet_node import sglang_fleet_vocab as vocab
+from . import sglang_fleet_failures as failures_grammar
+from . import sglang_fleet_logphase as logphase
+from . import sglang_fleet_vocab as vocab
 
 # Bytes read per poll that count as loading progress. A busy-waiting process reads a few bytes
 # a second from its event pipe; weight loading reads gigabytes.

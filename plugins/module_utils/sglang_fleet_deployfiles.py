@@ -15,10 +15,7 @@ import pwd
 import stat
 import tempfile
 
-try:
-    from ansible.module_utils.sglang_fleet_secrets import is_secret_name
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_secrets import is_secret_name
+from .sglang_fleet_secrets import is_secret_name
 
 # The options of a file to write (sglang_deployment_files, sglang_node's `write`).
 FILE_OPTIONS = dict(path=dict(type="path", required=True),

@@ -11,25 +11,16 @@ __metaclass__ = type
 import os
 import time
 
-try:
-    from ansible.module_utils.sglang_fleet_args import (
-        DEPLOYMENT_REQUIRED_IF,
-        deployment_argument_spec,
-    )
-    from ansible.module_utils.sglang_fleet_classify import classify
-    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-    from ansible.module_utils.sglang_fleet_logphase import progress_text
-    from ansible.module_utils.sglang_fleet_observe import http_status, observe
-    from ansible.module_utils.sglang_fleet_text import inert
-    from ansible.module_utils.sglang_fleet_vocab import PROGRESSING
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_args import DEPLOYMENT_REQUIRED_IF, deployment_argument_spec
-    from sglang_fleet_node.sglang_fleet_classify import classify
-    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
-    from sglang_fleet_node.sglang_fleet_logphase import progress_text
-    from sglang_fleet_node.sglang_fleet_observe import http_status, observe
-    from sglang_fleet_node.sglang_fleet_text import inert
-    from sglang_fleet_node.sglang_fleet_vocab import PROGRESSING
+from .sglang_fleet_args import (
+    DEPLOYMENT_REQUIRED_IF,
+    deployment_argument_spec,
+)
+from .sglang_fleet_classify import classify
+from .sglang_fleet_files import read_json, write_json_atomic
+from .sglang_fleet_logphase import progress_text
+from .sglang_fleet_observe import http_status, observe
+from .sglang_fleet_text import inert
+from .sglang_fleet_vocab import PROGRESSING
 
 # sglang_health's options; sglang_node takes the same ones as its `gate` option.
 GATE_ARGS = deployment_argument_spec(

@@ -12,10 +12,7 @@ import subprocess
 import sys
 import threading
 
-try:
-    from ansible.module_utils import sglang_fleet_simgpu as simgpu
-except ImportError:  # imported by the controller package, outside Ansible
-    from sglang_fleet_node import sglang_fleet_simgpu as simgpu
+from . import sglang_fleet_simgpu as simgpu
 
 
 class GpuQueryTimeout(Exception):

@@ -32,7 +32,7 @@
 # owner and is taken over. A lock that is not empty but unreadable is refused with what it
 # holds and the fix. Writers hold an flock on the file while they read, compare and write, and
 # check that the file they locked is still the one at the path, so two runs taking over the
-# same dead lock cannot both win. Used on the node by library/sglang_lock.py, sglang_node and
+# same dead lock cannot both win. Used on the node by the modules sglang_lock, sglang_node and
 # sglang_health, and on the controller by plugins/action/sglang_lock.py.
 from __future__ import absolute_import, division, print_function
 

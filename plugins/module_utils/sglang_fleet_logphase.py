@@ -16,14 +16,9 @@ import re
 import time
 from collections import deque
 
-try:
-    from ansible.module_utils import sglang_fleet_failures as failures_grammar
-    from ansible.module_utils import sglang_fleet_vocab as vocab
-    from ansible.module_utils.sglang_fleet_text import inert
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_failures as failures_grammar
-    from sglang_fleet_node import sglang_fleet_vocab as vocab
-    from sglang_fleet_node.sglang_fleet_text import inert
+from . import sglang_fleet_failures as failures_grammar
+from . import sglang_fleet_vocab as vocab
+from .sglang_fleet_text import inert
 
 # The failure grammar lives in sglang_fleet_failures; its names are read here too.
 FAILURES = failures_grammar.FAILURES

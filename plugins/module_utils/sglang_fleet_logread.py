@@ -11,10 +11,7 @@ __metaclass__ = type
 import os
 import stat
 
-try:
-    from ansible.module_utils.sglang_fleet_logphase import gap_line
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_logphase import gap_line
+from .sglang_fleet_logphase import gap_line
 
 MIB = 1 << 20
 HEAD_BYTES = 1 * MIB  # start-up lines of the current run

@@ -14,50 +14,27 @@ import os
 import stat
 import threading
 
-try:
-    from ansible.module_utils import sglang_fleet_deployfiles as deployfiles
-    from ansible.module_utils import sglang_fleet_gate as gate
-    from ansible.module_utils import sglang_fleet_gpu as gpu
-    from ansible.module_utils import sglang_fleet_lock as lk
-    from ansible.module_utils import sglang_fleet_modelfit as modelfit
-    from ansible.module_utils import sglang_fleet_service as service_mod
-    from ansible.module_utils import sglang_fleet_shm as shm
-    from ansible.module_utils import sglang_fleet_simnode as simnode
-    from ansible.module_utils.sglang_fleet_argcheck import (
-        args_record,
-        parse_args,
-        record_args_checked,
-    )
-    from ansible.module_utils.sglang_fleet_files import read_json
-    from ansible.module_utils.sglang_fleet_procs import describe_foreign, service_uid
-    from ansible.module_utils.sglang_fleet_secrets import vanished_secret
-    from ansible.module_utils.sglang_fleet_start import StartRefused, start_server
-    from ansible.module_utils.sglang_fleet_startcheck import (
-        orphan_refusal,
-        other_deployments_running,
-    )
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
-    from sglang_fleet_node import sglang_fleet_gate as gate
-    from sglang_fleet_node import sglang_fleet_gpu as gpu
-    from sglang_fleet_node import sglang_fleet_lock as lk
-    from sglang_fleet_node import sglang_fleet_modelfit as modelfit
-    from sglang_fleet_node import sglang_fleet_service as service_mod
-    from sglang_fleet_node import sglang_fleet_shm as shm
-    from sglang_fleet_node import sglang_fleet_simnode as simnode
-    from sglang_fleet_node.sglang_fleet_argcheck import (
-        args_record,
-        parse_args,
-        record_args_checked,
-    )
-    from sglang_fleet_node.sglang_fleet_files import read_json
-    from sglang_fleet_node.sglang_fleet_procs import describe_foreign, service_uid
-    from sglang_fleet_node.sglang_fleet_secrets import vanished_secret
-    from sglang_fleet_node.sglang_fleet_start import StartRefused, start_server
-    from sglang_fleet_node.sglang_fleet_startcheck import (
-        orphan_refusal,
-        other_deployments_running,
-    )
+from . import sglang_fleet_deployfiles as deployfiles
+from . import sglang_fleet_gate as gate
+from . import sglang_fleet_gpu as gpu
+from . import sglang_fleet_lock as lk
+from . import sglang_fleet_modelfit as modelfit
+from . import sglang_fleet_service as service_mod
+from . import sglang_fleet_shm as shm
+from . import sglang_fleet_simnode as simnode
+from .sglang_fleet_argcheck import (
+    args_record,
+    parse_args,
+    record_args_checked,
+)
+from .sglang_fleet_files import read_json
+from .sglang_fleet_procs import describe_foreign, service_uid
+from .sglang_fleet_secrets import vanished_secret
+from .sglang_fleet_start import StartRefused, start_server
+from .sglang_fleet_startcheck import (
+    orphan_refusal,
+    other_deployments_running,
+)
 
 
 class NodeRefused(Exception):

@@ -14,22 +14,13 @@ import time
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
-try:
-    from ansible.module_utils import sglang_fleet_gpu as gpu
-    from ansible.module_utils import sglang_fleet_logphase as logphase
-    from ansible.module_utils import sglang_fleet_logread as logread
-    from ansible.module_utils import sglang_fleet_procs as procs
-    from ansible.module_utils import sglang_fleet_vocab as vocab
-    from ansible.module_utils.sglang_fleet_files import read_json
-    from ansible.module_utils.sglang_fleet_service import launch_errors
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_gpu as gpu
-    from sglang_fleet_node import sglang_fleet_logphase as logphase
-    from sglang_fleet_node import sglang_fleet_logread as logread
-    from sglang_fleet_node import sglang_fleet_procs as procs
-    from sglang_fleet_node import sglang_fleet_vocab as vocab
-    from sglang_fleet_node.sglang_fleet_files import read_json
-    from sglang_fleet_node.sglang_fleet_service import launch_errors
+from . import sglang_fleet_gpu as gpu
+from . import sglang_fleet_logphase as logphase
+from . import sglang_fleet_logread as logread
+from . import sglang_fleet_procs as procs
+from . import sglang_fleet_vocab as vocab
+from .sglang_fleet_files import read_json
+from .sglang_fleet_service import launch_errors
 
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 # The killed process's pid and name (its comm: a process title's first 15 characters).

@@ -22,10 +22,7 @@ import re
 import signal
 import time
 
-try:
-    from ansible.module_utils.sglang_fleet_secrets import SECRET_FLAGS, mask_argv
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_secrets import SECRET_FLAGS, mask_argv
+from .sglang_fleet_secrets import SECRET_FLAGS, mask_argv
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
 

@@ -15,32 +15,18 @@ import os
 import re
 import time
 
-try:
-    from ansible.module_utils import sglang_fleet_deployfiles as deployfiles
-    from ansible.module_utils import sglang_fleet_service as service_mod
-    from ansible.module_utils.sglang_fleet_argcheck import (
-        args_record,
-        parse_args,
-        record_args_checked,
-    )
-    from ansible.module_utils.sglang_fleet_files import read_json
-    from ansible.module_utils.sglang_fleet_procs import describe_foreign
-    from ansible.module_utils.sglang_fleet_router import RouterUnreachable, http
-    from ansible.module_utils.sglang_fleet_secrets import vanished_secret
-    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_deployfiles as deployfiles
-    from sglang_fleet_node import sglang_fleet_service as service_mod
-    from sglang_fleet_node.sglang_fleet_argcheck import (
-        args_record,
-        parse_args,
-        record_args_checked,
-    )
-    from sglang_fleet_node.sglang_fleet_files import read_json
-    from sglang_fleet_node.sglang_fleet_procs import describe_foreign
-    from sglang_fleet_node.sglang_fleet_router import RouterUnreachable, http
-    from sglang_fleet_node.sglang_fleet_secrets import vanished_secret
-    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
+from . import sglang_fleet_deployfiles as deployfiles
+from . import sglang_fleet_service as service_mod
+from .sglang_fleet_argcheck import (
+    args_record,
+    parse_args,
+    record_args_checked,
+)
+from .sglang_fleet_files import read_json
+from .sglang_fleet_procs import describe_foreign
+from .sglang_fleet_router import RouterUnreachable, http
+from .sglang_fleet_secrets import vanished_secret
+from .sglang_fleet_startcheck import server_start_blockers
 
 # The router's description as its host is given it (sglang_router_node's `router` option,
 # built on the controller by router_render.router_node).

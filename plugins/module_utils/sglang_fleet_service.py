@@ -20,12 +20,8 @@ import pwd
 import subprocess
 import time
 
-try:
-    from ansible.module_utils import sglang_fleet_procs as procs
-    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_procs as procs
-    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
+from . import sglang_fleet_procs as procs
+from .sglang_fleet_files import read_json, write_json_atomic
 
 # The state file's format (the service's record of what runs; recovery and evidence read it):
 #   pid, pid_start, boot_id  supervisor: the session leader's pid, its start time (clock ticks

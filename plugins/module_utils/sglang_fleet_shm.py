@@ -27,12 +27,8 @@ import os
 import re
 import stat
 
-try:
-    from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-    from ansible.module_utils.sglang_fleet_procs import deployment_processes, recorded_session
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node.sglang_fleet_files import read_json, write_json_atomic
-    from sglang_fleet_node.sglang_fleet_procs import deployment_processes, recorded_session
+from .sglang_fleet_files import read_json, write_json_atomic
+from .sglang_fleet_procs import deployment_processes, recorded_session
 
 # The families of names SGLang, torch, NCCL and CUDA give their segments; a narrowing filter
 # only: a name must also be bound to the run (see above).

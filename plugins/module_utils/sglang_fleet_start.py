@@ -7,16 +7,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-try:
-    from ansible.module_utils import sglang_fleet_gpu as gpu
-    from ansible.module_utils.sglang_fleet_files import write_json_atomic
-    from ansible.module_utils.sglang_fleet_service import ServiceError, files_digest
-    from ansible.module_utils.sglang_fleet_startcheck import server_start_blockers
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_gpu as gpu
-    from sglang_fleet_node.sglang_fleet_files import write_json_atomic
-    from sglang_fleet_node.sglang_fleet_service import ServiceError, files_digest
-    from sglang_fleet_node.sglang_fleet_startcheck import server_start_blockers
+from . import sglang_fleet_gpu as gpu
+from .sglang_fleet_files import write_json_atomic
+from .sglang_fleet_service import ServiceError, files_digest
+from .sglang_fleet_startcheck import server_start_blockers
 
 
 class StartRefused(Exception):

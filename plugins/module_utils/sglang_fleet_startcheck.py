@@ -20,10 +20,7 @@ import os
 import socket
 import struct
 
-try:
-    from ansible.module_utils import sglang_fleet_procs as procs
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_procs as procs
+from . import sglang_fleet_procs as procs
 
 MIB = 1 << 20
 _LISTEN = "0A"

@@ -12,14 +12,9 @@ import re
 import subprocess
 import time
 
-try:
-    from ansible.module_utils import sglang_fleet_gpu as gpu
-    from ansible.module_utils import sglang_fleet_procs as procs
-    from ansible.module_utils import sglang_fleet_simgpu as simgpu
-except ImportError:  # imported by the controller package or its tests, outside Ansible
-    from sglang_fleet_node import sglang_fleet_gpu as gpu
-    from sglang_fleet_node import sglang_fleet_procs as procs
-    from sglang_fleet_node import sglang_fleet_simgpu as simgpu
+from . import sglang_fleet_gpu as gpu
+from . import sglang_fleet_procs as procs
+from . import sglang_fleet_simgpu as simgpu
 
 # Never signalled, whatever mode: GPU node agents. A SIGKILL of dcgm-exporter once froze an A100.
 PROTECTED_NAMES = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "dcgmi",

@@ -31,6 +31,7 @@ from sglang_fleet.runner import (
     Interrupted,
     failures,
     playbook_run,
+    project_config,
     project_dir,
     task_results,
 )
@@ -81,7 +82,9 @@ def run_folder(args: argparse.Namespace, command: str) -> Path:
 def default_inventory() -> Path | None:
     """The inventory ansible.cfg names (used when -i is not given)."""
     cfg = configparser.ConfigParser(interpolation=None)
-    path = project_dir() / "ansible.cfg"
+    path = project_config(project_dir())
+    if path is None:
+        return None
     cfg.read(path)
     value = cfg.get("defaults", "inventory", fallback="").split(",")[0].strip()
     return (path.parent / value).resolve() if value else None
@@ -178,7 +181,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         extra["sglang_fleet_benchmark"] = True
     if args.recover:
         extra["sglang_recover_on_failure"] = True
-    return run_playbook_command(args, "deploy", "deploy.yml", extra)[0]
+    return run_playbook_command(args, "deploy", "playbooks/deploy.yml", extra)[0]
 
 
 def cmd_health(args: argparse.Namespace) -> int:

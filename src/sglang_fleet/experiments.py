@@ -19,7 +19,7 @@ import yaml
 
 from sglang_fleet.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
-from sglang_fleet.runner import playbook_run, project_dir
+from sglang_fleet.runner import collection_dir, playbook_run
 from sglang_fleet.spec import PREFIX
 
 # Settings that say where a server runs, not how: a trial must not move it.
@@ -38,7 +38,7 @@ class PlanError(ValueError):
 
 
 def role_variables() -> set[str]:
-    defaults = project_dir() / "roles" / "sglang_server" / "defaults" / "main.yml"
+    defaults = collection_dir() / "roles" / "sglang_server" / "defaults" / "main.yml"
     return set(yaml.safe_load(defaults.read_text()) or {})
 
 
@@ -235,7 +235,7 @@ class TrialRunner:
         started = time.monotonic()
         # Each trial's stages, phases and a line every 30 s, indented under the trial's own.
         with Progress(indent="    ") as progress, playbook_run(
-                "deploy.yml", inventory=self.inventory, limit=self.limit, extravars=extra,
+                "playbooks/deploy.yml", inventory=self.inventory, limit=self.limit, extravars=extra,
                 private_data_dir=str(artifacts), event_handler=progress) as run:
             outcomes = host_outcomes(list(run.events), run.stats)
             rc = run.rc

@@ -130,7 +130,8 @@ def _read_result(o: HostOutcome, kind: str, action: str, res: dict[str, Any]) ->
             o.benchmark = facts["sglang_bench_result"]
         if "sglang_bench_canary" in facts:
             o.canary = facts["sglang_bench_canary"]
-    elif action == "sglang_ledger" and (res.get("entry") or {}).get("kind") == "recovery":
+    elif action == "sglang_ledger" and \
+            (res.get("entry") or {}).get("kind") == "recovery":
         o.recovery = res["entry"]
     elif action in ("debug", "ansible.builtin.debug") and isinstance(res.get("msg"), str):
         o.notes.append(res["msg"])
@@ -173,7 +174,8 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
             refused_run.append(_message(data.get("res") or {}))
             continue
         res = data.get("res") or {}
-        action = data.get("task_action") or ""
+        # Modules by their short names: the playbooks call them as sglang.fleet.<module>.
+        action = (data.get("task_action") or "").rpartition(".")[2]
         stage = stage_of(data)
         if kind in _RAN or kind in ("runner_on_start", "runner_retry"):
             o = get(host)

@@ -164,7 +164,8 @@ class Progress:
                 step: str) -> None:
         """What one task's result says about a host."""
         res = data.get("res") or {}
-        action = data.get("task_action")
+        # Modules by their short names: the playbooks call them as sglang.fleet.<module>.
+        action = str(data.get("task_action")).rpartition(".")[2]
         if kind == "runner_retry" and action == "sglang_health":
             line.busy, line.gate, line.gate_at = True, res, self.clock()
             self.update(host, gate_text(res), "GATE",

@@ -15,22 +15,54 @@ from pathlib import Path
 from typing import Any
 
 import ansible_runner
+from ansible.config.manager import ConfigManager
 
 from sglang_fleet.reasons import ansible_cause
 from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_secrets import MASK, is_secret_env_name, mask_secrets
 
+COLLECTION = ("ansible_collections", "sglang", "fleet")
+
+
+def _is_collection(path: Path) -> bool:
+    return (path / "galaxy.yml").is_file() and (path / "playbooks").is_dir() or \
+        (path / "MANIFEST.json").is_file() and (path / "playbooks").is_dir()
+
 
 def project_dir() -> Path:
-    """The checkout holding ansible.cfg and playbooks/ (SGLANG_FLEET_PROJECT overrides)."""
+    """The operator's Ansible project, whose ansible.cfg the runs use and beside which the
+    stores are kept: $SGLANG_FLEET_PROJECT, else the checkout this package runs from, else the
+    working folder."""
     override = os.environ.get("SGLANG_FLEET_PROJECT")
-    candidates = [Path(override)] if override else []
-    candidates += [Path(__file__).resolve().parents[2], Path.cwd()]
-    for path in candidates:
-        if (path / "ansible.cfg").is_file() and (path / "playbooks").is_dir():
-            return path
-    raise FileNotFoundError("cannot find the sglang-fleet project (ansible.cfg, playbooks/); "
-                            "run from the checkout or set SGLANG_FLEET_PROJECT")
+    if override:
+        return Path(override).resolve()
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout if _is_collection(checkout) else Path.cwd()
+
+
+def project_config(project: Path) -> Path | None:
+    """The project's ansible.cfg, when it has one (without, Ansible's own search applies)."""
+    path = project / "ansible.cfg"
+    return path if path.is_file() else None
+
+
+def collection_dir(project: Path | None = None) -> Path:
+    """Where the sglang.fleet playbooks are: the project itself when it is the collection (a
+    checkout), else the installed collection, found on the collections path Ansible would use
+    with the project's ansible.cfg."""
+    project = project or project_dir()
+    if _is_collection(project):
+        return project
+    config = project_config(project)
+    paths = ConfigManager(str(config) if config else None).get_config_value("COLLECTIONS_PATHS")
+    for root in [*paths, *sys.path]:
+        candidate = Path(root).expanduser().joinpath(*COLLECTION)
+        if _is_collection(candidate):
+            return candidate
+    raise FileNotFoundError(
+        f"the sglang.fleet collection is not installed where {config or 'Ansible'} looks for "
+        "collections; install it (ansible-galaxy collection install sglang-fleet-*.tar.gz) or "
+        "set SGLANG_FLEET_PROJECT to a checkout")
 
 
 
@@ -206,13 +238,15 @@ def playbook_run(playbook: str, inventory: str | None = None, limit: str | None 
     `with` block raises Interrupted once its body has read what the run left.
     """
     project = project_dir()
+    config = project_config(project)
     # ansible-playbook must be on PATH for runner: use the one beside this interpreter.
     bin_dir = str(Path(sys.executable).parent)
-    envvars = {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-               "ANSIBLE_CONFIG": str(project / "ansible.cfg")}
+    envvars = {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    if config:
+        envvars["ANSIBLE_CONFIG"] = str(config)
     guard = InterruptGuard() if cancel_callback is None else None
     kwargs: dict[str, Any] = dict(
-        project_dir=str(project), playbook=str(project / playbook), quiet=True,
+        project_dir=str(project), playbook=str(collection_dir(project) / playbook), quiet=True,
         envvars=envvars, extravars=extravars or {}, limit=limit,
         inventory=str(Path(inventory).resolve()) if inventory else None,
         cmdline=cmdline, event_handler=event_handler, rotate_artifacts=rotate_artifacts,

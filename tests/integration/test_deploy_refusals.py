@@ -95,7 +95,7 @@ def test_the_node_parser_is_the_last_word(tmp_path):
     def argcheck(parser: str, args: list[str]) -> dict:
         module_args = json.dumps({"python": sys.executable, "parser": parser, "args": args})
         proc = subprocess.run([str(BIN / "ansible"), "localhost", "-c", "local", "-o",
-                               "-m", "sglang_argcheck", "-a", module_args,
+                               "-m", "sglang.fleet.sglang_argcheck", "-a", module_args,
                                "-e", f"ansible_python_interpreter={sys.executable}"],
                               cwd=REPO, env=ansible_env(), capture_output=True, text=True,
                               timeout=120)

@@ -41,9 +41,9 @@ HOLDER = """\
   hosts: sglang_servers
   gather_facts: false
   tasks:
-    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}
+    - ansible.builtin.include_role: {name: sglang.fleet.sglang_server, tasks_from: spec.yml}
     - name: Take and renew the lock
-      sglang_lock:
+      sglang.fleet.sglang_lock:
         path: "{{ sglang_server_launch_spec.paths.recover_lock }}"
         name: "{{ sglang_server_launch_spec.marker }}"
         purpose: deploy

@@ -9,7 +9,7 @@ import pytest
 
 from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
 
-MODULES = sorted(p.stem for p in (REPO / "library").glob("*.py"))
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "meta").is_dir())
 
 
@@ -20,7 +20,7 @@ def run(*cmd):
 
 @pytest.mark.parametrize("module", MODULES)
 def test_ansible_doc_renders_module(module):
-    proc = run(str(BIN / "ansible-doc"), "-M", "library", module)
+    proc = run(str(BIN / "ansible-doc"), f"sglang.fleet.{module}")
     assert proc.returncode == 0, proc.stderr
     for section in ("OPTIONS", "EXAMPLES", "RETURN VALUES"):
         assert section in proc.stdout, f"{module} lacks {section}"
@@ -29,7 +29,7 @@ def test_ansible_doc_renders_module(module):
 
 @pytest.mark.parametrize("role", ROLES)
 def test_ansible_doc_renders_role_spec(role):
-    proc = run(str(BIN / "ansible-doc"), "-t", "role", "-r", "roles", role)
+    proc = run(str(BIN / "ansible-doc"), "-t", "role", f"sglang.fleet.{role}")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"ENTRY POINT: \W*main", proc.stdout), proc.stdout[:500]
 

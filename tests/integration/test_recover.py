@@ -314,12 +314,13 @@ def test_a_recovery_never_stops_a_server_restarted_after_it_was_judged(ready_nod
     playbook = tmp_path / "stale-verdict.yml"
     playbook.write_text(
         "- hosts: sglang_servers\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role: {name: sglang_server, tasks_from: spec.yml}\n"
+        "    - ansible.builtin.include_role:\n"
+        "        {name: sglang.fleet.sglang_server, tasks_from: spec.yml}\n"
         "    - ansible.builtin.set_fact:\n"
         "        sglang_server_verdict: {verdict: stalled, phase: capturing_cuda_graph,\n"
         "                                reason: judged before a deploy, run_id: 1.0,\n"
         "                                evidence: {}}\n"
-        "    - ansible.builtin.include_role: {name: sglang_recover}\n")
+        "    - ansible.builtin.include_role: {name: sglang.fleet.sglang_recover}\n")
     run = run_playbook(str(playbook), one_node.inventory, recover_settings(one_node))
     assert run.rc != 0
     out = " ".join(run.output.split())

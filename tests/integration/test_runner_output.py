@@ -22,10 +22,9 @@ def operator_lines(text: str) -> list[str]:
 
 
 def runner_deploy(fleet, tmp_path):
-    """The documented settings: the project's stdout callback, found on its callback path;
+    """The documented setting: the collection's stdout callback by its full name;
     ansible-runner keeps its own event callback around it (ORIGINAL_STDOUT_CALLBACK)."""
-    envvars = {"ANSIBLE_STDOUT_CALLBACK": "sglang_fleet",
-               "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "plugins" / "callback"),
+    envvars = {"ANSIBLE_STDOUT_CALLBACK": "sglang.fleet.sglang_fleet",
                "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/bin:/bin"}
     tmp_path.mkdir(parents=True)
     run = ansible_runner.run(private_data_dir=str(tmp_path), project_dir=str(REPO),

@@ -36,6 +36,7 @@ from sglang_fleet.summary import (
 )
 
 ROLE = "/p/roles/sglang_server/tasks/"
+GATE_ACTION = "sglang.fleet.sglang_health"
 
 
 def ev(kind, host, path, action="x", task="t", **res):
@@ -44,7 +45,7 @@ def ev(kind, host, path, action="x", task="t", **res):
 
 
 def health(host, verdict, phase="serving", reason="", progress="serving", kind="runner_on_ok"):
-    return ev(kind, host, ROLE + "observe.yml", "sglang_health", verdict=verdict, phase=phase,
+    return ev(kind, host, ROLE + "observe.yml", GATE_ACTION, verdict=verdict, phase=phase,
               reason=reason, progress_text=progress)
 
 
@@ -57,7 +58,8 @@ EVENTS = [
     health("b", "stalled", "capturing_cuda_graph", "no progress for 901 s"),
     ev("runner_on_failed", "b", ROLE + "gate.yml", "fail", "Fail the host",
        msg="b: stalled in capturing_cuda_graph"),
-    ev("runner_on_ok", "b", "/p/roles/sglang_recover/tasks/recover.yml", "sglang_ledger",
+    ev("runner_on_ok", "b", "/p/roles/sglang_recover/tasks/recover.yml",
+       "sglang.fleet.sglang_ledger",
        entry={"kind": "recovery", "evidence": "/ev/b/1", "verdict": "stalled"}),
 ]
 STATS = {"ok": {"a": 5, "b": 3}, "failures": {"b": 1}, "dark": {}}
@@ -344,13 +346,13 @@ def test_node_text_in_junit_json_table_and_progress_is_inert():
 
 
 def test_a_server_stopped_by_stop_yml_does_not_fail_health_and_the_cause_is_recorded():
-    stopped = ev("runner_on_ok", "a", ROLE + "observe.yml", "sglang_health", verdict="stopped",
+    stopped = ev("runner_on_ok", "a", ROLE + "observe.yml", GATE_ACTION, verdict="stopped",
                  phase="serving", reason="stopped by stop.yml at 2026-01-01 00:00:00 UTC",
                  stopped_by="stop.yml")
-    outside = ev("runner_on_ok", "b", ROLE + "observe.yml", "sglang_health", verdict="stopped",
+    outside = ev("runner_on_ok", "b", ROLE + "observe.yml", GATE_ACTION, verdict="stopped",
                  phase="serving", reason="stopped by a SIGTERM from outside sglang-fleet",
                  stopped_by="SIGTERM")
-    crashed = ev("runner_on_ok", "c", ROLE + "observe.yml", "sglang_health", verdict="crashed",
+    crashed = ev("runner_on_ok", "c", ROLE + "observe.yml", GATE_ACTION, verdict="crashed",
                  phase="loading_weights", reason="r", cause="environment",
                  failure={"said": "TP0: OSError: [Errno 28] No space left on device"})
     outcomes = host_outcomes([stopped, outside, crashed], {"ok": {"a": 1, "b": 1, "c": 1}})

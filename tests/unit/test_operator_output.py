@@ -20,6 +20,7 @@ from sglang_fleet_node.sglang_fleet_classify import classify
 from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
 
 ROLE = "/p/roles/sglang_server/tasks/"
+GATE_ACTION = "sglang.fleet.sglang_health"
 # A refused typo as the LaunchSpec words it: long, with the fix near the end.
 TYPO = ("host {h}: sglang_server_attention_backend='flashinfr': is not one of SGLang 0.5.23's "
         "choices for --attention-backend. Fix: 'flashinfer' is the closest, but rule "
@@ -131,7 +132,7 @@ def test_the_table_never_cuts_the_fix_and_says_a_shared_reason_once():
 def test_a_long_failure_detail_is_cut_between_words_and_given_whole_below():
     reason = ("the new server cannot start here: log folder /var/log/sglang has 0 B free "
               "(64.0 MiB needed). Fix: free space there (or move sglang_server_root).")
-    events = [ev("runner_on_failed", "a", ROLE + "service.yml", "sglang_service",
+    events = [ev("runner_on_failed", "a", ROLE + "service.yml", "sglang.fleet.sglang_service",
                  msg=f"a:Kimi-K2.5-30001: {reason}")]
     table = host_table(build_summary("deploy", 2, host_outcomes(events, {"failures": {"a": 1}}),
                                      0.0, 1.0, "/run"))
@@ -169,7 +170,7 @@ def test_progress_prints_failures_whole():
 
 
 def gate(host, verdict="progressing", phase="loading_weights", done=3, quiet=0.0, left=300.0):
-    return ev("runner_retry", host, ROLE + "observe.yml", "sglang_health", verdict=verdict,
+    return ev("runner_retry", host, ROLE + "observe.yml", GATE_ACTION, verdict=verdict,
               phase=phase, progress_text=f"{phase} {done}/64 shards", quiet_s=quiet,
               stalls_in_s=left, stalls_by="window", window_s=300, ceiling_s=7200)
 
@@ -196,7 +197,7 @@ def test_plain_progress_shows_each_stage_and_phase_and_a_line_every_heartbeat():
     run(ev("runner_on_ok", "a", ROLE + "service.yml", task="Start the server"))
     run(ev("runner_on_start", "a", ROLE + "service.yml", task="Wait for the unit"), 65)
     run(ev("runner_on_ok", "a", ROLE + "service.yml", task="Wait for the unit"))
-    run(ev("runner_on_start", "a", ROLE + "observe.yml", "sglang_health", task="Gate"))
+    run(ev("runner_on_start", "a", ROLE + "observe.yml", GATE_ACTION, task="Gate"))
     for done in range(4, 30, 2):  # progress every 2 s: one line for the phase, then beats
         run(gate("a", done=done), 2)
     run(gate("a", phase="capturing_cuda_graph", done=0))
@@ -348,7 +349,7 @@ def test_each_step_of_the_deploy_stage_gets_a_line():
 
 
 def test_a_lock_refusal_counts_against_the_deploy_stage():
-    refused = ev("runner_on_failed", "a", ROLE + "lock.yml", action="sglang_lock",
+    refused = ev("runner_on_failed", "a", ROLE + "lock.yml", action="sglang.fleet.sglang_lock",
                  task="Take the deployment's lock for this deploy",
                  msg="the deployment's lock is held by another run")
     outcome = host_outcomes([ev("runner_on_ok", "a", ROLE + "preflight.yml"), refused], None)["a"]

@@ -46,7 +46,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Let SGLang parse the rendered arguments
-  sglang_argcheck:
+  sglang.fleet.sglang_argcheck:
     python: /opt/sglang-fleet/venv/bin/python
     args: ["--model-path", "/models/Kimi-K2.5", "--tp-size", "8"]
 """
@@ -60,7 +60,7 @@ parser:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_argcheck import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_argcheck import (
     args_record,
     parse_args,
     record_args_checked,

@@ -93,13 +93,13 @@ notes:
 
 EXAMPLES = r"""
 - name: Take the deployment's lock
-  sglang_lock:
+  sglang.fleet.sglang_lock:
     path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
     name: "node1:Kimi-K2.5-30000"
     purpose: recover
 
 - name: Record that the stop is done
-  sglang_lock:
+  sglang.fleet.sglang_lock:
     path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
     state: updated
     recovery:
@@ -107,7 +107,7 @@ EXAMPLES = r"""
       failed_config_hash: 871281b7a56d
 
 - name: Release it
-  sglang_lock:
+  sglang.fleet.sglang_lock:
     path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock
     state: released
 """
@@ -143,7 +143,7 @@ taken_over:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_lock import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
     LEASE_S,
     LockError,
     LockFile,

@@ -36,8 +36,8 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
-  - sglang_fleet
-  - sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet
+  - sglang.fleet.sglang_fleet.gpu
 options:
   hung:
     description: Skip SIGTERM and send SIGKILL at once.
@@ -88,7 +88,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Stop a hung server and verify its GPUs are free
-  sglang_stop:
+  sglang.fleet.sglang_stop:
     marker: "node1:Kimi-K2.5-30000"
     state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
     manager: systemd
@@ -164,20 +164,27 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_args import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_args import (
     DEPLOYMENT_REQUIRED_IF,
     deployment_argument_spec,
 )
-from ansible.module_utils.sglang_fleet_files import read_json, write_json_atomic
-from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
-from ansible.module_utils.sglang_fleet_procs import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_files import (
+    read_json,
+    write_json_atomic,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gpu import (
+    GpuQueryTimeout,
+    GpuUnavailable,
+    gpu_snapshot,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
     describe_foreign,
     membership,
     recorded_session,
     service_uid,
 )
-from ansible.module_utils.sglang_fleet_shm import record_run
-from ansible.module_utils.sglang_fleet_stop import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import record_run
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_stop import (
     aggressive_targets,
     device_paths,
     kill_members,

@@ -94,7 +94,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Put a ready server in the router
-  sglang_router_member:
+  sglang.fleet.sglang_router_member:
     router_url: http://127.0.0.1:30000
     admin_key: "{{ router_admin_key }}"
     worker_url: http://10.0.0.11:30000
@@ -102,7 +102,7 @@ EXAMPLES = r"""
   delegate_to: router-1
 
 - name: Take it out and wait for its in-flight requests before a restart
-  sglang_router_member:
+  sglang.fleet.sglang_router_member:
     router_url: http://127.0.0.1:30000
     worker_url: http://10.0.0.11:30000
     state: absent
@@ -112,7 +112,7 @@ EXAMPLES = r"""
   delegate_to: router-1
 
 - name: Read the router's view beside the gate's verdict
-  sglang_router_member:
+  sglang.fleet.sglang_router_member:
     router_url: http://127.0.0.1:30000
     worker_url: http://10.0.0.11:30000
     state: query
@@ -168,7 +168,7 @@ router_reachable:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_router import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router import (
     Router,
     RouterError,
     RouterUnreachable,

@@ -62,7 +62,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Remove leaked segments of the last run
-  sglang_shm_cleanup:
+  sglang.fleet.sglang_shm_cleanup:
     state_file: /opt/sglang-fleet/run/kimi-k2.5-30000.pid
     marker: "node1:kimi-k2.5-30000"
 """
@@ -83,8 +83,11 @@ kept_in_use:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_procs import service_uid
-from ansible.module_utils.sglang_fleet_shm import PATTERNS, leaked_segments
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import service_uid
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import (
+    PATTERNS,
+    leaked_segments,
+)
 
 
 def main():

@@ -77,14 +77,14 @@ attributes:
 
 EXAMPLES = r"""
 - name: Single-stream decode speed, 3 repetitions after one warm-up
-  sglang_bench:
+  sglang.fleet.sglang_bench:
     port: 30000
     env_file: /opt/sglang-fleet/etc/Kimi-K2.5-30000.env
     output_len: 256
     repetitions: 3
 
 - name: Add batch levels (one request of 4, then of 16 distinct prompts)
-  sglang_bench:
+  sglang.fleet.sglang_bench:
     port: 30000
     concurrency: [1, 4, 16]
 """
@@ -110,7 +110,10 @@ output_tok_s:
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_benchclient import BenchError, run_benchmark
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_benchclient import (
+    BenchError,
+    run_benchmark,
+)
 
 _LIMITS = {"input_len": (1, 1000000), "output_len": (2, 100000), "warmup": (0, 100),
            "repetitions": (1, 1000)}

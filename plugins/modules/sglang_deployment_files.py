@@ -92,7 +92,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Write a deployment's files
-  sglang_deployment_files:
+  sglang.fleet.sglang_deployment_files:
     folders:
       - {path: /opt/sglang-fleet/conf, mode: "0750"}
     files:
@@ -115,7 +115,7 @@ changed_paths:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_deployfiles import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
     FILE_OPTIONS,
     SECRET_FILE_OPTIONS,
     DeployFilesError,

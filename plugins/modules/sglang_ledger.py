@@ -40,7 +40,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Record a recovery
-  sglang_ledger:
+  sglang.fleet.sglang_ledger:
     path: /srv/sglang-fleet/ledger.jsonl
     entry:
       kind: recovery
@@ -70,7 +70,7 @@ def main():
         supports_check_mode=True,
     )
     module.fail_json(msg="sglang_ledger runs on the controller through its action plugin "
-                         "(action_plugins = plugins/action in ansible.cfg)")
+                         "(call it as sglang.fleet.sglang_ledger with the collection installed)")
 
 
 if __name__ == "__main__":

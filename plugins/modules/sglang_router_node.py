@@ -38,7 +38,7 @@ options:
   router:
     description:
       - The router as its host is given it, built on the controller from the RouterSpec
-        (C(spec | sglang_fleet_router_node(api_key, control_plane_keys))).
+        (C(spec | sglang.fleet.sglang_fleet_router_node(api_key, control_plane_keys))).
     type: dict
     required: true
     suboptions:
@@ -265,10 +265,10 @@ attributes:
 
 EXAMPLES = r"""
 - name: Write, check and start the router, in one pass
-  sglang_router_node:
+  sglang.fleet.sglang_router_node:
     host_name: "{{ inventory_hostname }}"
     router: >-
-      {{ sglang_router__spec | sglang_fleet_router_node(sglang_router_api_key,
+      {{ sglang_router__spec | sglang.fleet.sglang_fleet_router_node(sglang_router_api_key,
          sglang_router_control_plane_api_keys) }}
   register: sglang_router__node
 """
@@ -318,7 +318,11 @@ workers:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_routernode import ROUTER_OPTIONS, RouterRefused, converge
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_routernode import (
+    ROUTER_OPTIONS,
+    RouterRefused,
+    converge,
+)
 
 
 def main():

@@ -65,14 +65,15 @@ attributes:
 
 EXAMPLES = r"""
 - name: Ask the router for its workers and one answer
-  sglang_router_probe:
+  sglang.fleet.sglang_router_probe:
     url: http://127.0.0.1:30000
-    admin_key: "{{ sglang_router_control_plane_api_keys | sglang_fleet_router_admin_key }}"
+    admin_key: >-
+      {{ sglang_router_control_plane_api_keys | sglang.fleet.sglang_fleet_router_admin_key }}
     api_key: "{{ sglang_router_api_key }}"
   register: sglang_router__probe
 
 - name: Report the router, failing when no request is answered through it
-  sglang_router_probe:
+  sglang.fleet.sglang_router_probe:
     url: http://127.0.0.1:30000
     report: {name: router-1, url: "http://10.0.0.5:30000", version: 0.3.2, policy: cache_aware}
 """
@@ -108,7 +109,11 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_router import ask, report_failure, report_line
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router import (
+    ask,
+    report_failure,
+    report_line,
+)
 
 
 def main():

@@ -176,13 +176,13 @@ notes:
 
 EXAMPLES = r"""
 - name: Start the server of the LaunchSpec the sglang_server role built
-  sglang_service:
+  sglang.fleet.sglang_service:
     from_spec: "{{ sglang_server_launch_spec }}"
     group_hosts: "{{ groups[sglang_server_launch_spec.group.name] | default([]) }}"
     state: started
 
 - name: Start the server, restarting it if its launch files changed
-  sglang_service:
+  sglang.fleet.sglang_service:
     marker: "node1:kimi-k2.5-30000"
     manager: supervisor
     script: /opt/sglang-fleet/conf/kimi-k2.5-30000.launch.sh
@@ -199,7 +199,7 @@ EXAMPLES = r"""
     shm_dir: /dev/shm
 
 - name: Stop it and wait for every process of the deployment to exit
-  sglang_service:
+  sglang.fleet.sglang_service:
     marker: "node1:kimi-k2.5-30000"
     manager: systemd
     unit_name: sglang-kimi-k2.5-30000.service
@@ -259,15 +259,17 @@ stop_report:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_procs import describe_foreign
-from ansible.module_utils.sglang_fleet_service import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
+    describe_foreign,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import (
     START_OPTIONS,
     ServiceError,
     files_digest,
     record_stop,
     service_of,
 )
-from ansible.module_utils.sglang_fleet_start import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_start import (
     StartRefused,
     StopIncomplete,
     start_server,

@@ -23,8 +23,8 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
-  - sglang_fleet
-  - sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet
+  - sglang.fleet.sglang_fleet.gpu
 options:
   log_file:
     description: The server log.
@@ -72,7 +72,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Keep the evidence of a stalled server
-  sglang_evidence:
+  sglang.fleet.sglang_evidence:
     marker: "node1:Kimi-K2.5-30000"
     state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
     log_file: /opt/sglang-fleet/logs/Kimi-K2.5-30000.log
@@ -130,20 +130,36 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_args import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_args import (
     DEPLOYMENT_REQUIRED_IF,
     deployment_argument_spec,
 )
-from ansible.module_utils.sglang_fleet_files import read_json
-from ansible.module_utils.sglang_fleet_gpu import GpuQueryTimeout, GpuUnavailable, gpu_snapshot
-from ansible.module_utils.sglang_fleet_logphase import current_run, phase_timeline, split_lines
-from ansible.module_utils.sglang_fleet_observe import kernel_lines, read_log, xids_and_ooms
-from ansible.module_utils.sglang_fleet_procs import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_files import read_json
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gpu import (
+    GpuQueryTimeout,
+    GpuUnavailable,
+    gpu_snapshot,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_logphase import (
+    current_run,
+    phase_timeline,
+    split_lines,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_observe import (
+    kernel_lines,
+    read_log,
+    xids_and_ooms,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
     deployment_processes,
     environ_of,
     secret_values,
 )
-from ansible.module_utils.sglang_fleet_secrets import MASK, SECRET_FLAGS, mask_secrets
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_secrets import (
+    MASK,
+    SECRET_FLAGS,
+    mask_secrets,
+)
 
 # The environment variable the LaunchSpec names its configuration with (spec.CONFIG_VAR).
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"

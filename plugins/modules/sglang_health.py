@@ -30,8 +30,8 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
-  - sglang_fleet
-  - sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet
+  - sglang.fleet.sglang_fleet.gpu
 options:
   from_spec:
     description:
@@ -134,7 +134,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Gate on the server of the LaunchSpec the sglang_server role built
-  sglang_health:
+  sglang.fleet.sglang_health:
     from_spec: "{{ sglang_server_launch_spec }}"
     wait: 10
   register: verdict
@@ -143,7 +143,7 @@ EXAMPLES = r"""
   delay: 0
 
 - name: Gate on one server
-  sglang_health:
+  sglang.fleet.sglang_health:
     marker: "node1:Kimi-K2.5-30000"
     state_file: /opt/sglang-fleet/run/Kimi-K2.5-30000.pid
     log_file: /opt/sglang-fleet/logs/Kimi-K2.5-30000.log
@@ -275,14 +275,17 @@ processes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_gate import (
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
     GATE_ARGS,
     GATE_REQUIRED_IF,
     GateArgsInvalid,
     judge,
 )
-from ansible.module_utils.sglang_fleet_lock import LockError, LockFile
-from ansible.module_utils.sglang_fleet_shm import record_run
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
+    LockError,
+    LockFile,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import record_run
 
 _LOCK_OPTIONS = dict(path=dict(type="path", required=True), run=dict(type="dict", required=True))
 

@@ -261,13 +261,13 @@ attributes:
 
 EXAMPLES = r"""
 - name: Check the node for the LaunchSpec the sglang_server role built
-  sglang_node:
+  sglang.fleet.sglang_node:
     from_spec: "{{ sglang_server_launch_spec }}"
-    gate: "{{ sglang_server_launch_spec | sglang_fleet_gate_args }}"
+    gate: "{{ sglang_server_launch_spec | sglang.fleet.sglang_fleet_gate_args }}"
   register: node
 
 - name: Check the node before deploying
-  sglang_node:
+  sglang.fleet.sglang_node:
     host_name: gpu-node-01
     server_python: /opt/sglang-fleet/venv/bin/python
     reboot_mark: /opt/sglang-fleet/NEEDS_REBOOT
@@ -374,10 +374,19 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_fleet_deployfiles import FILE_OPTIONS, SECRET_FILE_OPTIONS
-from ansible.module_utils.sglang_fleet_gate import GATE_ARGS, GATE_REQUIRED_IF
-from ansible.module_utils.sglang_fleet_nodecheck import NodeRefused, check_node
-from ansible.module_utils.sglang_fleet_service import START_OPTIONS
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+    FILE_OPTIONS,
+    SECRET_FILE_OPTIONS,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
+    GATE_ARGS,
+    GATE_REQUIRED_IF,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_nodecheck import (
+    NodeRefused,
+    check_node,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import START_OPTIONS
 
 
 def main():
