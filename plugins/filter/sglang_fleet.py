@@ -8,6 +8,7 @@ __metaclass__ = type
 import os
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
@@ -175,12 +176,20 @@ def split_group_filter(group, members, run_hosts, serial=None, canary=None):
                               serial, str(canary) if canary else None)
 
 
-def pd_refusals_filter(deployment, host, members, modes, specs, routers):
+def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars):
     """deployment | sglang_fleet_pd_refusals(inventory_hostname, groups[deployment], modes,
-    specs, groups['sglang_routers']): why a PD deployment cannot run (see pd)."""
+    specs, groups, hostvars): why a PD deployment cannot run, or why a server outside one
+    cannot sit behind a router in PD mode (see pd)."""
     _need_package()
+    routers = {}
+    for name in groups.get("sglang_routers", []):
+        hv = hostvars[name]
+        workers = list(groups.get(hv.get("sglang_router_workers_group", "sglang_servers"), []))
+        if host in workers:
+            routers[name] = (boolean(hv.get("sglang_router_pd_disaggregation", False),
+                                     strict=False), workers)
     return deployment_errors(str(deployment or ""), str(host), list(members or []),
-                             dict(modes or {}), dict(specs or {}), list(routers or []))
+                             dict(modes or {}), dict(specs or {}), routers)
 
 
 class FilterModule(object):

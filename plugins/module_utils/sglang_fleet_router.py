@@ -96,10 +96,17 @@ class Router(object):
                 return worker
         return None
 
-    def add(self, worker_url, worker_api_key=None):
+    def add(self, worker_url, worker_api_key=None, worker_type="regular", bootstrap_port=None):
+        """POST /workers; a prefill or decode server of a PD deployment is added as such (a
+        router in PD mode sends each request to one of each), a prefill with the port of its
+        KV bootstrap server, which the router passes to the decode in every request."""
         body = {"url": normalize(worker_url)}
         if worker_api_key:
             body["api_key"] = worker_api_key
+        if worker_type != "regular":
+            body["worker_type"] = worker_type
+        if worker_type == "prefill" and bootstrap_port:
+            body["bootstrap_port"] = int(bootstrap_port)
         return self._call("POST", "/workers", body)
 
     def remove(self, worker_id):
@@ -120,22 +127,55 @@ class Router(object):
             self.sleep(interval)
 
 
+def server_mode(worker_url, key=None, timeout=10.0):
+    """The server's own disaggregation_mode (its /server_info): "null", "prefill" or
+    "decode"; raises RouterError when the server does not say."""
+    url = normalize(worker_url) + "/server_info"
+    try:
+        status, info = http("GET", url, key, timeout=timeout)
+    except RouterUnreachable as exc:
+        raise RouterError("%s did not answer before its registration: %s" % (url, exc)) \
+            from exc
+    if status != 200 or not isinstance(info, dict) or "disaggregation_mode" not in info:
+        raise RouterError("GET %s answered %s without disaggregation_mode: %s"
+                          % (url, status, str(info)[:200]))
+    return str(info["disaggregation_mode"] or "null")
+
+
+def mode_refusal(worker_url, said, worker_type):
+    """Why a server whose /server_info says `said` is not registered as `worker_type`, or
+    None when the two agree."""
+    expected = "null" if worker_type == "regular" else worker_type
+    if said == expected:
+        return None
+    return ("%s says disaggregation_mode=%s in /server_info, and the inventory makes it %s "
+            "(sglang_server_disaggregation_mode: %s): not registered, or the router would "
+            "send it requests of the wrong side. Fix: deploy it again so that it runs the "
+            "inventory's mode, or correct the inventory"
+            % (normalize(worker_url), said,
+               "a regular server" if worker_type == "regular" else "a " + worker_type,
+               "null" if worker_type == "regular" else worker_type))
+
+
 def view_of(entry):
     """The router's view of one worker, in the fleet's words."""
     if entry is None:
-        return {"registered": False, "healthy": None, "load": None, "id": None}
+        return {"registered": False, "healthy": None, "load": None, "id": None,
+                "worker_type": None}
     load = entry.get("load")
     return {"registered": True, "healthy": bool(entry.get("is_healthy")),
             "load": load if isinstance(load, int) and load >= 0 else None,
-            "id": entry.get("id")}
+            "id": entry.get("id"), "worker_type": entry.get("worker_type") or "regular"}
 
 
 def describe_view(view):
     if not view.get("registered"):
         return "not registered"
     load = view.get("load")
-    return "registered, %s, load %s" % ("healthy" if view.get("healthy") else "unhealthy",
-                                       "n/a" if load is None else load)
+    side = view.get("worker_type")
+    return "registered%s, %s, load %s" % (
+        " as " + side if side in ("prefill", "decode") else "",
+        "healthy" if view.get("healthy") else "unhealthy", "n/a" if load is None else load)
 
 
 def finding(verdict, view):

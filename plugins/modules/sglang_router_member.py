@@ -15,6 +15,11 @@ description:
     shows the result.
   - I(state=present) adds the worker when the router does not list it and waits until the
     router lists it healthy. The fleet calls it only for a server the gate judged C(ready).
+    Before adding it, the server's own C(/server_info) must say the C(disaggregation_mode)
+    that I(worker_type) means (C(null) for a regular server); otherwise it is not added and
+    the module fails saying both. A prefill or decode server is added with its
+    C(worker_type) (and a prefill with its C(bootstrap_port)), for a router in PD mode; one
+    the router lists with another type is taken out and added again.
   - I(state=absent) removes the worker, waits until the router no longer lists it, and with
     I(drain=true) waits until the requests still running on the worker finish (two zero
     readings in a row of the worker's C(sglang:num_running_reqs) plus C(sglang:num_queue_reqs),
@@ -49,6 +54,16 @@ options:
     type: str
     choices: [present, absent, query]
     default: present
+  worker_type:
+    description: What the server is to the router, from its LaunchSpec; C(prefill) and
+      C(decode) are the sides of a PD deployment, behind a router in PD mode.
+    type: str
+    choices: [regular, prefill, decode]
+    default: regular
+  bootstrap_port:
+    description: With I(worker_type=prefill), the port of the prefill's KV bootstrap server
+      (SGLang's C(--disaggregation-bootstrap-port)), which the router tells each decode.
+    type: int
   drain:
     description: With I(state=absent), wait for the worker's in-flight requests to finish.
     type: bool
@@ -99,6 +114,14 @@ EXAMPLES = r"""
     admin_key: "{{ router_admin_key }}"
     worker_url: http://10.0.0.11:30000
     state: present
+  delegate_to: router-1
+
+- name: Put the prefill server of a PD deployment in a router started in PD mode
+  sglang.fleet.sglang_router_member:
+    router_url: http://127.0.0.1:30000
+    worker_url: http://10.0.0.21:30000
+    worker_type: prefill
+    bootstrap_port: 8998
   delegate_to: router-1
 
 - name: Take it out and wait for its in-flight requests before a restart
@@ -175,8 +198,10 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router i
     describe_view,
     drain,
     finding,
+    mode_refusal,
     normalize,
     read_inflight,
+    server_mode,
     view_of,
 )
 
@@ -189,6 +214,9 @@ def main():
             worker_url=dict(type="str", required=True),
             worker_api_key=dict(type="str", default="", no_log=True),
             state=dict(type="str", default="present", choices=["present", "absent", "query"]),
+            worker_type=dict(type="str", default="regular",
+                             choices=["regular", "prefill", "decode"]),
+            bootstrap_port=dict(type="int"),
             drain=dict(type="bool", default=False),
             drain_timeout=dict(type="float", default=120),
             drain_poll_interval=dict(type="float", default=1.0),
@@ -223,7 +251,12 @@ def main():
     result.update(before=before, after=before, before_text=describe_view(before))
 
     try:
-        if p["state"] == "present" and not before["registered"]:
+        if p["state"] == "present" and before["registered"] and \
+                before["worker_type"] != p["worker_type"]:
+            # Listed as another side (or as a regular worker): its requests would go wrong.
+            _leave(module, router, worker, before, result)
+            _join(module, router, worker, result)
+        elif p["state"] == "present" and not before["registered"]:
             _join(module, router, worker, result)
         elif p["state"] == "absent" and before["registered"]:
             _leave(module, router, worker, before, result)
@@ -244,7 +277,11 @@ def _join(module, router, worker, result):
     result.update(changed=True, action="added")
     if module.check_mode:
         return
-    router.add(worker, p["worker_api_key"])
+    refusal = mode_refusal(worker, server_mode(worker, p["worker_api_key"] or None,
+                                               p["timeout"]), p["worker_type"])
+    if refusal:
+        module.fail_json(msg=refusal, **result)
+    router.add(worker, p["worker_api_key"], p["worker_type"], p["bootstrap_port"])
     entry = router.wait_for(worker, present=True, healthy=True, timeout=p["join_timeout"])
     result["after"] = view_of(entry)
     result["at"] = time.time()

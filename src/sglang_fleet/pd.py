@@ -126,25 +126,44 @@ def pd_view(values: dict[str, Any], parsed: dict[str, Any], env: dict[str, str],
 
 def deployment_errors(deployment: str, host: str, members: Sequence[str],
                       modes: dict[str, Any], specs: dict[str, Any],
-                      routers: Sequence[str]) -> list[str]:
+                      routers: dict[str, tuple[bool, Sequence[str]]]) -> list[str]:
     """Why one PD deployment cannot run: `members` are its inventory group's hosts, `modes`
     each member's disaggregation_mode as the inventory sets it, `specs` the LaunchSpecs of
-    the members this run built (None when not built), `routers` the inventory's routers."""
+    the members this run built (None when not built), `routers` the routers in front of
+    `host`, each with whether it runs in PD mode and its workers group's hosts. For a host
+    outside any PD deployment (`deployment` empty), only the routers are checked."""
     if not deployment:
-        return []
+        return [f"host {host}: router {name} runs in PD mode (sglang_router_pd_disaggregation: "
+                f"true) and would take this regular server for neither side. Fix: give the "
+                f"PD router a workers group of PD servers only (sglang_router_workers_group)"
+                for name, (pd_mode, _) in sorted(routers.items()) if pd_mode]
     if host not in members:
         return [f"host {host}: sglang_server_pd_deployment={deployment}: the host is not in "
                 f"inventory group {deployment!r}. Fix: add it to that group, or correct the "
                 f"name"]
     errors = _side_counts(deployment, members, modes)
     errors += _disagreements(deployment, {h: s for h, s in specs.items() if s})
-    if routers:
-        errors.append(f"PD deployment {deployment}: the inventory has routers "
-                      f"({', '.join(routers)}), and this toolkit does not yet register "
-                      f"prefill and decode servers with SGLang's router in PD mode (it would "
-                      f"send whole requests to a prefill server). Fix: deploy the PD "
-                      f"deployment from an inventory without sglang_routers, and start "
-                      f"the router with --pd-disaggregation yourself")
+    return errors + _router_errors(deployment, host, members, routers)
+
+
+def _router_errors(deployment: str, host: str, members: Sequence[str],
+                   routers: dict[str, tuple[bool, Sequence[str]]]) -> list[str]:
+    """A PD server's routers: in PD mode, each in front of this one deployment alone (a
+    decode fetches KV only from a prefill it agrees with)."""
+    errors = []
+    for name, (pd_mode, workers) in sorted(routers.items()):
+        if not pd_mode:
+            errors.append(f"host {host}: router {name} fronts PD deployment {deployment} "
+                          f"without PD mode and would send whole requests to a prefill "
+                          f"server. Fix: set sglang_router_pd_disaggregation: true for "
+                          f"{name}")
+        outside = sorted(set(workers) - set(members))
+        if outside:
+            errors.append(f"host {host}: router {name} fronts PD deployment {deployment} "
+                          f"and also {', '.join(outside)}, outside it; a decode can fetch KV "
+                          f"only from a prefill of its own deployment. Fix: give {name} the "
+                          f"deployment's group as sglang_router_workers_group "
+                          f"({deployment}), one PD router per deployment")
     return errors
 
 

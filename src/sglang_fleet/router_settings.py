@@ -67,6 +67,10 @@ TABLE = SettingsTable(PREFIX, (
     R("shutdown_grace_period_secs", "int", 180, "Seconds the router waits for in-flight "
       "requests when it stops.", "Routing", low=0, high=86400,
       flag="--shutdown-grace-period-secs", render="value"),
+    R("pd_disaggregation", "bool", False, "PD mode: the router sends each request to one "
+      "prefill and one decode server of its workers (a PD deployment's), which join it with "
+      "their side; /readiness waits for a healthy one of each.", "Routing",
+      flag="--pd-disaggregation", render="switch"),
     R("log_level", "str", "info", "Router log level (debug also logs the worker each request "
       "went to).", "Routing", flag="--log-level", render="value"),
     R("extra_args", "list", [], "Further `sglang-router launch` options, checked against the "

@@ -47,9 +47,10 @@ _MEMBERSHIP_FLAGS = {
     "--worker-urls": "the router starts with no workers; the gate adds each server once it is "
                      "ready",
     "--service-discovery": "membership follows the gate's verdicts, not Kubernetes",
-    "--pd-disaggregation": "the fleet's servers are regular workers",
-    "--prefill": "the fleet's servers are regular workers",
-    "--decode": "the fleet's servers are regular workers",
+    "--prefill": "the gate adds each prefill server once it is ready, with its bootstrap port "
+                 "(sglang_router_pd_disaggregation: true puts the router in PD mode)",
+    "--decode": "the gate adds each decode server once it is ready (sglang_router_pd_"
+                "disaggregation: true puts the router in PD mode)",
     "--mini-lb": "MiniLB is the router's debugging stand-in",
 }
 

@@ -10,6 +10,8 @@ import requests
 from sglang_fleet.testfleet.local import http_status, make_fleet
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
+# Task banners name the role by its collection name.
+ROLE = "sglang.fleet.sglang_server"
 pytestmark = pytest.mark.integration
 
 NODE3_VARS = {"sglang_server_nccl_profile": {"NCCL_PROTO": "LL"}}
@@ -50,15 +52,15 @@ def test_first_deploy_brings_every_host_to_ready(fleet):
         assert f"server started (pid {fleet.main_pid(host)})" in out
         assert f"{host}: ready at {fleet.url(host)} (Kimi-K2.5-{fleet.port(host)}, config " in out
         assert f"started, pid {fleet.main_pid(host)})" in out
-    assert "TASK [sglang_server : Start the server, restarting it only if its launch files " \
+    assert f"TASK [{ROLE} : Start the server, restarting it only if its launch files " \
         "changed]" not in run.output
-    section = run.output.split("TASK [sglang_server : Parse, lock and write what the node check "
+    section = run.output.split(f"TASK [{ROLE} : Parse, lock and write what the node check "
                                "left to do]", 1)[1].split("TASK [")[0]
     assert "included:" not in section and section.count("skipping: [") == len(fleet.hosts)
     for task in ("Parse the rendered arguments with the installed SGLang",
                  "Take the deployment's lock for this deploy",
                  "Write the deployment's folders, launch script, env file (0600) and unit"):
-        assert f"TASK [sglang_server : {task}]" not in run.output
+        assert f"TASK [{ROLE} : {task}]" not in run.output
     assert not list(fleet.root.glob("*/run/*.recover.lock"))
 
 
@@ -80,7 +82,7 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet):
     assert run.output.count("PLAY [Deploy SGLang servers]") == 2  # two serial batches
     # The node check's one module run asked each server; no gate poll was needed.
     assert all(f"GATE [{h}]: ready: /health answered 200" in run.output for h in fleet.hosts)
-    assert "TASK [sglang_server : Observe the server" not in run.output
+    assert "TASK [sglang.fleet.sglang_server : Observe the server" not in run.output
 
 
 def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):

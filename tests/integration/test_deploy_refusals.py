@@ -126,7 +126,8 @@ def test_a_node_whose_sglang_rejects_the_arguments_starts_nothing(one_node, tmp_
     assert run.rc != 0
     out = " ".join(run.output.split())
     assert "the installed SGLang rejects the arguments (the argument check says why)" in out
-    assert "TASK [sglang_server : Parse the rendered arguments with the installed SGLang]" in out
+    assert "TASK [sglang.fleet.sglang_server : Parse the rendered arguments with the installed " \
+        "SGLang]" in out
     assert "SGLang rejected the rendered arguments" in out
     assert "unrecognized arguments: --enable-dynamic-chunking" in out
     root = one_node.host_root("sim-node-1")

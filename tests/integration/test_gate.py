@@ -180,7 +180,7 @@ def test_a_rerun_with_nothing_to_change_is_judged_by_the_node_check(mixed_fleet)
     assert run.changed_hosts() == set()
     assert run.failed_hosts() == {"sim-node-1", "sim-node-2"}
     assert all(f"NODE [{host}]: unchanged:" in out for host in mixed_fleet.hosts)
-    assert "TASK [sglang_server : Observe the server" not in out
+    assert "TASK [sglang.fleet.sglang_server : Observe the server" not in out
     assert "GATE [sim-node-3]: ready: /health answered 200" in out
     assert "sim-node-3: ready at" in out and "already running unchanged" in out
     assert verdict_line(out, "sim-node-1").startswith(

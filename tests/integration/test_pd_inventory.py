@@ -9,41 +9,20 @@ import socket
 
 import pytest
 import requests
-import yaml
 
-from sglang_fleet.testfleet.local import (
-    http_status,
-    make_fleet,
-    run_playbook,
-    sglang_fleet,
-)
+from sglang_fleet.testfleet import local
+from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet
 
 pytestmark = pytest.mark.integration
 
 
 def make_pd_fleet(tmp_path, decode_vars: dict | None = None,
                   prefill_vars: dict | None = None):
-    """Two simulated servers: sim-node-1 the prefill, sim-node-2 the decode of group kimi_pd."""
-    fleet = make_fleet(tmp_path, hosts=2)
-    hosts = fleet.inventory / "hosts.yml"
-    data = yaml.safe_load(hosts.read_text())
-    data["all"]["children"]["sglang_servers"]["children"] = {"kimi_pd": {
-        "vars": {"sglang_server_pd_deployment": "kimi_pd",
-                 "sglang_server_disaggregation_transfer_backend": "nixl"},
-        "children": {
-            "kimi_prefill": {"hosts": {"sim-node-1": {}},
-                             "vars": {"sglang_server_disaggregation_mode": "prefill",
-                                      "sglang_server_disaggregation_bootstrap_port":
-                                          bootstrap_port(fleet), **(prefill_vars or {})}},
-            "kimi_decode": {"hosts": {"sim-node-2": {}},
-                            "vars": {"sglang_server_disaggregation_mode": "decode",
-                                     **(decode_vars or {})}}}}}
-    hosts.write_text(yaml.safe_dump(data))
-    return fleet
+    return local.make_pd_fleet(tmp_path, decode_vars, prefill_vars)
 
 
 def bootstrap_port(fleet) -> int:
-    return fleet.base_port + 100
+    return local.pd_bootstrap_port(fleet)
 
 
 def flat(text: str) -> str:

@@ -10,7 +10,10 @@ How each is run:
   what needs no node: `sglang-fleet check` itself, and a deploy's validation play;
 - `curl` asks the test fleet's router instead of port 30000;
 - `export` sets the variable for the commands after it;
-- `./bootstrap` and `.venv/bin/pytest` are what CI runs (`.ci/run`), checked to be there.
+- `./bootstrap` and `.venv/bin/pytest` are what CI runs (`.ci/run`), checked to be there;
+- the install of the collection from a clone (`/path/to/sglang-fleet`) installs this checkout
+  into a collections path of the test's; `pip install` of the checkout is what `./bootstrap`
+  does, checked to be there.
 """
 
 from __future__ import annotations
@@ -76,6 +79,23 @@ def _run(command: str, fleet, extra: str, env: dict[str, str]) -> subprocess.Com
                           stderr=subprocess.STDOUT, text=True, timeout=600)
 
 
+CLONE = "/path/to/sglang-fleet"
+
+
+def _install_from_clone(command: str, collections) -> None:
+    """The README's install of the collection, from this checkout into `collections`."""
+    words = shlex.split(command.replace(CLONE, str(REPO)))
+    if words[0] == "pip":
+        assert words[-1] == str(REPO) and "pip install" in (REPO / "bootstrap").read_text()
+        return
+    env = {k: v for k, v in ansible_env().items() if k != "ANSIBLE_CONFIG"}
+    proc = subprocess.run([str(BIN / words[0]), *words[1:], "-p", str(collections)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert (collections / "ansible_collections" / "sglang" / "fleet" / "galaxy.yml").exists() \
+        or (collections / "ansible_collections" / "sglang" / "fleet" / "MANIFEST.json").exists()
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """The default fleet: four simulated nodes and the real router."""
@@ -121,6 +141,9 @@ def test_every_command_of_the_readme_runs(fleet):
             if not rest:
                 continue
             command = rest[0]
+        if command.startswith(("ansible-galaxy collection install", "pip install")):
+            _install_from_clone(command, fleet.root.parent / "collections")
+            continue
         if command.startswith("export "):
             name, _, value = command.removeprefix("export ").partition("=")
             env[name] = subprocess.run(["bash", "-c", f"echo {value}"], capture_output=True,

@@ -87,7 +87,7 @@ def test_pd_settings_on_a_server_without_a_side_are_said_to_do_nothing():
 def _deployment(**specs):
     modes = {h: s["spec"]["pd"]["mode"] for h, s in specs.items()}
     return deployment_errors("kimi_pd", "p1", sorted(specs), modes,
-                             {h: s["spec"] for h, s in specs.items()}, [])
+                             {h: s["spec"] for h, s in specs.items()}, {})
 
 
 def test_a_deployment_whose_sides_agree_passes():
@@ -116,15 +116,32 @@ def test_different_attention_backends_need_one_page_size():
 
 def test_a_deployment_needs_both_sides_and_only_sides():
     errors = deployment_errors("kimi_pd", "p1", ["p1", "p2", "x"],
-                               {"p1": "prefill", "p2": "prefill", "x": None}, {}, [])
+                               {"p1": "prefill", "p2": "prefill", "x": None}, {}, {})
     assert errors[0].startswith("PD deployment kimi_pd has no decode server (its hosts: p1, "
                                 "p2, x)")
     assert "x is neither prefill nor decode" in errors[1]
-    assert deployment_errors("kimi_pd", "q", ["p1"], {}, {}, [])[0].startswith(
+    assert deployment_errors("kimi_pd", "q", ["p1"], {}, {}, {})[0].startswith(
         "host q: sglang_server_pd_deployment=kimi_pd: the host is not in inventory group")
 
 
-def test_a_router_in_front_of_a_pd_deployment_is_refused_until_pd_mode_is_built():
-    errors = deployment_errors("kimi_pd", "p1", ["p1", "d1"], {"p1": "prefill", "d1": "decode"},
-                               {}, ["router-1"])
-    assert "does not yet register prefill and decode servers with SGLang's router" in errors[0]
+SIDES = {"p1": "prefill", "d1": "decode"}
+
+
+def test_a_pd_deployment_sits_behind_a_router_in_pd_mode_of_its_own():
+    assert deployment_errors("kimi_pd", "p1", ["p1", "d1"], SIDES, {},
+                             {"router-1": (True, ["p1", "d1"])}) == []
+    plain = deployment_errors("kimi_pd", "p1", ["p1", "d1"], SIDES, {},
+                              {"router-1": (False, ["p1", "d1"])})
+    assert plain == ["host p1: router router-1 fronts PD deployment kimi_pd without PD mode "
+                     "and would send whole requests to a prefill server. Fix: set "
+                     "sglang_router_pd_disaggregation: true for router-1"]
+    shared = deployment_errors("kimi_pd", "p1", ["p1", "d1"], SIDES, {},
+                               {"router-1": (True, ["p1", "d1", "node-9"])})
+    assert "router router-1 fronts PD deployment kimi_pd and also node-9, outside it" in \
+        shared[0] and "sglang_router_workers_group (kimi_pd)" in shared[0]
+
+
+def test_a_regular_server_is_refused_behind_a_router_in_pd_mode():
+    assert deployment_errors("", "node-9", [], {}, {}, {"r": (False, ["node-9"])}) == []
+    errors = deployment_errors("", "node-9", [], {}, {}, {"r": (True, ["node-9"])})
+    assert errors[0].startswith("host node-9: router r runs in PD mode")

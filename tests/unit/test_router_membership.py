@@ -3,14 +3,22 @@ the gate's verdict, and what the load generator and sampler count."""
 
 from __future__ import annotations
 
+import json
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from sglang_fleet.loadgen import Request, out_of_rotation, percentile, routed_to, summarize
 from sglang_fleet_node.sglang_fleet_router import (
+    Router,
     describe_view,
     drain,
     finding,
+    mode_refusal,
     report_failure,
     report_line,
     router_active,
+    server_mode,
     view_of,
     worker_inflight,
 )
@@ -151,3 +159,71 @@ def test_the_router_report_says_where_it_serves_and_what_answered():
     assert "answered 503 to one request (no healthy workers); 0 workers registered" in failed
     assert "Fix: deploy the servers" in failed
     assert "answered nothing" in report_failure(router, dict(seen, status=None, error="x"))
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """A worker's /server_info and a router's POST /workers, recorded."""
+
+    mode = "prefill"
+    posted: list = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = json.dumps({"disaggregation_mode": self.mode, "tp_size": 1}).encode()
+        self.send_response(200 if self.path == "/server_info" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers["Content-Length"])
+        self.posted.append(json.loads(self.rfile.read(length)))
+        self.send_response(202)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "accepted"}')
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def _server(mode):
+    handler = type("Handler", (_Recorder,), {"mode": mode, "posted": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler.posted
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_server_is_registered_only_as_the_side_its_own_server_info_says():
+    with _server("decode") as (url, _):
+        said = server_mode(url)
+        assert said == "decode"
+        assert mode_refusal(url, said, "decode") is None
+        refusal = mode_refusal(url, said, "prefill")
+        assert refusal.startswith(f"{url} says disaggregation_mode=decode in /server_info, "
+                                  "and the inventory makes it a prefill")
+        assert "not registered" in refusal
+        assert "a regular server" in mode_refusal(url, said, "regular")
+    with _server("null") as (url, _):
+        assert mode_refusal(url, server_mode(url), "regular") is None
+
+
+def test_prefill_and_decode_servers_join_with_their_side_and_the_prefills_bootstrap_port():
+    with _server("null") as (router_url, posted):
+        router = Router(router_url)
+        router.add("http://10.0.0.1:30000/", "k", "prefill", 8998)
+        router.add("http://10.0.0.2:30000", None, "decode", 8998)
+        router.add("http://10.0.0.3:30000")
+    assert posted == [
+        {"url": "http://10.0.0.1:30000", "api_key": "k", "worker_type": "prefill",
+         "bootstrap_port": 8998},
+        {"url": "http://10.0.0.2:30000", "worker_type": "decode"},
+        {"url": "http://10.0.0.3:30000"}]
+    assert describe_view(view_of({"id": "w", "is_healthy": True, "load": 0,
+                                  "worker_type": "prefill"})) == \
+        "registered as prefill, healthy, load 0"

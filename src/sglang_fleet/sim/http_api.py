@@ -235,7 +235,8 @@ class Handler(BaseHTTPRequestHandler):
                 "weight_version": "default", "load_format": getattr(args, "load_format", "auto"),
                 "reasoning_parser": getattr(args, "reasoning_parser", None),
                 "tool_call_parser": getattr(args, "tool_call_parser", None),
-                "disaggregation_mode": "null", "has_image_understanding": False,
+                "disaggregation_mode": getattr(args, "disaggregation_mode", None) or "null",
+                "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": "sglang-fleet-simulated",
                 "architectures": [rt.model_type]}
 

@@ -241,6 +241,39 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
     return SimFleet(inventory, tmp / "nodes", base, names, extra)
 
 
+def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
+                  prefill_vars: dict[str, Any] | None = None,
+                  router: Path | None = None) -> SimFleet:
+    """Two simulated servers forming PD deployment kimi_pd: sim-node-1 its prefill (KV
+    bootstrap server on pd_bootstrap_port(fleet)), sim-node-2 its decode, nixl between them;
+    with `router` (a virtualenv with sglang-router), sim-router in PD mode in front."""
+    fleet = make_fleet(tmp, hosts=2, router=router)
+    hosts = fleet.inventory / "hosts.yml"
+    data = yaml.safe_load(hosts.read_text())
+    data["all"]["children"]["sglang_servers"]["children"] = {"kimi_pd": {
+        "vars": {"sglang_server_pd_deployment": "kimi_pd",
+                 "sglang_server_disaggregation_transfer_backend": "nixl"},
+        "children": {
+            "kimi_prefill": {"hosts": {"sim-node-1": {}},
+                             "vars": {"sglang_server_disaggregation_mode": "prefill",
+                                      "sglang_server_disaggregation_bootstrap_port":
+                                          pd_bootstrap_port(fleet), **(prefill_vars or {})}},
+            "kimi_decode": {"hosts": {"sim-node-2": {}},
+                            "vars": {"sglang_server_disaggregation_mode": "decode",
+                                     **(decode_vars or {})}}}}}
+    if router is not None:
+        routers = data["all"]["children"]["sglang_routers"]
+        routers["vars"] = {**(routers.get("vars") or {}),
+                           "sglang_router_pd_disaggregation": True}
+    hosts.write_text(yaml.safe_dump(data))
+    return fleet
+
+
+def pd_bootstrap_port(fleet: SimFleet) -> int:
+    """The KV bootstrap port of make_pd_fleet's prefill."""
+    return fleet.base_port + 100
+
+
 def own_stores(folder: Path) -> dict[str, str]:
     """Extra vars that keep a fleet's ledger, results store and evidence in its own folder,
     never in the repository's stores."""
