@@ -77,3 +77,29 @@ def test_routers_and_pd_deployments_that_do_not_fit_are_refused_before_any_node(
             "without PD mode and would send whole requests to a prefill server. Fix: set "
             "sglang_router_pd_disaggregation: true for sim-router") in flat(check.stdout)
     assert not fleet.root.exists(), "no node may be touched"
+
+
+def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp_path, venv):
+    """The router health-checks only the prefill's HTTP port, which keeps answering 200: it
+    would go on sending that prefill requests that every decode fails. The gate judges the
+    prefill unhealthy and `watch` takes it out; the router is then not ready."""
+    fleet = make_pd_fleet(tmp_path, router=venv,
+                          prefill_vars={"sglang_server_sim_fault": "bootstrap_dead"})
+    try:
+        run = fleet.deploy()
+        assert run.rc == 0, run.output[-3000:]
+        # The deploy's request through the router ended the prefill's bootstrap server.
+        assert {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                if w["is_healthy"]} == {fleet.url("sim-node-1"), fleet.url("sim-node-2")}
+        watched = sglang_fleet("watch", "--count", "1", "-i", str(fleet.inventory),
+                               "--run-dir", str(tmp_path / "watch"), "-e",
+                               json.dumps(fleet.extra))
+        out = flat(watched.stdout)
+        assert "sim-node-1 unhealthy" in out and "removed it" in out, out[-3000:]
+        workers = {w["url"].rstrip("/"): w["worker_type"]
+                   for w in router_workers(fleet.router_url)}
+        assert workers == {fleet.url("sim-node-2"): "decode"}
+        assert requests.get(fleet.router_url + "/readiness", timeout=5).status_code == 503
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()

@@ -307,9 +307,7 @@ class Handler(BaseHTTPRequestHandler):
                            "msg": "Input should be a dictionary or an instance of "
                                   "GenerateReqInput", "input": body,
                            "ctx": {"class_name": "GenerateReqInput"}})
-        hook = self.state.take_request_hook()
-        if hook is not None:
-            hook()
+        self._first_request()
         prompts = _prompts(body)
         if prompts is None:
             message = "Either text, input_ids or input_embeds should be provided."
@@ -464,7 +462,14 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             self._event(event)
 
+    def _first_request(self) -> None:
+        """A fault due at the first request after start-up (any generation endpoint)."""
+        hook = self.state.take_request_hook()
+        if hook is not None:
+            hook()
+
     def _openai(self, path: str, body: dict[str, Any]) -> None:
+        self._first_request()
         chat = path.endswith("chat/completions")
         st, args = self.state, self.state.rt.args
         prompt_text = (" ".join(str(m.get("content", "")) for m in body.get("messages", []))
