@@ -218,6 +218,10 @@ def _judge(prev_state, obs, now, windows, ceilings):
         # A prefill answers only with its KV bootstrap server (whose failed bind SGLang logs
         # with a traceback, read above as a failure the answers outweigh).
         _bootstrap_down(verdict, obs)
+    kv = log.get("kv_transfer")
+    state["kv_last"] = kv["last_line"] if kv else None
+    if kv and verdict["verdict"] == vocab.READY and kv["last_line"] != prev_state.get("kv_last"):
+        _kv_transfer_failed(verdict, kv, bool(prev_state))
     return verdict, state
 
 
@@ -449,6 +453,32 @@ def _bootstrap_down(verdict, obs):
     verdict["evidence"].update(health=200, bootstrap_port=port, bootstrap_health=answered,
                                error_lines=obs["log"]["error_lines"],
                                last_lines=obs["log"]["last_lines"])
+
+
+def _kv_transfer_failed(verdict, kv, looked_before):
+    """A ready PD server whose log gained KV transfer failures since the previous look (at the
+    first look: any in the log). It stays ready: it serves every request whose other side
+    works, and restarting it would not mend the prefill the failures lie with."""
+    prefills = sorted(kv["prefills"])
+    said = "%d request%s aborted" % (kv["requests_failed"],
+                                     "" if kv["requests_failed"] == 1 else "s")
+    if kv["lookups_failed"]:
+        said += ", %d failed look-up%s of a prefill" % (
+            kv["lookups_failed"], "" if kv["lookups_failed"] == 1 else "s")
+    if prefills:
+        said += ", naming the prefill%s at %s" % ("s" if len(prefills) > 1 else "",
+                                                   ", ".join(prefills))
+    verdict["reason"] += "; KV transfers failed %s (the log holds %s; the latest%s: %s)" % (
+        "since the last look" if looked_before else "in its log", said,
+        " at %s" % _stamp(kv["last_at"]) if kv.get("last_at") else "", kv["last_message"])
+    verdict["kv_transfer"] = dict(kv, prefills=prefills)
+    verdict["advice"] = ("this server serves on; the failures lie with the prefill%s named (its "
+                         "KV bootstrap server, its transfer engine, or the network between "
+                         "them): its own verdict says why, and recovering it, not this server, "
+                         "ends them" % ("s" if len(prefills) > 1 else "")
+                         if prefills else
+                         "this server serves on; read its latest KV transfer lines for the "
+                         "prefill and the reason (a timeout names the wait that ran out)")
 
 
 def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):

@@ -112,6 +112,19 @@ FAILURES = (
     ("health_check_failed", False, None, r"Health check failed",
      "/health answers 503 and marks the server unhealthy; nothing exits (the gate's own "
      "/health probe judges it)"),
+    # PD (0.5.23 disaggregation/decode.py _update_handshake_waiters and the transfer poll,
+    # prefill.py handle_bootstrap_failure and handle_inflight_transfer_failure; common/conn.py
+    # try_ensure_parallel_info, decode.py _ensure_prefill_info).
+    ("kv_transfer_failed", False, None,
+     r"(?:Decode|Prefill) (?:handshake|transfer|bootstrap) failed for request rank=\d+ ",
+     "one request's KV cache did not pass between prefill and decode: that request is aborted "
+     "(500) and the server serves on"),
+    ("kv_prefill_unreachable", False, None,
+     r"Could not fetch prefill parallel info from \S+ after \d+ attempts|"
+     r"Error fetching prefill (?:server )?info from bootstrap: |"
+     r"Failed to get prefill server info: \d+",
+     "a decode could not look up a prefill at its KV bootstrap server: the requests routed "
+     "through that prefill are aborted; the decode serves on"),
     ("traceback", False, None, None,  # a traceback that named none of the kinds above
      "a traceback by itself is not fatal: request errors print one and the server goes on"),
 )
@@ -123,6 +136,13 @@ GPU_FAULT_KINDS = frozenset(("gpu_error",))
 # Failures that follow another one (SGLang tearing its tree down after a child failed): the
 # first failure that is not one of these is the cause.
 CONSEQUENCE_KINDS = frozenset(("child_failed", "subprocess_exited", "killed"))
+# KV transfer between a PD deployment's prefill and decode: one request's failure each, never
+# the server's; counted apart from the failures (a busy decode can log thousands).
+KV_TRANSFER_KINDS = frozenset(("kv_transfer_failed", "kv_prefill_unreachable"))
+# Where such a line names the prefill: its bootstrap address (decode.py, conn.py), or the
+# host and port of the requests error that failed to reach it.
+_KV_PEER = re.compile(r"from (?:bootstrap_addr: )?(?P<addr>\S+?)(?: after \d+ attempts|$|,)|"
+                      r"host='(?P<host>[^']+)', port=(?P<port>\d+)\)")
 # Faults of the node, not of the configuration (DESIGN.md "Cause").
 ENVIRONMENT_KINDS = frozenset(("disk_full",))
 
@@ -234,6 +254,14 @@ def fold(failures):
         if f.get("rank") and f["rank"] not in group["ranks"]:
             group["ranks"].append(f["rank"])
     return groups
+
+
+def kv_peer(message):
+    """The prefill's bootstrap address ('10.0.0.5:8998') a KV transfer line names, or None."""
+    m = _KV_PEER.search(message)
+    if m is None:
+        return None
+    return m.group("addr") or "%s:%s" % (m.group("host"), m.group("port"))
 
 
 def ranks_text(ranks):

@@ -443,6 +443,7 @@ class _Parser:
         self._bar_done = {}
         self.failures = []
         self.failures_total = 0
+        self.kv_transfer = None  # PD: the KV transfer failures of requests, counted
         self.timeline = []
         self.traceback = None
         self.chained = None  # a closed traceback that a chained one continues
@@ -566,7 +567,25 @@ class _Parser:
         if line.at is not None or found is not None:
             self.chained = None  # (else the rest of a multi-line exception message)
         if found is not None and not self.after_request_error:
-            self.add_failure(found[0], found[1], line, message)
+            if found[0] in failures_grammar.KV_TRANSFER_KINDS:
+                self.on_kv_transfer(found[0], line, message)
+            else:
+                self.add_failure(found[0], found[1], line, message)
+
+    def on_kv_transfer(self, kind, line, message):
+        """A PD request's KV transfer failed (or its prefill could not be looked up): counted,
+        with the prefills the lines name and the latest line."""
+        kv = self.kv_transfer
+        if kv is None:
+            kv = self.kv_transfer = {"requests_failed": 0, "lookups_failed": 0, "prefills": {}}
+        kv["requests_failed" if kind == "kv_transfer_failed" else "lookups_failed"] += 1
+        peer = failures_grammar.kv_peer(message)
+        if peer:
+            kv["prefills"][peer] = kv["prefills"].get(peer, 0) + 1
+        kv.update(last_line=line.raw[:LINE_LIMIT], last_message=_said(message),
+                  last_at=line.at if line.at is not None else self.last_at)
+        if kind == "kv_transfer_failed":
+            kv["last_request_line"] = line.raw[:LINE_LIMIT]
 
     def on_serving_load(self, message, line):
         """Decode lines with more load than warm-up makes: the server is serving clients."""
@@ -752,6 +771,7 @@ class _Parser:
             "capture": self.capture,
             "failures": folded,
             "failures_total": self.failures_total,
+            "kv_transfer": self.kv_transfer,
             "fatal": any(f["fatal"] for f in folded),
             # The failure that ended the server, said once (`said`), with what to do (`hint`).
             "cause": cause,

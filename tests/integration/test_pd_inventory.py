@@ -43,8 +43,8 @@ def test_a_pd_deployment_whose_sides_disagree_is_refused_before_any_node(tmp_pat
 
 
 def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies(tmp_path):
-    """The simulated prefill runs SGLang's KV bootstrap server; its fault ends that server at
-    the first request after start-up while /health keeps answering 200."""
+    """The simulated prefill runs SGLang's KV bootstrap server; its fault ends that server once
+    a decode (here the test) has looked the prefill up, while /health keeps answering 200."""
     fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_fault": "bootstrap_dead"})
     port = bootstrap_port(fleet)
     try:
@@ -69,11 +69,25 @@ def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies
         info = requests.get(f"{base}/route?{keys}", timeout=5).json()
         assert info["prefill_http_port"] == fleet.port("sim-node-1")
 
-        # The first request ends the bootstrap server; the HTTP server answers on.
-        requests.post(fleet.url("sim-node-1") + "/generate", timeout=30,
-                      json={"text": "hello", "sampling_params": {"max_new_tokens": 2}})
-        assert http_status(base + "/health", timeout=2) is None
+        # That look-up ended the bootstrap server; the HTTP server answers on.
+        local.wait_for(lambda: http_status(base + "/health", timeout=2) is None, timeout=10)
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
+
+        # A decode that has not looked this prefill up yet asks its bootstrap server, once a
+        # second, 15 times (decode.py _ensure_prefill_info), then aborts the request.
+        aborted = requests.post(fleet.url("sim-node-2") + "/generate", timeout=60, json={
+            "text": "hello", "sampling_params": {"max_new_tokens": 2},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 4411})
+        assert aborted.status_code == 500, aborted.text
+        assert aborted.json()["message"].endswith(
+            "decode_req.req.bootstrap_room=4411 with exception "
+            "KVTransferError(bootstrap_room=4411): Aborted by AbortReq.")
+        decode_log = fleet.log_file("sim-node-2").read_text()
+        assert decode_log.count("Error fetching prefill server info from bootstrap: "
+                                f"HTTPConnectionPool(host='127.0.0.1', port={port})") == 15
+        assert (f"Could not fetch prefill parallel info from 127.0.0.1:{port} after 15 "
+                f"attempts") in decode_log
+
         health = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
         out = flat(health.output)
         assert health.rc != 0, out[-3000:]
@@ -81,7 +95,9 @@ def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies
                 f"bootstrap server on "
                 f"port {port} does not answer: no decode server can fetch this prefill's KV "
                 f"cache") in out, out[-3000:]
-        assert "sim-node-2: ready" in out
+        assert (f"sim-node-2: ready: /health answered 200; KV transfers failed since the last "
+                f"look (the log holds 1 request aborted, 16 failed look-ups of a prefill, "
+                f"naming the prefill at 127.0.0.1:{port}") in out, out[-3000:]
     finally:
         fleet.kill_leftovers()
 

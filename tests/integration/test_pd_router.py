@@ -88,7 +88,8 @@ def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp
     try:
         run = fleet.deploy()
         assert run.rc == 0, run.output[-3000:]
-        # The deploy's request through the router ended the prefill's bootstrap server.
+        # The deploy's request through the router: the decode looked the prefill up, which
+        # ended the prefill's bootstrap server (the fault); the decode keeps what it read.
         assert {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
                 if w["is_healthy"]} == {fleet.url("sim-node-1"), fleet.url("sim-node-2")}
         watched = sglang_fleet("watch", "--count", "1", "-i", str(fleet.inventory),

@@ -29,6 +29,7 @@ from sglang_fleet.sim import (
     detokenizer,
     failures,
     http_api,
+    kv_receiver,
     launch_server,
     metrics,
     rendezvous,
@@ -548,3 +549,45 @@ def test_the_prefills_bootstrap_server_speaks_as_the_releases(env, site):
     port, said = probe.stdout.strip().split(" ", 1)
     assert str(bootstrap.bind_error(OSError(98, "Address already in use"), "127.0.0.1",
                                     int(port))) == said
+
+
+def string_with(text: str, anchor: str) -> ast.expr:
+    """The first f-string (implicit concatenations are one) whose source holds `anchor`."""
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.JoinedStr) and anchor in ast.unparse(node):
+            return node
+    raise AssertionError(f"{anchor!r} not found")
+
+
+def test_the_decodes_look_up_of_a_prefill_speaks_as_the_releases(env):
+    """The decode's look-up of a prefill (URL, retry count and interval, each attempt's error,
+    giving up) and the abort of its requests are those of 0.5.23 (disaggregation/decode.py,
+    common/conn.py), the handshake line evaluated from the release's own f-strings."""
+    decode = source(env, "sglang/srt/disaggregation/decode.py")
+    conn = source(env, "sglang/srt/disaggregation/common/conn.py")
+    assert f"self._max_ensure_retries: int = {kv_receiver.MAX_ENSURE_RETRIES}" in decode
+    assert f"self._ensure_retry_interval: float = {kv_receiver.ENSURE_RETRY_INTERVAL_S}" in \
+        decode
+    assert f"response = requests.get(url, timeout={kv_receiver.ROUTE_TIMEOUT_S})" in conn
+    assert f'self.kv_mgr.record_failure(self.bootstrap_room, "{kv_receiver.ABORTED}")' in conn
+    addr = "10.0.0.5:8998"
+    assert evaluate(string_with(conn, "prefill_dp_rank={-1}"), bootstrap_addr=addr) == \
+        kv_receiver.route_info_url(addr)
+    error = ConnectionError("refused")
+    assert evaluate(fstring_in(conn, "Error fetching prefill server info from bootstrap"),
+                    e=error) == kv_receiver.fetch_error_line(error)
+    assert evaluate(fstring_in(conn, "Failed to get prefill server info"),
+                    response=SimpleNamespace(status_code=404, text="no")) == \
+        kv_receiver.fetch_status_line(404, "no")
+    assert evaluate(string_with(decode, "Could not fetch prefill parallel info from "
+                                        "{bootstrap_addr} after"),
+                    bootstrap_addr=addr, count=15) == kv_receiver.gave_up_line(addr, 15)
+    request = SimpleNamespace(req=SimpleNamespace(rid="9f3a", bootstrap_room=4411))
+    said = evaluate(string_with(decode, "Decode handshake failed"),
+                    self=SimpleNamespace(tp_rank=0), decode_req=request)
+    error_text = evaluate(string_with(conn, "KVTransferError(bootstrap_room="),
+                          self=SimpleNamespace(bootstrap_room=4411,
+                                               failure_reason=kv_receiver.ABORTED))
+    said += evaluate(string_with(decode, " with exception {e}"), e=error_text)
+    assert said == kv_receiver.handshake_failed_line(0, "9f3a", 4411, kv_receiver.ABORTED)
+    assert 'def _bootstrap_addr(req: Req) -> str:' in decode

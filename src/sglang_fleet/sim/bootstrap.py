@@ -74,11 +74,19 @@ class BootstrapHandler(BaseHTTPRequestHandler):
                 self._answer(400, MISSING_INPUTS)
             elif all(query[k] == "-1" for k in ROUTE_KEYS):
                 self._answer(200, self.info)
+                self._looked_up()
             else:
                 self._answer(200, {"rank_ip": self.server.server_address[0],
                                    "rank_port": self.server.server_address[1]})
         else:
             self._answer(404, "404: Not Found")
+
+    def _looked_up(self) -> None:
+        """A decode has looked this prefill up: the fault waiting for that, once."""
+        hook = getattr(self.server, "after_lookup", None)
+        if hook is not None:
+            self.server.after_lookup = None  # type: ignore[attr-defined]
+            threading.Thread(target=hook, daemon=True).start()
 
     def do_PUT(self) -> None:  # noqa: N802 - stdlib name
         self._body()
@@ -109,6 +117,12 @@ class BootstrapServer:
         self.httpd = httpd
         self.stopped = threading.Event()
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    def stop_after_first_lookup(self) -> None:
+        """The bootstrap_dead fault: the thread ends once a decode has looked the prefill up,
+        so that decode keeps the prefill's info and serves on (as a real one does), while a
+        decode that looks it up later (a new or restarted one) cannot."""
+        self.httpd.after_lookup = self.stop  # type: ignore[attr-defined]
 
     def stop(self) -> None:
         if self.stopped.is_set():

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from sglang_fleet.sim import request_log
+from sglang_fleet.sim.kv_receiver import KVTransferAborted, hand_shake
 from sglang_fleet.sim.runtime import VERSION, log, resolved_args
 from sglang_fleet.sim.serving import (
     STARTING,
@@ -307,7 +308,6 @@ class Handler(BaseHTTPRequestHandler):
                            "msg": "Input should be a dictionary or an instance of "
                                   "GenerateReqInput", "input": body,
                            "ctx": {"class_name": "GenerateReqInput"}})
-        self._first_request()
         prompts = _prompts(body)
         if prompts is None:
             message = "Either text, input_ids or input_embeds should be provided."
@@ -334,6 +334,8 @@ class Handler(BaseHTTPRequestHandler):
         for gen, sampling in zip(gens, params, strict=True):
             gen.streaming = bool(body.get("stream"))
             gen.temperature = temperature_of(sampling)
+        if not self._kv_hand_shake(body, gens, "generate"):
+            return
         prefilled = threading.Event()
 
         def on_prefill(_gen: Generation) -> None:
@@ -378,10 +380,43 @@ class Handler(BaseHTTPRequestHandler):
         return results
 
     def _send_overloaded(self) -> None:
-        """The abort's HTTPException(503) through http_server's HTTPException handler (and
+        self._send_aborted(503, QueueFull.message)
+
+    def _send_aborted(self, status: int, message: str) -> None:
+        """An abort's HTTPException through http_server's HTTPException handler (and
         openai/serving_base.py handle_request): an ErrorResponse with the status as type."""
-        self._send(503, {"object": "error", "message": QueueFull.message, "type": "503",
-                         "param": None, "code": 503})
+        self._send(status, {"object": "error", "message": message, "type": str(status),
+                            "param": None, "code": status})
+
+    def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str) -> bool:
+        """A decode's look-up of the request's prefill (kv_receiver); False when the request
+        was aborted and answered: a 500 with the handshake's message, or in a stream the
+        abort (tokenizer_manager for /generate, serving_chat's streaming error for OpenAI)."""
+        table = self.state.prefill_info
+        if table is None:
+            return True
+        try:
+            hand_shake(table, body, [gen.rid for gen in gens])
+        except KVTransferAborted as abort:
+            if not body.get("stream"):
+                self._send_aborted(abort.status, str(abort))
+                return False
+            self._start_stream()
+            for i, gen in enumerate(gens):
+                if api == "generate":
+                    event = {"text": "", "output_ids": [], "meta_info": dict(
+                        gen.meta(True), finish_reason={"type": "abort", "message": str(abort),
+                                                       "status_code": abort.status})}
+                    if len(gens) > 1:
+                        event["index"] = i
+                else:
+                    event = {"error": {"object": "error", "message": str(abort),
+                                       "type": "INTERNAL_SERVER_ERROR", "param": None,
+                                       "code": abort.status}}
+                self._event(event)
+            self._end_stream()
+            return False
+        return True
 
     # --- --log-requests (utils/request_logger.py) -------------------------------------------
     def _request_log_options(self) -> tuple[bool, int, str]:
@@ -462,14 +497,7 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             self._event(event)
 
-    def _first_request(self) -> None:
-        """A fault due at the first request after start-up (any generation endpoint)."""
-        hook = self.state.take_request_hook()
-        if hook is not None:
-            hook()
-
     def _openai(self, path: str, body: dict[str, Any]) -> None:
-        self._first_request()
         chat = path.endswith("chat/completions")
         st, args = self.state, self.state.rt.args
         prompt_text = (" ".join(str(m.get("content", "")) for m in body.get("messages", []))
@@ -479,6 +507,8 @@ class Handler(BaseHTTPRequestHandler):
                          st.take_warmup_delay())
         gen.streaming = bool(body.get("stream"))
         gen.temperature = temperature_of(body)
+        if not self._kv_hand_shake(body, [gen], "openai"):
+            return
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{gen.rid}"
         obj = "chat.completion" if chat else "text_completion"
         created = int(time.time())

@@ -48,6 +48,7 @@ from sglang_fleet.sim.failures import (
     frames_traceback,
 )
 from sglang_fleet.sim.http_api import Handler
+from sglang_fleet.sim.kv_receiver import PrefillInfoTable
 from sglang_fleet.sim.runtime import (
     SimRuntime,
     default_backend,
@@ -393,6 +394,8 @@ class Engine:
         self.state = st = ServerState(rt, self.replicas, self.hub)
         st.scheduler_info, st.startup_time = self.scheduler_info, self.startup_time
         st.replica_state = self.replica_state
+        if getattr(args, "disaggregation_mode", "null") == "decode":
+            st.prefill_info = PrefillInfoTable(self.replicas[0].prefix)
         st.detokenizer_pid = self.detokenizer.pid if self.detokenizer else None
         st.launch_command = " ".join(self.argv)
         # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
@@ -470,7 +473,7 @@ class Engine:
         if not self.pd_warmup_failed:
             st.status = UP
         if self.bootstrap is not None and self.rt.has("bootstrap_dead"):
-            st.request_hook = self.bootstrap.stop
+            self.bootstrap.stop_after_first_lookup()
         with contextlib.suppress(OSError):
             # http_server._freeze_gc_after_server_warmup: the admin key, else the API key
             host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host

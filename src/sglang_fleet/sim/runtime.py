@@ -56,8 +56,8 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "tokenizer_watchdog": ("serving", ("serving",)),
     "killed": ("serving", PHASES),
     "detokenizer_crash": ("serving", ("serving",)),
-    # A prefill's KV bootstrap server gone while its HTTP server answers: it stops at the
-    # first request after the server is up, silently (its thread ended).
+    # A prefill's KV bootstrap server gone while its HTTP server answers: it stops once the
+    # first decode has looked the prefill up, silently (its thread ended).
     "bootstrap_dead": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)

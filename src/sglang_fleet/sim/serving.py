@@ -19,12 +19,12 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_fleet.sim import metrics
 from sglang_fleet.sim.control import Hub
+from sglang_fleet.sim.kv_receiver import PrefillInfoTable
 from sglang_fleet.sim.runtime import SimRuntime, log
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
@@ -70,8 +70,8 @@ class ServerState:
         self.startup_time: dict[str, Any] = {}
         self.launch_command = ""
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
-        # A fault that strikes at the first request once the server is up (bootstrap_dead).
-        self.request_hook: Callable[[], None] | None = None
+        # A decode's table of the prefills it has looked up (set by the engine in PD mode).
+        self.prefill_info: PrefillInfoTable | None = None
         self.stats = metrics.RequestStats()
         self.detokenizer_pid: int | None = None
         self.status = STARTING
@@ -99,13 +99,6 @@ class ServerState:
         self.tokenizer_stalled = False
         # The first request (the warm-up) pays the profile's warming_up time on top of TTFT.
         self.warmup_delay = rt.duration("warming_up")
-
-    def take_request_hook(self) -> Callable[[], None] | None:
-        """The fault waiting for the first request of a server that is up, once."""
-        if self.status != UP or self.request_hook is None:
-            return None
-        hook, self.request_hook = self.request_hook, None
-        return hook
 
     def take_warmup_delay(self) -> float:
         with self.lock:
