@@ -2,7 +2,7 @@
 with the fleet's router-aware procedures and with naive ones, side by side.
 
     .venv/bin/python bench/zero_drop.py [--clients 8] [--tokens 48] [--scenarios a,b,c]
-                                        [-e VAR=VALUE] [--json PATH]
+                                        [--pd] [-e VAR=VALUE] [--json PATH]
 
 One simulated fleet (four sglang-sim nodes, Kimi-K2.5 TP=8 profile) behind the real router
 (the pinned sglang-router wheel, in its own virtualenv; set SGLANG_FLEET_TEST_ROUTER_VENV to
@@ -22,6 +22,11 @@ inventory without the router: servers restart in place and the router learns onl
 health checks and retries.
 
 A request counts as completed only when its stream ends with SGLang's final chunk and [DONE].
+With --pd the fleet is a PD deployment behind the router in PD mode: two prefill servers
+(sim-node-1, sim-node-2) and two decode servers (sim-node-3, sim-node-4), each request going
+through one of each; (a) changes the prefills only (deploy.yml --limit kimi_prefill, serial 1),
+and the victim of (b) and (c) is a decode (sim-node-4).
+
 Each failed request is named, with the worker(s) the router sent it to (the router's debug log
 records the worker per request id) and whether it was already running when the event began.
 Servers are simulated; the router, the HTTP traffic and every time are real, on this machine.
@@ -53,7 +58,15 @@ from sglang_fleet.loadgen import (
     summarize,
 )
 from sglang_fleet.store import STATE_DIR_VAR
-from sglang_fleet.testfleet.local import BIN, REPO, SimFleet, ansible_env, make_fleet, run_playbook
+from sglang_fleet.testfleet.local import (
+    BIN,
+    REPO,
+    SimFleet,
+    ansible_env,
+    make_fleet,
+    make_pd_fleet,
+    run_playbook,
+)
 from sglang_fleet.testfleet.router import VERSION as ROUTER_VERSION
 from sglang_fleet.testfleet.router import registered, router_venv
 from sglang_fleet_node import sglang_fleet_procs as procs
@@ -71,6 +84,9 @@ BENCH_VARS = {
 SCENARIOS = {"a": "rolling one-variable change", "b": "worker hangs mid-serve",
              "c": "worker killed outright"}
 VICTIM = "sim-node-2"
+# The PD fleet (--pd): its prefills' group, which (a) changes, and the decode (b) and (c) strike.
+PD_PREFILLS = "kimi_prefill"
+PD_VICTIM = "sim-node-4"
 
 
 # SGLang's answer to a full waiting queue (scheduler.py _abort_on_queued_limit, 503): its
@@ -104,14 +120,6 @@ def naive_inventory(fleet: SimFleet) -> Path:
         del hosts["all"]["children"]["sglang_routers"]
         (folder / "hosts.yml").write_text(yaml.safe_dump(hosts))
     return folder
-
-
-def server_pid(fleet: SimFleet, host: str) -> int:
-    """The sglang-sim main process (the supervisor's own pid is its waiting shell)."""
-    for p in fleet.server_processes(host):
-        if "sglang_fleet.sim.launch_server" in p["cmdline"]:
-            return int(p["pid"])
-    raise RuntimeError(f"no server process for {host}")
 
 
 def watch(inventory: Path, extra: dict[str, Any], run_dir: Path, count: int = 2) -> str:
@@ -148,12 +156,13 @@ def all_back(fleet: SimFleet, timeout: float = 120.0) -> str:
 
 def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Namespace,
              work: Path, step: int) -> dict[str, Any]:
+    victim_host = PD_VICTIM if args.pd else VICTIM
     inventory = fleet.inventory if procedure == "router-aware" else naive_inventory(fleet)
     extra = {**fleet.extra, **BENCH_VARS}
     port = fleet.extra["sglang_fleet_router_port"]
     log_path = fleet.router_root / "logs" / f"sglang-router-{port}.log"
     log_start = log_path.stat().st_size
-    victim = fleet.url(VICTIM)
+    victim = fleet.url(victim_host)
     load = OverloadRetryingLoad(fleet.router_url, clients=args.clients,
                                 max_new_tokens=args.tokens, duration=args.max_seconds,
                                 prefix=f"{scenario}{procedure[0]}").start()
@@ -162,18 +171,19 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
     event = time.time()
     detail = transcript = ""
     if scenario == "a":
+        limit = ("--limit", PD_PREFILLS) if args.pd else ()
         run = run_playbook("deploy.yml", inventory, {
             **extra, "sglang_server_num_continuous_decode_steps": step + 1}, "-e",
-            "sglang_fleet_serial=1")
+            "sglang_fleet_serial=1", *limit)
         detail = f"deploy rc {run.rc}, restarted {len(run.changed_hosts())}"
     else:
         if scenario == "b":
-            os.kill(server_pid(fleet, VICTIM), signal.SIGUSR1)
+            os.kill(fleet.server_pid(victim_host), signal.SIGUSR1)
         else:
-            procs.signal_pids([p["pid"] for p in fleet.processes(VICTIM)], signal.SIGKILL)
+            procs.signal_pids([p["pid"] for p in fleet.processes(victim_host)], signal.SIGKILL)
         out = watch(inventory, extra, work / f"watch-{scenario}-{procedure}")
         detail = next((line.split("] ", 1)[-1] for line in out.splitlines()
-                       if f"{VICTIM}: " in line and "recover" in line), out[-200:])
+                       if f"{victim_host}: " in line and "recover" in line), out[-200:])
         transcript = out
     procedure_s = time.time() - event
     missing = all_back(fleet, args.rejoin_timeout)
@@ -201,7 +211,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
             "p50_s": summary["p50_s"], "p99_s": summary["p99_s"],
             "out_of_rotation_s": hosts_out, "procedure_s": round(procedure_s, 1),
             "on_victim_at_event": on_victim if scenario != "a" else None,
-            "victim": victim, "detail": detail, "not_back": missing, "failures": failures,
+            "victim": victim_host, "detail": detail, "not_back": missing, "failures": failures,
             "watch": transcript, "event_at": time.strftime("%H:%M:%S", time.localtime(event))}
 
 
@@ -237,13 +247,13 @@ def fmt(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{unit}"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], victim: str) -> str:
     head = ("| scenario | procedure | sent | completed | failed | running on the victim at the "
-            f"event | p50 s | p99 s | out of rotation s ({VICTIM}; others) |")
+            f"event | p50 s | p99 s | out of rotation s ({victim}; others) |")
     lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        others = [v for h, v in r["out_of_rotation_s"].items() if h != VICTIM]
-        rotation = f"{r['out_of_rotation_s'][VICTIM]:.1f}; " + \
+        others = [v for h, v in r["out_of_rotation_s"].items() if h != victim]
+        rotation = f"{r['out_of_rotation_s'][victim]:.1f}; " + \
             "/".join(f"{v:.1f}" for v in others)
         lines.append(f"| ({r['scenario']}) {SCENARIOS[r['scenario']]} | {r['procedure']} | "
                      f"{r['sent']} | {r['completed']} | {r['failed']} | "
@@ -285,6 +295,9 @@ def main() -> int:
     parser.add_argument("--latency-requests", type=int, default=60)
     parser.add_argument("--rejoin-timeout", type=float, default=90.0,
                         help="seconds to wait for every worker to be back in rotation")
+    parser.add_argument("--pd", action="store_true",
+                        help="a PD deployment: two prefills and two decodes behind the router "
+                             "in PD mode")
     parser.add_argument("--json", help="write every figure and failure here")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="VAR=VALUE",
                         help="inventory variable for the run, e.g. "
@@ -296,14 +309,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="zero-drop-") as tmp_name:
         tmp = Path(tmp_name)
         os.environ[STATE_DIR_VAR] = str(tmp / "state")
-        fleet = make_fleet(tmp, hosts=4, time_factor=0.01, router=router_venv(tmp))
+        router = router_venv(tmp)
+        fleet = (make_pd_fleet(tmp, router=router, prefills=2, decodes=2) if args.pd else
+                 make_fleet(tmp, hosts=4, time_factor=0.01, router=router))
         try:
             first = fleet.deploy(extra=BENCH_VARS)
             if first.rc != 0:
                 print(first.output[-3000:])
                 return 1
             all_back(fleet)
-            latency = router_overhead(fleet, args.latency_requests)
+            # A request straight to one PD server is not a request SGLang serves alone.
+            latency = None if args.pd else router_overhead(fleet, args.latency_requests)
             rows = []
             for step, scenario in enumerate(args.scenarios.split(",")):
                 for procedure in ("router-aware", "naive"):
@@ -317,20 +333,25 @@ def main() -> int:
             fleet.stop()
             fleet.kill_leftovers()
     print()
-    print(f"SIMULATED workers (sglang-sim, 4 nodes, Kimi-K2.5 TP=8 profile) behind the real "
+    victim = PD_VICTIM if args.pd else VICTIM
+    shape = ("a PD deployment: prefills sim-node-1/2, decodes sim-node-3/4, the router in PD "
+             "mode; (a) changes the prefills only" if args.pd else "4 nodes")
+    print(f"SIMULATED workers (sglang-sim, Kimi-K2.5 TP=8 profile; {shape}) behind the real "
           f"router (sglang-router {ROUTER_VERSION}); {args.clients} streaming clients, "
-          f"{args.tokens} tokens per request; victim of (b) and (c): {VICTIM}; "
+          f"{args.tokens} tokens per request; victim of (b) and (c): {victim}; "
           f"{' '.join(args.extra) or 'default inventory settings'}")
-    print(table(rows))
+    print(table(rows, victim))
     print()
     for line in failure_lines(rows):
         print(line)
     print()
-    print(f"router overhead on loopback, one-token /generate, {latency['n']} requests each way, "
-          f"alternating: direct p50 {latency['direct_p50_ms']:.2f} ms, through the router p50 "
-          f"{latency['router_p50_ms']:.2f} ms (+{latency['added_p50_ms']:.2f} ms); p99 "
-          f"{latency['direct_p99_ms']:.2f} / {latency['router_p99_ms']:.2f} ms "
-          f"(+{latency['added_p99_ms']:.2f} ms)")
+    if latency:
+        lat = latency
+        print(f"router overhead on loopback, one-token /generate, {lat['n']} requests each way, "
+              f"alternating: direct p50 {lat['direct_p50_ms']:.2f} ms, through the router p50 "
+              f"{lat['router_p50_ms']:.2f} ms (+{lat['added_p50_ms']:.2f} ms); p99 "
+              f"{lat['direct_p99_ms']:.2f} / {lat['router_p99_ms']:.2f} ms "
+              f"(+{lat['added_p99_ms']:.2f} ms)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "latency": latency}, indent=1))
     return 0

@@ -8,6 +8,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
+    from sglang_fleet.pd import prefill_wait
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
@@ -97,14 +98,17 @@ def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
 def membership_due(server, groups, hostvars, server_spec, address, override=None):
     """Whether a ready server running unchanged is missing from a router in front of it: one
     of them did not list it healthy when this run deployed that router (membership.yml then
-    joins it). Asked before including membership.yml, so that a re-run of a fleet already in
+    joins it), or it is a decode that must leave them (pd_wait). Asked before including
+    membership.yml, so that a re-run of a fleet already in
     its routers runs one task per server for membership, not four."""
     _need_package()
     if not server_spec["group"]["serves_http"]:
         return False
     routers = routers_of(server, groups, hostvars)
     url = worker_url(dict(server_spec), str(address), override)
-    return bool(routers_to_call(routers, hostvars, url, "present"))
+    # A decode listed while no prefill of its deployment is ready must leave.
+    return bool(routers) and bool(routers_to_call(routers, hostvars, url, "present")
+                                  or pd_wait(server, groups, hostvars))
 
 
 def admin_key_filter(control_plane_keys):
@@ -117,10 +121,34 @@ def worker_url_filter(server_spec, address, override=None):
     return worker_url(dict(server_spec), str(address), override)
 
 
-def membership_text(results, host, worker_url):
-    """One line per server for what its membership tasks changed ('' when nothing did)."""
+def pd_wait(server, groups, hostvars):
+    """inventory_hostname | sglang_fleet_pd_wait(groups, hostvars): why a decode server stays
+    out of its routers ('' when it may join): no prefill of its PD deployment that this run
+    judged is ready (sglang_fleet.pd.prefill_wait)."""
+    _need_package()
+    pd = (hostvars[server].get("sglang_server_launch_spec") or {}).get("pd") or {}
+    if pd.get("mode") != "decode":
+        return ""
+    prefills = {}
+    for host in groups.get(pd["deployment"], []):
+        spec = hostvars[host].get("sglang_server_launch_spec") or {}
+        if (spec.get("pd") or {}).get("mode") != "prefill" or not spec["group"]["serves_http"]:
+            continue
+        verdict = hostvars[host].get("sglang_server_verdict") or {}
+        prefills[host] = verdict.get("verdict") if isinstance(verdict, dict) else None
+    return prefill_wait(pd["deployment"], prefills)
+
+
+def membership_text(results, host, worker_url, pd_wait_reason=""):
+    """One line per server for what its membership tasks changed ('' when nothing did); a
+    decode kept out for want of a ready prefill (pd_wait) says so whether or not it was in."""
     parts = []
     for r in results or []:
+        if r.get("skipped"):
+            continue
+        if pd_wait_reason and not (r.get("changed") and r.get("action") == "removed"):
+            parts.append("stays out of router %s" % r["item"]["name"])
+            continue
         if not r.get("changed") or r.get("action") not in ("added", "removed"):
             continue
         verb = "joined" if r["action"] == "added" else "left"
@@ -133,11 +161,14 @@ def membership_text(results, host, worker_url):
             if drained.get("note"):
                 text += "; " + drained["note"]
         parts.append(text)
+    if parts and pd_wait_reason:
+        parts.append(pd_wait_reason)
     return "%s: %s" % (host, "; ".join(parts)) if parts else ""
 
 
-def view_text(results, host, verdict):
-    """The routers' view of one server beside the gate's verdict, findings included."""
+def view_text(results, host, verdict, pd_wait_reason=""):
+    """The routers' view of one server beside the gate's verdict, findings included; a decode
+    kept out for want of a ready prefill (pd_wait) says why."""
     parts = []
     for r in results or []:
         text = "router %s: %s (gate: %s)" % (r["item"]["name"],
@@ -146,6 +177,8 @@ def view_text(results, host, verdict):
             text += "; FINDING: " + r["finding"]
         if r.get("changed"):
             text += "; added it" if r.get("action") == "added" else "; removed it"
+        if pd_wait_reason:
+            text += ": " + pd_wait_reason if r.get("changed") else "; " + pd_wait_reason
         parts.append(text)
     return "%s: %s" % (host, " | ".join(parts)) if parts else ""
 
@@ -161,5 +194,6 @@ class FilterModule(object):
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,
             "sglang_fleet_membership_text": membership_text,
+            "sglang_fleet_pd_wait": pd_wait,
             "sglang_fleet_router_view_text": view_text,
         }

@@ -201,14 +201,18 @@ def out_of_rotation(samples: list[tuple[float, dict[str, bool]]], worker: str) -
 
 
 _ROUTED = re.compile(r'request_id="([^"]+)"\}: smg::observability::events: \S+ '
-                     r'Sending request url=(\S+)')
+                     r'Sending (?:request url=(\S+)|'
+                     r'concurrent requests prefill_url=(\S+) decode_url=(\S+))')
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def routed_to(router_log: str) -> dict[str, list[str]]:
     """Request id -> the workers the router sent it to, in order (retries included), from the
-    router's debug log ("Sending request url=...", logged inside the request's span)."""
+    router's debug log ("Sending request url=...", logged inside the request's span; in PD
+    mode "Sending concurrent requests prefill_url=... decode_url=...", the prefill then the
+    decode)."""
     out: dict[str, list[str]] = {}
     for match in _ROUTED.finditer(_ANSI.sub("", router_log)):
-        out.setdefault(match.group(1), []).append(match.group(2).rstrip("/"))
+        rid, *urls = match.groups()
+        out.setdefault(rid, []).extend(u.rstrip("/") for u in urls if u)
     return out

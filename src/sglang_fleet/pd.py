@@ -209,3 +209,15 @@ def _disagreements(deployment: str, specs: dict[str, Any]) -> list[str]:
                       f"each backend picks its own page size. Fix: set --page-size in "
                       f"sglang_server_extra_args of group_vars/{deployment}")
     return errors
+
+
+def prefill_wait(deployment: str, prefills: dict[str, str | None]) -> str:
+    """Why a ready decode of `deployment` stays out of its routers: no prefill of it is ready.
+    `prefills` maps each prefill (its HTTP-serving hosts) to the verdict this run gave it, None
+    where this run did not judge it (a --limit, an earlier batch): a prefill not judged may be
+    serving, so the decode joins. '' when the decode may join."""
+    if not prefills or any(v in (None, "ready") for v in prefills.values()):
+        return ""
+    judged = ", ".join(f"{host} {verdict}" for host, verdict in sorted(prefills.items()))
+    return (f"no prefill of PD deployment {deployment} is ready ({judged}): every request "
+            f"through the router would fail, so the decode stays out until one is back")

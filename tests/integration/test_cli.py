@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -266,6 +267,21 @@ def test_a_secret_nested_in_the_inventorys_overrides_reaches_no_artifact(tmp_pat
         nested.kill_leftovers()
 
 
+# Runs a command and writes its peak memory to argv[1]. A child forked from the test's own
+# process starts with that process's resident pages counted in its peak (Linux copies the
+# parent's RSS high-water mark at fork), so the command is forked from this small interpreter.
+MEASURED = """
+import json, os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump({"maxrss_kb": usage.ru_maxrss}, f)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def test_broken_inputs_exit_2_with_the_real_error_before_ansible_starts(tmp_path):
     base = REPO / "inventory" / "local"
     bomb = "".join(f"_{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n"
@@ -285,19 +301,21 @@ def test_broken_inputs_exit_2_with_the_real_error_before_ansible_starts(tmp_path
         with open(inv / "group_vars" / "sglang_servers.yml", "ab") as f:
             f.write(text)
         started = time.monotonic()
-        proc = subprocess.Popen([str(BIN / "sglang-fleet"), "deploy", "-i", str(inv),
-                                 "--run-dir", str(tmp_path / f"run-{name}")], cwd=REPO,
-                                env=ansible_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-        out = proc.stdout.read().decode()
-        _, status, usage = os.wait4(proc.pid, 0)
+        usage_file = tmp_path / f"usage-{name}.json"
+        proc = subprocess.run([sys.executable, "-c", MEASURED, str(usage_file),
+                               str(BIN / "sglang-fleet"), "deploy", "-i", str(inv),
+                               "--run-dir", str(tmp_path / f"run-{name}")], cwd=REPO,
+                              env=ansible_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        out = proc.stdout.decode()
         seconds = time.monotonic() - started
-        assert os.waitstatus_to_exitcode(status) == 2, out
+        usage = json.loads(usage_file.read_text())
+        assert proc.returncode == 2, out
         assert f"inventory file {inv}/group_vars/sglang_servers.yml: " in out
         assert expected[name] in out and "Traceback" not in out
         assert not (tmp_path / f"run-{name}" / "runner").exists(), "Ansible never started"
         # Bounded: the CLI's whole run (interpreter start included) and its peak memory.
-        assert seconds < 5 and usage.ru_maxrss < 200_000, (name, seconds, usage.ru_maxrss)
+        assert seconds < 5 and usage["maxrss_kb"] < 200_000, (name, seconds, usage)
     for arg, message in ((b'{"sglang_server_tp": 8', b"not valid YAML: line 1, column 23"),
                          (b"sglang_server_served_model_name=K\xff",
                           b"-e: not valid UTF-8: byte 0xff at position 34")):

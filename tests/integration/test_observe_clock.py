@@ -32,6 +32,11 @@ def node(tmp_path):
     marker = f"clock-test:{uuid.uuid4().hex}"
     child = subprocess.Popen(["sleep", "300"], env={**os.environ, procs.MARKER_VAR: marker},
                              start_new_session=True)
+    # Until the child has exec'd `sleep` it is a copy of this process, without the marker,
+    # and the gate would call the server gone; a loaded machine can make that last a while.
+    deadline = time.monotonic() + 30
+    while procs.marker_of(child.pid) != marker and time.monotonic() < deadline:
+        time.sleep(0.01)
     ident = procs.identity(child.pid)
     state = tmp_path / "server.pid"
     state.write_text(json.dumps({"pid": child.pid, "pid_start": ident["start_ticks"],

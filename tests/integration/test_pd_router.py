@@ -5,11 +5,16 @@ router's /readiness waits for one of each, and requests go through a prefill and
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from sglang_fleet.testfleet.local import make_pd_fleet, pd_bootstrap_port, sglang_fleet
+from sglang_fleet.loadgen import Load, routed_to, summarize
+from sglang_fleet.testfleet.local import make_pd_fleet, pd_bootstrap_port, sglang_fleet, wait_for
 from sglang_fleet.testfleet.router import router_venv, router_workers
 
 pytestmark = pytest.mark.integration
@@ -55,11 +60,12 @@ def test_the_router_is_not_ready_while_its_deployment_lacks_a_ready_prefill(tmp_
     try:
         run = fleet.deploy()
         assert run.rc != 0, run.output[-3000:]
-        assert "sim-node-2: joined router sim-router" in run.output
-        assert "sim-node-1: joined router" not in run.output
-        workers = {w["url"].rstrip("/"): w["worker_type"]
-                   for w in router_workers(fleet.router_url)}
-        assert workers == {fleet.url("sim-node-2"): "decode"}
+        # The decode is ready, but every request through the router would fail without a
+        # prefill: it stays out, and says why.
+        assert ("sim-node-2: stays out of router sim-router; no prefill of PD deployment "
+                "kimi_pd is ready (sim-node-1 crashed)") in flat(run.output), run.output[-3000:]
+        assert "joined router" not in run.output
+        assert router_workers(fleet.router_url) == []
         ready = requests.get(fleet.router_url + "/readiness", timeout=5)
         assert ready.status_code == 503 and "insufficient healthy workers" in ready.text
     finally:
@@ -97,10 +103,104 @@ def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp
                                json.dumps(fleet.extra))
         out = flat(watched.stdout)
         assert "sim-node-1 unhealthy" in out and "removed it" in out, out[-3000:]
-        workers = {w["url"].rstrip("/"): w["worker_type"]
-                   for w in router_workers(fleet.router_url)}
-        assert workers == {fleet.url("sim-node-2"): "decode"}
+        # Its decode, ready itself, leaves with it: the pair serves nothing without a prefill.
+        assert ("sim-node-2: router sim-router: registered as decode, healthy, load 0 (gate: "
+                "ready); removed it: no prefill of PD deployment kimi_pd is ready (sim-node-1 "
+                "unhealthy)") in out, out
+        assert router_workers(fleet.router_url) == []
         assert requests.get(fleet.router_url + "/readiness", timeout=5).status_code == 503
     finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the_other_side(
+        tmp_path, venv):
+    """Two prefills and two decodes behind the router: a rolling change of the prefills drains
+    each from the router before its restart, while the other prefill serves; a hung decode is
+    cut out, recovered and rejoins, and no prefill is touched. No request fails but those the
+    hung decode held when it hung, or that the router sent it before it was cut out."""
+    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2)
+    # The router logs the prefill and the decode of each request at debug.
+    fleet.extra["sglang_router_log_level"] = "debug"
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
+        before = {h: fleet.server_pid(h) for h in fleet.hosts}
+        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
+                    prefix="roll").start()
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        run = fleet.deploy("--limit", "kimi_prefill", "-e", "sglang_fleet_serial=1",
+                           extra={"sglang_server_num_continuous_decode_steps": 2})
+        wait_for(lambda: sum(r.completed for r in load.requests) >= 10, timeout=30)
+        load.stop()
+        rolled = summarize(load.wait())
+        assert run.rc == 0 and run.changed_hosts() == set(prefills), run.output[-3000:]
+        assert rolled["failed"] == 0, rolled["failures"][:5]
+        text = flat(run.output)
+        assert text.count("; drained in ") == 2
+        assert all(fleet.server_pid(h) != before[h] for h in prefills)
+        assert all(fleet.server_pid(h) == before[h] for h in decodes)
+
+        victim = decodes[1]
+        kept = {h: fleet.server_pid(h) for h in fleet.hosts}
+        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
+                    prefix="hang").start()
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        os.kill(kept[victim], signal.SIGUSR1)  # generation hangs, requests in flight included
+        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                               "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
+                               "-e", json.dumps(fleet.extra))
+        out = flat(watched.stdout)
+        assert f"{victim} unhealthy" in out and f"{victim}: recovered" in out, out[-3000:]
+        wait_for(lambda: {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                          if w["is_healthy"]} == {fleet.url(h) for h in fleet.hosts},
+                 timeout=60)
+        started = len(load.requests)
+        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 5, timeout=30)
+        load.stop()
+        hung = summarize(load.wait())
+        assert fleet.server_pid(victim) != kept[victim]
+        assert {h: fleet.server_pid(h) for h in fleet.hosts if h != victim} == {
+            h: pid for h, pid in kept.items() if h != victim}
+        # Every request that failed had been sent to the hung decode (before it was cut out).
+        port = fleet.extra["sglang_fleet_router_port"]
+        routes = routed_to((fleet.router_root / "logs" / f"sglang-router-{port}.log").read_text())
+        assert hung["sent"] > hung["failed"]
+        assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
+                   for f in hung["failures"]), (hung["failures"][:5], routes)
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_request_fails(
+        tmp_path, venv):
+    """The router checks only a prefill's HTTP port: registered, a prefill whose bootstrap
+    server never bound would fail every request paired with it (about half, with two
+    prefills). The gate judges it unhealthy, so it never joins, and all 200 requests pass."""
+    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=1)
+    holder = socket.socket()  # this test's own listener holds the second prefill's port
+    holder.bind(("127.0.0.1", pd_bootstrap_port(fleet, 1)))
+    holder.listen()
+    try:
+        run = fleet.deploy()
+        assert run.rc != 0 and run.recap["sim-node-2"]["failed"] == 1, run.output[-3000:]
+        assert "no decode server can fetch this prefill's KV cache" in flat(run.output)
+        workers = {w["url"].rstrip("/"): w["worker_type"]
+                   for w in router_workers(fleet.router_url)}
+        assert workers == {fleet.url("sim-node-1"): "prefill",
+                           fleet.url("sim-node-3"): "decode"}
+
+        def one(i: int) -> int:
+            return requests.post(fleet.router_url + "/generate", timeout=60, json={
+                "text": f"request {i}", "sampling_params": {"max_new_tokens": 2}}).status_code
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = list(pool.map(one, range(200)))
+        assert statuses.count(200) == 200, {s: statuses.count(s) for s in set(statuses)}
+    finally:
+        holder.close()
         fleet.stop()
         fleet.kill_leftovers()

@@ -79,11 +79,6 @@ def view(fleet) -> dict[str, bool]:
     return registered(fleet.router_url, ADMIN_KEY)
 
 
-def server_pid(fleet, host: str) -> int:
-    return next(p["pid"] for p in fleet.server_processes(host)
-                if "sglang_fleet.sim.launch_server" in p["cmdline"])
-
-
 def router_pid(fleet) -> int:
     port = fleet.extra["sglang_fleet_router_port"]
     return json.loads((fleet.router_root / "run" / f"sglang-router-{port}.pid").read_text())["pid"]
@@ -204,7 +199,7 @@ def test_a_changed_router_setting_restarts_the_router_once(fleet):
 
 
 def test_a_rolling_change_drains_each_worker_and_drops_no_request(fleet):
-    before = {h: server_pid(fleet, h) for h in fleet.hosts}
+    before = {h: fleet.server_pid(h) for h in fleet.hosts}
     for host in fleet.hosts:
         fleet.set_host_vars(host, {"sglang_server_num_continuous_decode_steps": 2})
     load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
@@ -216,7 +211,7 @@ def test_a_rolling_change_drains_each_worker_and_drops_no_request(fleet):
     load.stop()
     result = summarize(load.wait())
     assert run.rc == 0, run.output[-3000:]
-    assert all(server_pid(fleet, h) != before[h] for h in fleet.hosts)
+    assert all(fleet.server_pid(h) != before[h] for h in fleet.hosts)
     assert result["failed"] == 0, result["failures"][:5]
     assert result["sent"] >= 10
     text = " ".join(run.output.split())
@@ -233,7 +228,7 @@ def test_a_rolling_change_drains_each_worker_and_drops_no_request(fleet):
 
 def test_a_hung_worker_leaves_the_router_before_it_is_killed_and_rejoins(fleet, tmp_path):
     host = fleet.hosts[0]
-    url, pid = fleet.url(host), server_pid(fleet, host)
+    url, pid = fleet.url(host), fleet.server_pid(host)
     samples: list[tuple[float, bool, bool]] = []
     stop = threading.Event()
 
@@ -264,14 +259,14 @@ def test_a_hung_worker_leaves_the_router_before_it_is_killed_and_rejoins(fleet, 
     rejoined = next((t for t, listed, _ in samples if t > removed and listed), None)
     assert rejoined is None or rejoined > killed
     wait_for(lambda: view(fleet).get(url), timeout=30)
-    assert server_pid(fleet, host) != pid
+    assert fleet.server_pid(host) != pid
 
 
 def test_a_recovery_limited_to_one_server_takes_it_out_of_its_router_and_back(fleet, tmp_path):
     """`recover --limit HOST` leaves the router's host out of the run: the hung server still
     leaves its router before it is stopped, and joins it again once recovered ready."""
     host = fleet.hosts[1]
-    url, pid = fleet.url(host), server_pid(fleet, host)
+    url, pid = fleet.url(host), fleet.server_pid(host)
     os.kill(pid, signal.SIGUSR1)  # generation hangs from now on
     run = cli(fleet, "recover", "--limit", host, "--run-dir", str(tmp_path / "recover"))
     out = " ".join(run.stdout.split())
@@ -279,7 +274,7 @@ def test_a_recovery_limited_to_one_server_takes_it_out_of_its_router_and_back(fl
     assert f"HEALTH [{host}] unhealthy" in run.stdout
     assert out.index(f"[{host}] left router sim-router") < out.index(f"[{host}] joined router")
     assert f"[{host}] recovered: configuration" in out and "restart on the same" in out
-    assert server_pid(fleet, host) != pid
+    assert fleet.server_pid(host) != pid
     wait_for(lambda: view(fleet).get(url), timeout=30)
 
 
@@ -328,7 +323,7 @@ def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
     layout its model cannot run stops the run, and every other host's files, processes and
     router membership stay as they were."""
     before = _node_state(fleet)
-    pids = {host: server_pid(fleet, host) for host in fleet.hosts}
+    pids = {host: fleet.server_pid(host) for host in fleet.hosts}
     members = view(fleet)
     last = fleet.hosts[-1]
     fleet.set_host_vars(last, {"sglang_server_tp": 3})
@@ -346,7 +341,7 @@ def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
                  "PLAY [Show each router"):
         assert play not in run.output
     assert _node_state(fleet) == before
-    assert {host: server_pid(fleet, host) for host in fleet.hosts} == pids
+    assert {host: fleet.server_pid(host) for host in fleet.hosts} == pids
     assert view(fleet) == members
 
 

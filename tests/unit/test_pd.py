@@ -3,7 +3,10 @@ of one PD deployment must agree on, refused before any node is touched."""
 
 from __future__ import annotations
 
-from sglang_fleet.pd import deployment_errors
+import importlib.util
+from pathlib import Path
+
+from sglang_fleet.pd import deployment_errors, prefill_wait
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
@@ -145,3 +148,54 @@ def test_a_regular_server_is_refused_behind_a_router_in_pd_mode():
     assert deployment_errors("", "node-9", [], {}, {}, {"r": (False, ["node-9"])}) == []
     errors = deployment_errors("", "node-9", [], {}, {}, {"r": (True, ["node-9"])})
     assert errors[0].startswith("host node-9: router r runs in PD mode")
+
+
+def _router_filters():
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "sglang_router.py"
+    spec = importlib.util.spec_from_file_location("sglang_router_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pd_host(mode: str, verdict: str | None, serves_http: bool = True) -> dict:
+    out = {"sglang_server_launch_spec": {"pd": {"deployment": "dsv3", "mode": mode},
+                                         "group": {"serves_http": serves_http}}}
+    if verdict is not None:
+        out["sglang_server_verdict"] = {"verdict": verdict}
+    return out
+
+
+def test_a_decode_stays_out_of_its_routers_only_while_every_judged_prefill_is_not_ready():
+    assert prefill_wait("dsv3", {"p1": "failed", "p2": "ready"}) == ""
+    # A prefill this run did not judge (a --limit, an earlier batch) may be serving.
+    assert prefill_wait("dsv3", {"p1": "failed", "p2": None}) == ""
+    assert prefill_wait("dsv3", {}) == ""
+    reason = prefill_wait("dsv3", {"p2": "unhealthy", "p1": "failed"})
+    assert reason.startswith("no prefill of PD deployment dsv3 is ready (p1 failed, "
+                             "p2 unhealthy)")
+    filters = _router_filters()
+    groups = {"dsv3": ["p1", "p1b", "p2", "d1"]}
+    hostvars = {"p1": _pd_host("prefill", "failed"), "p2": _pd_host("prefill", "unhealthy"),
+                # A multi-node prefill's rank without HTTP is not asked.
+                "p1b": _pd_host("prefill", "ready", serves_http=False),
+                "d1": _pd_host("decode", "ready")}
+    assert filters.pd_wait("d1", groups, hostvars) == reason
+    assert filters.pd_wait("p1", groups, hostvars) == ""  # a prefill is never held back
+    hostvars["p2"] = _pd_host("prefill", "ready")
+    assert filters.pd_wait("d1", groups, hostvars) == ""
+
+
+def test_a_decode_kept_out_says_why_whether_or_not_it_was_in():
+    filters = _router_filters()
+    removed = [{"item": {"name": "r1"}, "changed": True, "action": "removed"}]
+    absent = [{"item": {"name": "r1"}, "changed": False, "action": "none"}]
+    assert filters.membership_text(removed, "d1", "http://d1:30000", "no prefill ...") == (
+        "d1: left router r1 (http://d1:30000); no prefill ...")
+    assert filters.membership_text(absent, "d1", "http://d1:30000", "no prefill ...") == (
+        "d1: stays out of router r1; no prefill ...")
+    assert filters.membership_text(absent, "d1", "http://d1:30000") == ""
+    removed[0]["before_text"] = "registered as decode, healthy, load 0"
+    assert filters.view_text(removed, "d1", "ready", "no prefill ...") == (
+        "d1: router r1: registered as decode, healthy, load 0 (gate: ready); removed it: "
+        "no prefill ...")

@@ -141,6 +141,12 @@ def test_requests_are_traced_to_their_workers_in_the_routers_debug_log():
         ("a-00002", "http://127.0.0.1:30001")])
     assert routed_to(log) == {"a-00001": ["http://127.0.0.1:30001"],
                               "a-00002": ["http://127.0.0.1:30002", "http://127.0.0.1:30001"]}
+    # In PD mode the router sends each request to a prefill and a decode at once.
+    pd = ('2026-12-05 06:21:58 DEBUG http_request{method=POST uri=/generate version=HTTP/1.1 '
+          'module="smg" request_id="p-00001"}: smg::observability::events: '
+          '/src/observability/events.rs:37: Sending concurrent requests '
+          'prefill_url=http://127.0.0.1:22082 decode_url=http://127.0.0.1:22084\n')
+    assert routed_to(pd) == {"p-00001": ["http://127.0.0.1:22082", "http://127.0.0.1:22084"]}
 
 
 def test_the_router_report_says_where_it_serves_and_what_answered():

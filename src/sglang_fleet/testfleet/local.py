@@ -165,6 +165,13 @@ class SimFleet:
         """The server's own processes, without the supervisor's waiting shell."""
         return [p for p in self.processes(host) if not p["cmdline"].startswith("/bin/sh -c")]
 
+    def server_pid(self, host: str) -> int:
+        """The sglang-sim main process (the supervisor's own pid is its waiting shell)."""
+        for p in self.server_processes(host):
+            if "sglang_fleet.sim.launch_server" in p["cmdline"]:
+                return int(p["pid"])
+        raise RuntimeError(f"no server process for {host}")
+
     @property
     def router_url(self) -> str:
         return f"http://127.0.0.1:{self.extra['sglang_fleet_router_port']}"
@@ -243,24 +250,32 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
 
 def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
                   prefill_vars: dict[str, Any] | None = None,
-                  router: Path | None = None) -> SimFleet:
-    """Two simulated servers forming PD deployment kimi_pd: sim-node-1 its prefill (KV
-    bootstrap server on pd_bootstrap_port(fleet)), sim-node-2 its decode, nixl between them;
-    with `router` (a virtualenv with sglang-router), sim-router in PD mode in front."""
-    fleet = make_fleet(tmp, hosts=2, router=router)
+                  router: Path | None = None, prefills: int = 1, decodes: int = 1,
+                  time_factor: float = 0.01) -> SimFleet:
+    """Simulated servers forming PD deployment kimi_pd, nixl between them: the first
+    `prefills` hosts (sim-node-1...) its prefills (group kimi_prefill, each with its KV
+    bootstrap server on pd_bootstrap_port(fleet, i)), the next `decodes` its decodes (group
+    kimi_decode); with `router` (a virtualenv with sglang-router), sim-router in PD mode in
+    front."""
+    fleet = make_fleet(tmp, hosts=prefills + decodes, router=router, time_factor=time_factor)
     hosts = fleet.inventory / "hosts.yml"
     data = yaml.safe_load(hosts.read_text())
+    index = data["all"]["children"]["sglang_servers"]["hosts"]
+    prefill_hosts = {name: {**index[name], "sglang_server_disaggregation_bootstrap_port":
+                            pd_bootstrap_port(fleet, i)}
+                     for i, name in enumerate(fleet.hosts[:prefills])}
+    decode_hosts = {name: index[name] for name in fleet.hosts[prefills:]}
     data["all"]["children"]["sglang_servers"]["children"] = {"kimi_pd": {
         "vars": {"sglang_server_pd_deployment": "kimi_pd",
                  "sglang_server_disaggregation_transfer_backend": "nixl"},
         "children": {
-            "kimi_prefill": {"hosts": {"sim-node-1": {}},
+            "kimi_prefill": {"hosts": prefill_hosts,
                              "vars": {"sglang_server_disaggregation_mode": "prefill",
-                                      "sglang_server_disaggregation_bootstrap_port":
-                                          pd_bootstrap_port(fleet), **(prefill_vars or {})}},
-            "kimi_decode": {"hosts": {"sim-node-2": {}},
+                                      **(prefill_vars or {})}},
+            "kimi_decode": {"hosts": decode_hosts,
                             "vars": {"sglang_server_disaggregation_mode": "decode",
                                      **(decode_vars or {})}}}}}
+    del data["all"]["children"]["sglang_servers"]["hosts"]
     if router is not None:
         routers = data["all"]["children"]["sglang_routers"]
         routers["vars"] = {**(routers.get("vars") or {}),
@@ -269,9 +284,9 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
     return fleet
 
 
-def pd_bootstrap_port(fleet: SimFleet) -> int:
-    """The KV bootstrap port of make_pd_fleet's prefill."""
-    return fleet.base_port + 100
+def pd_bootstrap_port(fleet: SimFleet, prefill: int = 0) -> int:
+    """The KV bootstrap port of make_pd_fleet's prefill number `prefill` (from 0)."""
+    return fleet.base_port + 100 + prefill
 
 
 def own_stores(folder: Path) -> dict[str, str]:
