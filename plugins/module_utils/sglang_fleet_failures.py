@@ -125,6 +125,11 @@ FAILURES = (
      r"Failed to get prefill server info: \d+",
      "a decode could not look up a prefill at its KV bootstrap server: the requests routed "
      "through that prefill are aborted; the decode serves on"),
+    ("kv_prefill_lost", False, None,
+     r"Lost connection with prefill instance \(bootstrap_addr: \S+\), \d+ requests affected",
+     "a decode's heartbeat lost a prefill's KV bootstrap server (common/conn.py "
+     "_handle_node_failure): the requests waiting on that prefill are aborted, the next ones "
+     "look it up again; the decode serves on"),
     ("traceback", False, None, None,  # a traceback that named none of the kinds above
      "a traceback by itself is not fatal: request errors print one and the server goes on"),
 )
@@ -138,10 +143,12 @@ GPU_FAULT_KINDS = frozenset(("gpu_error",))
 CONSEQUENCE_KINDS = frozenset(("child_failed", "subprocess_exited", "killed"))
 # KV transfer between a PD deployment's prefill and decode: one request's failure each, never
 # the server's; counted apart from the failures (a busy decode can log thousands).
-KV_TRANSFER_KINDS = frozenset(("kv_transfer_failed", "kv_prefill_unreachable"))
+KV_TRANSFER_KINDS = frozenset(("kv_transfer_failed", "kv_prefill_unreachable",
+                               "kv_prefill_lost"))
 # Where such a line names the prefill: its bootstrap address (decode.py, conn.py), or the
 # host and port of the requests error that failed to reach it.
 _KV_PEER = re.compile(r"from (?:bootstrap_addr: )?(?P<addr>\S+?)(?: after \d+ attempts|$|,)|"
+                      r"\(bootstrap_addr: (?P<lost>[^)\s]+)\)|"
                       r"host='(?P<host>[^']+)', port=(?P<port>\d+)\)")
 # Faults of the node, not of the configuration (DESIGN.md "Cause").
 ENVIRONMENT_KINDS = frozenset(("disk_full",))
@@ -261,7 +268,7 @@ def kv_peer(message):
     m = _KV_PEER.search(message)
     if m is None:
         return None
-    return m.group("addr") or "%s:%s" % (m.group("host"), m.group("port"))
+    return m.group("addr") or m.group("lost") or "%s:%s" % (m.group("host"), m.group("port"))
 
 
 def ranks_text(ranks):

@@ -196,11 +196,12 @@ kv_transfer:
   description: A ready PD server whose log gained KV transfer failures since the last look (at
     the first look, any in its log; the server serves on). C(requests_failed) counts the
     requests aborted as their KV cache did not pass, C(lookups_failed) the failed look-ups of a
-    prefill's bootstrap server, C(prefills) the bootstrap addresses the lines name,
-    C(last_line) and C(last_at) the latest line.
+    prefill's bootstrap server, C(prefills_lost) the prefills the decode's heartbeat lost,
+    C(prefills) the bootstrap addresses the lines name, C(last_line) and C(last_at) the
+    latest line.
   returned: when there is news of KV transfer failures
   type: dict
-  sample: {requests_failed: 2, lookups_failed: 16, prefills: ["10.0.0.5:8998"]}
+  sample: {requests_failed: 2, lookups_failed: 16, prefills_lost: 1, prefills: ["10.0.0.5:8998"]}
 stopped_by:
   description: Who stopped the server (C(stop.yml), C(a recovery), or C(SIGTERM) from the
     log).

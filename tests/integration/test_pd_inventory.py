@@ -5,13 +5,16 @@ only while its KV bootstrap server answers too."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
 from sglang_fleet.testfleet import local
 from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet
+from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -123,4 +126,59 @@ def test_a_prefill_whose_bootstrap_port_is_taken_is_unhealthy_with_the_cause(tmp
             fleet.log_file("sim-node-1").read_text()
     finally:
         holder.close()
+        fleet.kill_leftovers()
+
+
+def test_a_decode_fails_a_transfer_that_hangs_or_whose_prefill_dies_and_serves_on(tmp_path):
+    """The prefill's transfers never complete (transfer_hang): the decode fails the request at
+    SGLANG_DISAGGREGATION_WAITING_TIMEOUT; then the prefill is killed while a request waits,
+    and the decode's heartbeat (every SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, two misses)
+    fails it as a lost prefill. The decode stays ready and its verdict says both."""
+    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_fault": "transfer_hang"})
+    fleet.set_host_vars("sim-node-2", {"sglang_server_extra_env": {
+        "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 8,
+        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": 2}})
+    port = bootstrap_port(fleet)
+    addr = f"127.0.0.1:{port}"
+    try:
+        run = fleet.deploy()
+        assert run.rc == 0, run.output[-3000:]
+
+        def generate(room: int) -> requests.Response:
+            return requests.post(fleet.url("sim-node-2") + "/generate", timeout=60, json={
+                "text": "hello", "sampling_params": {"max_new_tokens": 2},
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": room})
+
+        timed_out = generate(5)
+        assert timed_out.status_code == 500, timed_out.text
+        message = timed_out.json()["message"]
+        assert message.startswith("Decode transfer failed for request rank=0 ") and \
+            "KVTransferError(bootstrap_room=5): Request 5 timed out after 8." in message and \
+            message.endswith("s in KVPoll.WaitingForInput"), message
+
+        # A request waits on its KV cache while the prefill dies. Whether it reaches the decode
+        # just before or just after the kill, it waits on the prefill the decode knows until
+        # the heartbeat's second miss (4 s) declares that prefill lost.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(generate, 6)
+            procs.signal_pids([p["pid"] for p in fleet.processes("sim-node-1")], signal.SIGKILL)
+            lost = waiting.result(timeout=60)
+        assert lost.status_code == 500, lost.text
+        assert lost.json()["message"].endswith(
+            f"KVTransferError(bootstrap_room=6): Lost connection with prefill instance "
+            f"(bootstrap_addr: {addr})")
+        decode_log = fleet.log_file("sim-node-2").read_text()
+        assert decode_log.count(f"Attempting to reconnect to {addr}...") == 2
+        assert f"Lost connection with prefill instance (bootstrap_addr: {addr}), 1 requests " \
+               f"affected" in decode_log
+
+        health = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra,
+                              "--limit", "sim-node-2")
+        out = flat(health.output)
+        assert health.rc == 0, out[-3000:]
+        assert ("sim-node-2: ready: /health answered 200; KV transfers failed since the last "
+                "look (the log holds 2 requests aborted, 1 lost connection to a prefill, "
+                f"naming the prefill at {addr}") in out, out[-3000:]
+    finally:
+        fleet.stop()
         fleet.kill_leftovers()

@@ -591,3 +591,43 @@ def test_the_decodes_look_up_of_a_prefill_speaks_as_the_releases(env):
     said += evaluate(string_with(decode, " with exception {e}"), e=error_text)
     assert said == kv_receiver.handshake_failed_line(0, "9f3a", 4411, kv_receiver.ABORTED)
     assert 'def _bootstrap_addr(req: Req) -> str:' in decode
+
+
+def test_the_decodes_wait_for_its_kv_cache_speaks_as_the_releases(env):
+    """A decode's wait for a request's KV cache (the waiting timeout and its warning) and its
+    heartbeat's loss of a prefill (interval, misses, the lines) are 0.5.23's
+    (common/conn.py, decode.py, environ.py), each line evaluated from the release's own
+    f-strings."""
+    decode = source(env, "sglang/srt/disaggregation/decode.py")
+    conn = source(env, "sglang/srt/disaggregation/common/conn.py")
+    environ = source(env, "sglang/srt/environ.py")
+    assert f"{kv_receiver.WAITING_TIMEOUT_VAR} = EnvInt(300)" in environ
+    assert f"{kv_receiver.HEARTBEAT_INTERVAL_VAR} = EnvFloat(5.0)" in environ
+    assert f"{kv_receiver.HEARTBEAT_MAX_FAILURE_VAR} = EnvInt(2)" in environ
+    assert "envs.SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL.get(), 2.0" in conn
+    assert "envs.SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE.get(), 1" in conn
+    assert 'f"http://{bootstrap_addr}/health"' in conn and "timeout=(2, 3)" in conn
+    warning = next(node for node in ast.walk(ast.parse(conn)) if isinstance(node, ast.Call)
+                   and ast.unparse(node.func).endswith("warning_once") and node.args
+                   and "fail to receive KV Cache" in ast.unparse(node.args[0]))
+    assert evaluate(warning.args[0]) == kv_receiver.WAITING_TIMEOUT_WARNING
+    room, addr = 4411, "10.0.0.5:8998"
+    assert evaluate(string_with(conn, "in KVPoll.WaitingForInput"),
+                    self=SimpleNamespace(bootstrap_room=room), elapsed=3.04) == \
+        kv_receiver.waiting_timeout_reason(room, 3.04)
+    # The failure record's f-string alone (ast.unparse quotes it with ').
+    assert evaluate(string_with(conn, "Lost connection with prefill instance (bootstrap_addr: "
+                                      "{failed_bootstrap_addr})'"),
+                    failed_bootstrap_addr=addr) == kv_receiver.lost_reason(addr)
+    assert evaluate(string_with(conn, "requests affected"), failed_bootstrap_addr=addr,
+                    affected_rooms=[1, 2]) == kv_receiver.lost_line(addr, 2)
+    assert evaluate(string_with(conn, "Attempting to reconnect to"),
+                    bootstrap_addr=addr) == kv_receiver.reconnect_line(addr)
+    request = SimpleNamespace(req=SimpleNamespace(rid="9f3a", bootstrap_room=room))
+    said = evaluate(string_with(decode, "Decode transfer failed for request"),
+                    self=SimpleNamespace(tp_rank=0), decode_req=request)
+    reason = kv_receiver.waiting_timeout_reason(room, 3.04)
+    error_text = evaluate(string_with(conn, "KVTransferError(bootstrap_room="),
+                          self=SimpleNamespace(bootstrap_room=room, failure_reason=reason))
+    said += evaluate(string_with(decode, " with exception {e}"), e=error_text)
+    assert said == kv_receiver.transfer_failed_line(0, "9f3a", room, reason)

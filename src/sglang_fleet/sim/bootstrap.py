@@ -120,8 +120,8 @@ class BootstrapServer:
 
     def stop_after_first_lookup(self) -> None:
         """The bootstrap_dead fault: the thread ends once a decode has looked the prefill up,
-        so that decode keeps the prefill's info and serves on (as a real one does), while a
-        decode that looks it up later (a new or restarted one) cannot."""
+        so that decode keeps the prefill's info and serves on until its heartbeat loses the
+        prefill (as a real one does), while a look-up after that cannot succeed."""
         self.httpd.after_lookup = self.stop  # type: ignore[attr-defined]
 
     def stop(self) -> None:

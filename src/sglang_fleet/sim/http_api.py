@@ -21,9 +21,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import parse_qs
 
 from sglang_fleet.sim import request_log
-from sglang_fleet.sim.kv_receiver import KVTransferAborted, hand_shake
+from sglang_fleet.sim.kv_receiver import KV_SENT_PATH, KVTransferAborted, hand_shake, rooms_of
 from sglang_fleet.sim.runtime import VERSION, log, resolved_args
 from sglang_fleet.sim.serving import (
     STARTING,
@@ -153,6 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         return allowed
 
     def _route(self, method: str) -> str | None:
+        if method == "GET" and self._answered_kv_sent():
+            return None
         path = self.path.split("?", 1)[0]
         if not self._authorized(path):
             return None
@@ -343,6 +346,7 @@ class Handler(BaseHTTPRequestHandler):
                 prefilled.set()
                 for replica in {id(g.replica): g.replica for g in gens}.values():
                     st.log_prefill([g for g in gens if g.replica is replica])
+                self._kv_sent(body, len(gens))
 
         if body.get("stream"):
             self._stream_generations(gens, batched, on_prefill)
@@ -387,6 +391,22 @@ class Handler(BaseHTTPRequestHandler):
         openai/serving_base.py handle_request): an ErrorResponse with the status as type."""
         self._send(status, {"object": "error", "message": message, "type": str(status),
                             "param": None, "code": status})
+
+    def _kv_sent(self, body: dict[str, Any], count: int) -> None:
+        """A prefill has computed the request's prefill: its KV cache goes to the decode."""
+        st = self.state
+        if st.kv_sent is not None and not st.hang_transfers:
+            st.kv_sent.update(str(room) for room in rooms_of(body, count) if room is not None)
+
+    def _answered_kv_sent(self) -> bool:
+        """A prefill's answer at the simulator's stand-in for the transfer's completion
+        (kv_receiver.KV_SENT_PATH): not an SGLang endpoint, and outside the API key, as the
+        transfer is. False for any other request."""
+        if self.state.kv_sent is None or self.path.split("?", 1)[0] != KV_SENT_PATH:
+            return False
+        room = parse_qs(self.path.split("?", 1)[-1]).get("room", [""])[0]
+        self._send(200, {"room": room, "sent": room in self.state.kv_sent})
+        return True
 
     def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str) -> bool:
         """A decode's look-up of the request's prefill (kv_receiver); False when the request
@@ -515,6 +535,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def on_prefill(g: Generation) -> None:
             st.log_prefill([g])
+            self._kv_sent(body, 1)
 
         tokens = gen.run(on_prefill)
         try:  # the scheduler admits it or aborts it before any output

@@ -411,6 +411,8 @@ class Engine:
         self.pd_warmup_failed = False
         self.bootstrap = start_bootstrap_server(args) \
             if getattr(args, "disaggregation_mode", "null") == "prefill" else None
+        if getattr(args, "disaggregation_mode", "null") == "prefill":
+            st.kv_sent, st.hang_transfers = set(), rt.has("transfer_hang")
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
             httpd = UvicornServer((args.host, args.port), handler)

@@ -59,6 +59,9 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     # A prefill's KV bootstrap server gone while its HTTP server answers: it stops once the
     # first decode has looked the prefill up, silently (its thread ended).
     "bootstrap_dead": ("serving", ("serving",)),
+    # A prefill whose KV transfers never complete (a stuck transfer engine): its decodes wait
+    # until SGLANG_DISAGGREGATION_WAITING_TIMEOUT fails each request.
+    "transfer_hang": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)
 
@@ -93,7 +96,7 @@ class SimRuntime:
         for f in self.faults:
             if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
                     "leak_memory", "orphan_workers", "tokenizer_watchdog",
-                    "detokenizer_crash", "bootstrap_dead"):
+                    "detokenizer_crash", "bootstrap_dead", "transfer_hang"):
                 return f
         return None
 
