@@ -99,8 +99,8 @@ def membership_due(server, groups, hostvars, server_spec, address, override=None
     """Whether a ready server running unchanged is missing from a router in front of it: one
     of them did not list it healthy when this run deployed that router (membership.yml then
     joins it), or it is a decode that must leave them (pd_wait). Asked before including
-    membership.yml, so that a re-run of a fleet already in
-    its routers runs one task per server for membership, not four."""
+    membership.yml, so that a re-run of a fleet already in its routers runs one task per
+    server for membership, not four."""
     _need_package()
     if not server_spec["group"]["serves_http"]:
         return False

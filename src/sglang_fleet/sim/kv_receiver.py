@@ -202,11 +202,13 @@ class PrefillInfoTable:
         if response.status_code != 200:
             log(fetch_status_line(response.status_code, response.text), self.log_prefix)
             return False
+        try:
+            http_port = response.json().get("prefill_http_port")
+        except (ValueError, AttributeError):
+            http_port = None  # not the prefill's info: its transfers cannot be asked after
         with self.lock:
-            host = addr.rsplit(":", 1)[0]
-            self.http_of[addr] = f"{host}:{response.json().get('prefill_http_port')}"
+            self.http_of[addr] = f"{addr.rsplit(':', 1)[0]}:{http_port}"
         return True
-
 
     def wait_for_kv(self, addr: str, room: Any) -> str:
         """Wait until the prefill at `addr` has sent room's KV cache; '' then, else why not."""
