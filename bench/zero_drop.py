@@ -154,13 +154,17 @@ def all_back(fleet: SimFleet, timeout: float = 120.0) -> str:
     return f"after {timeout:.0f} s the router still lists {missing}"
 
 
+def victim_of(args: argparse.Namespace) -> str:
+    """The server (b) and (c) strike: a decode in a PD fleet."""
+    return PD_VICTIM if args.pd else VICTIM
+
+
 def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Namespace,
              work: Path, step: int) -> dict[str, Any]:
-    victim_host = PD_VICTIM if args.pd else VICTIM
+    victim_host = victim_of(args)
     inventory = fleet.inventory if procedure == "router-aware" else naive_inventory(fleet)
     extra = {**fleet.extra, **BENCH_VARS}
-    port = fleet.extra["sglang_fleet_router_port"]
-    log_path = fleet.router_root / "logs" / f"sglang-router-{port}.log"
+    log_path = fleet.router_log
     log_start = log_path.stat().st_size
     victim = fleet.url(victim_host)
     load = OverloadRetryingLoad(fleet.router_url, clients=args.clients,
@@ -333,7 +337,7 @@ def main() -> int:
             fleet.stop()
             fleet.kill_leftovers()
     print()
-    victim = PD_VICTIM if args.pd else VICTIM
+    victim = victim_of(args)
     shape = ("a PD deployment: prefills sim-node-1/2, decodes sim-node-3/4, the router in PD "
              "mode; (a) changes the prefills only" if args.pd else "4 nodes")
     print(f"SIMULATED workers (sglang-sim, Kimi-K2.5 TP=8 profile; {shape}) behind the real "

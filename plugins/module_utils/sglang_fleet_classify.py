@@ -462,12 +462,10 @@ def _kv_transfer_failed(verdict, kv, looked_before):
     prefills = sorted(kv["prefills"])
     said = "%d request%s aborted" % (kv["requests_failed"],
                                      "" if kv["requests_failed"] == 1 else "s")
-    if kv["lookups_failed"]:
-        said += ", %d failed look-up%s of a prefill" % (
-            kv["lookups_failed"], "" if kv["lookups_failed"] == 1 else "s")
-    if kv.get("prefills_lost"):
-        said += ", %d lost connection%s to a prefill" % (
-            kv["prefills_lost"], "" if kv["prefills_lost"] == 1 else "s")
+    for counter, words in (("lookups_failed", "failed look-up%s of a prefill"),
+                           ("prefills_lost", "lost connection%s to a prefill")):
+        if kv[counter]:
+            said += ", %d " % kv[counter] + words % ("" if kv[counter] == 1 else "s")
     if prefills:
         said += ", naming the prefill%s at %s" % ("s" if len(prefills) > 1 else "",
                                                    ", ".join(prefills))

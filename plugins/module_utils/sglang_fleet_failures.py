@@ -142,9 +142,13 @@ GPU_FAULT_KINDS = frozenset(("gpu_error",))
 # first failure that is not one of these is the cause.
 CONSEQUENCE_KINDS = frozenset(("child_failed", "subprocess_exited", "killed"))
 # KV transfer between a PD deployment's prefill and decode: one request's failure each, never
-# the server's; counted apart from the failures (a busy decode can log thousands).
-KV_TRANSFER_KINDS = frozenset(("kv_transfer_failed", "kv_prefill_unreachable",
-                               "kv_prefill_lost"))
+# the server's; counted apart from the failures (a busy decode can log thousands), each kind
+# in its own counter: requests aborted, failed look-ups of a prefill, prefills a decode's
+# heartbeat lost.
+KV_TRANSFER_COUNTERS = {"kv_transfer_failed": "requests_failed",
+                        "kv_prefill_unreachable": "lookups_failed",
+                        "kv_prefill_lost": "prefills_lost"}
+KV_TRANSFER_KINDS = frozenset(KV_TRANSFER_COUNTERS)
 # Where such a line names the prefill: its bootstrap address (decode.py, conn.py), or the
 # host and port of the requests error that failed to reach it.
 _KV_PEER = re.compile(r"from (?:bootstrap_addr: )?(?P<addr>\S+?)(?: after \d+ attempts|$|,)|"

@@ -32,10 +32,6 @@ GAP_MARKER = "~~~~~ sglang-fleet: "
 
 _PHASE_INDEX = dict((name, i) for i, name in enumerate(vocab.PHASES))
 LINE_LIMIT = 500  # characters of a line kept in failures and evidence
-# What each KV transfer kind counts: requests aborted, failed look-ups of a prefill, prefills
-# a decode's heartbeat lost.
-_KV_COUNTER = {"kv_transfer_failed": "requests_failed", "kv_prefill_unreachable": "lookups_failed",
-               "kv_prefill_lost": "prefills_lost"}
 
 # ---- the grammar ------------------------------------------------------------------------------
 
@@ -580,10 +576,10 @@ class _Parser:
         """A PD request's KV transfer failed (or its prefill could not be looked up): counted,
         with the prefills the lines name and the latest line."""
         kv = self.kv_transfer
+        counters = failures_grammar.KV_TRANSFER_COUNTERS
         if kv is None:
-            kv = self.kv_transfer = {"requests_failed": 0, "lookups_failed": 0,
-                                     "prefills_lost": 0, "prefills": {}}
-        kv[_KV_COUNTER[kind]] += 1
+            kv = self.kv_transfer = dict(((c, 0) for c in counters.values()), prefills={})
+        kv[counters[kind]] += 1
         peer = failures_grammar.kv_peer(message)
         if peer:
             kv["prefills"][peer] = kv["prefills"].get(peer, 0) + 1

@@ -134,10 +134,11 @@ def test_a_decode_fails_a_transfer_that_hangs_or_whose_prefill_dies_and_serves_o
     SGLANG_DISAGGREGATION_WAITING_TIMEOUT; then the prefill is killed while a request waits,
     and the decode's heartbeat (every SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, two misses)
     fails it as a lost prefill. The decode stays ready and its verdict says both."""
-    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_fault": "transfer_hang"})
-    fleet.set_host_vars("sim-node-2", {"sglang_server_extra_env": {
-        "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 8,
-        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": 2}})
+    fleet = make_pd_fleet(
+        tmp_path, decode_vars={"sglang_server_extra_env": {
+            "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 8,
+            "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": 2}},
+        prefill_vars={"sglang_server_sim_fault": "transfer_hang"})
     port = bootstrap_port(fleet)
     addr = f"127.0.0.1:{port}"
     try:

@@ -165,8 +165,7 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
         assert {h: fleet.server_pid(h) for h in fleet.hosts if h != victim} == {
             h: pid for h, pid in kept.items() if h != victim}
         # Every request that failed had been sent to the hung decode (before it was cut out).
-        port = fleet.extra["sglang_fleet_router_port"]
-        routes = routed_to((fleet.router_root / "logs" / f"sglang-router-{port}.log").read_text())
+        routes = routed_to(fleet.router_log.read_text())
         assert hung["sent"] > hung["failed"]
         assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
                    for f in hung["failures"]), (hung["failures"][:5], routes)

@@ -161,9 +161,7 @@ def test_deploy_brings_up_the_router_and_answers_through_it(fleet):
 
 
 def router_starts(fleet) -> int:
-    port = fleet.extra["sglang_fleet_router_port"]
-    log = fleet.router_root / "logs" / f"sglang-router-{port}.log"
-    return log.read_text(errors="replace").count("===== sglang-fleet: start")
+    return fleet.router_log.read_text(errors="replace").count("===== sglang-fleet: start")
 
 
 def test_a_changed_router_setting_restarts_the_router_once(fleet):

@@ -21,7 +21,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlparse
 
 from sglang_fleet.sim import request_log
 from sglang_fleet.sim.kv_receiver import KV_SENT_PATH, KVTransferAborted, hand_shake, rooms_of
@@ -112,6 +112,19 @@ def parse_body(raw: bytes) -> Any:
         raise BadBody({"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
                        "input": {}, "ctx": {"error": e.msg}}) from None
     return body
+
+
+def generate_abort_event(gen: Generation, message: str, status: int,
+                         index: int | None) -> dict[str, Any]:
+    """The chunk a /generate stream ends with when the scheduler aborts its request
+    (tokenizer_manager: finish_reason abort with the message and status); `index` in a
+    batch."""
+    event = {"text": "", "output_ids": [], "meta_info": dict(
+        gen.meta(True), finish_reason={"type": "abort", "message": message,
+                                       "status_code": status})}
+    if index is not None:
+        event["index"] = index
+    return event
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -337,7 +350,7 @@ class Handler(BaseHTTPRequestHandler):
         for gen, sampling in zip(gens, params, strict=True):
             gen.streaming = bool(body.get("stream"))
             gen.temperature = temperature_of(sampling)
-        if not self._kv_hand_shake(body, gens, "generate"):
+        if not self._kv_hand_shake(body, gens, "generate", batched):
             return
         prefilled = threading.Event()
 
@@ -395,20 +408,22 @@ class Handler(BaseHTTPRequestHandler):
     def _kv_sent(self, body: dict[str, Any], count: int) -> None:
         """A prefill has computed the request's prefill: its KV cache goes to the decode."""
         st = self.state
-        if st.kv_sent is not None and not st.hang_transfers:
+        if st.kv_sent is not None and not st.rt.has("transfer_hang"):
             st.kv_sent.update(str(room) for room in rooms_of(body, count) if room is not None)
 
     def _answered_kv_sent(self) -> bool:
         """A prefill's answer at the simulator's stand-in for the transfer's completion
         (kv_receiver.KV_SENT_PATH): not an SGLang endpoint, and outside the API key, as the
         transfer is. False for any other request."""
-        if self.state.kv_sent is None or self.path.split("?", 1)[0] != KV_SENT_PATH:
+        url = urlparse(self.path)
+        if self.state.kv_sent is None or url.path != KV_SENT_PATH:
             return False
-        room = parse_qs(self.path.split("?", 1)[-1]).get("room", [""])[0]
+        room = parse_qs(url.query).get("room", [""])[0]
         self._send(200, {"room": room, "sent": room in self.state.kv_sent})
         return True
 
-    def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str) -> bool:
+    def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str,
+                       batched: bool = False) -> bool:
         """A decode's look-up of the request's prefill (kv_receiver); False when the request
         was aborted and answered: a 500 with the handshake's message, or in a stream the
         abort (tokenizer_manager for /generate, serving_chat's streaming error for OpenAI)."""
@@ -423,17 +438,12 @@ class Handler(BaseHTTPRequestHandler):
                 return False
             self._start_stream()
             for i, gen in enumerate(gens):
-                if api == "generate":
-                    event = {"text": "", "output_ids": [], "meta_info": dict(
-                        gen.meta(True), finish_reason={"type": "abort", "message": str(abort),
-                                                       "status_code": abort.status})}
-                    if len(gens) > 1:
-                        event["index"] = i
-                else:
-                    event = {"error": {"object": "error", "message": str(abort),
+                self._event(generate_abort_event(gen, str(abort), abort.status,
+                                                 i if batched else None)
+                            if api == "generate" else
+                            {"error": {"object": "error", "message": str(abort),
                                        "type": "INTERNAL_SERVER_ERROR", "param": None,
-                                       "code": abort.status}}
-                self._event(event)
+                                       "code": abort.status}})
             self._end_stream()
             return False
         return True
@@ -492,13 +502,8 @@ class Handler(BaseHTTPRequestHandler):
                     text += token_text(t)
                     self._stream_event(gen, text, t, batched, i, lock)
             except QueueFull as full:  # tokenizer_manager: a stream yields the abort
-                event = {"text": "", "output_ids": [], "meta_info": dict(
-                    gen.meta(True), finish_reason={"type": "abort", "message": str(full),
-                                                   "status_code": 503})}
-                if batched:
-                    event["index"] = i
                 with lock:
-                    self._event(event)
+                    self._event(generate_abort_event(gen, str(full), 503, i if batched else None))
 
         threads = [threading.Thread(target=stream, args=(i,), daemon=True)
                    for i in range(len(gens))]

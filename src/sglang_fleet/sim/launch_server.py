@@ -409,10 +409,9 @@ class Engine:
                 signal.pause()
         # The tokenizer manager starts a prefill's KV bootstrap server before the HTTP server.
         self.pd_warmup_failed = False
-        self.bootstrap = start_bootstrap_server(args) \
-            if getattr(args, "disaggregation_mode", "null") == "prefill" else None
-        if getattr(args, "disaggregation_mode", "null") == "prefill":
-            st.kv_sent, st.hang_transfers = set(), rt.has("transfer_hang")
+        prefill = getattr(args, "disaggregation_mode", "null") == "prefill"
+        self.bootstrap = start_bootstrap_server(args) if prefill else None
+        st.kv_sent = set() if prefill else None
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
             httpd = UvicornServer((args.host, args.port), handler)

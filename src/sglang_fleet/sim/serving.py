@@ -72,10 +72,8 @@ class ServerState:
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
         # A decode's table of the prefills it has looked up (set by the engine in PD mode).
         self.prefill_info: PrefillInfoTable | None = None
-        # A prefill's rooms whose KV cache it has sent (kv_receiver.KV_SENT_PATH), and whether
-        # its transfers hang instead (the transfer_hang fault).
+        # A prefill's rooms whose KV cache it has sent (kv_receiver.KV_SENT_PATH).
         self.kv_sent: set[str] | None = None
-        self.hang_transfers = False
         self.stats = metrics.RequestStats()
         self.detokenizer_pid: int | None = None
         self.status = STARTING

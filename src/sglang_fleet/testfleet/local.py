@@ -177,6 +177,11 @@ class SimFleet:
         return f"http://127.0.0.1:{self.extra['sglang_fleet_router_port']}"
 
     @property
+    def router_log(self) -> Path:
+        port = self.extra["sglang_fleet_router_port"]
+        return self.router_root / "logs" / f"sglang-router-{port}.log"
+
+    @property
     def router_metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.extra['sglang_router_prometheus_port']}/metrics"
 
@@ -256,7 +261,8 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
     `prefills` hosts (sim-node-1...) its prefills (group kimi_prefill, each with its KV
     bootstrap server on pd_bootstrap_port(fleet, i)), the next `decodes` its decodes (group
     kimi_decode); with `router` (a virtualenv with sglang-router), sim-router in PD mode in
-    front."""
+    front. `prefill_vars` and `decode_vars` go in each side's group_vars file, which wins over
+    group_vars/sglang_servers.yml (a child group's), as an operator's would."""
     fleet = make_fleet(tmp, hosts=prefills + decodes, router=router, time_factor=time_factor)
     hosts = fleet.inventory / "hosts.yml"
     data = yaml.safe_load(hosts.read_text())
@@ -269,13 +275,12 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
         "vars": {"sglang_server_pd_deployment": "kimi_pd",
                  "sglang_server_disaggregation_transfer_backend": "nixl"},
         "children": {
-            "kimi_prefill": {"hosts": prefill_hosts,
-                             "vars": {"sglang_server_disaggregation_mode": "prefill",
-                                      **(prefill_vars or {})}},
-            "kimi_decode": {"hosts": decode_hosts,
-                            "vars": {"sglang_server_disaggregation_mode": "decode",
-                                     **(decode_vars or {})}}}}}
+            "kimi_prefill": {"hosts": prefill_hosts},
+            "kimi_decode": {"hosts": decode_hosts}}}}
     del data["all"]["children"]["sglang_servers"]["hosts"]
+    for side, own in (("prefill", prefill_vars), ("decode", decode_vars)):
+        (fleet.inventory / "group_vars" / f"kimi_{side}.yml").write_text(yaml.safe_dump(
+            {"sglang_server_disaggregation_mode": side, **(own or {})}))
     if router is not None:
         routers = data["all"]["children"]["sglang_routers"]
         routers["vars"] = {**(routers.get("vars") or {}),
