@@ -152,9 +152,6 @@ class RequestStats:
             self.observe("sglang:time_to_first_token_seconds", flag, ttft)
         self.observe("sglang:e2e_request_latency_seconds", flag, e2e)
 
-    def aborted(self) -> None:
-        self.add("sglang:num_aborted_requests_total", "", 1)
-
     def write(self, out: Exposition, labels: dict[str, str]) -> None:
         extra = {"sglang:cached_tokens_total": "cache_source",
                  "sglang:num_aborted_requests_total": None}

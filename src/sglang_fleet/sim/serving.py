@@ -124,17 +124,16 @@ class ServerState:
         return self.replicas[n % len(self.replicas)]
 
     # --- the schedulers' side ------------------------------------------------------------
-    def admit(self, replica: Replica, ident: str, counted: bool = True) -> None:
+    def admit(self, replica: Replica, ident: str) -> None:
         """Wait for a place in the replica's running batch; raise QueueFull when the waiting
-        queue is at --max-queued-requests (the check counts the waiting requests only)."""
+        queue is at --max-queued-requests (the check counts the waiting requests only). A
+        rejection is not an abort in /metrics: SGLang counts only the aborts its tokenizer
+        manager sends (tokenizer_manager.abort_request: client disconnects, /abort_request)."""
         with self.admission:
             if replica.running < self.max_running and not replica.waiting:
                 replica.running += 1
                 return
             if self.max_queued is not None and len(replica.waiting) + 1 > self.max_queued:
-                if counted:
-                    with self.lock:
-                        self.stats.aborted()
                 raise QueueFull(QueueFull.message)
             replica.waiting.append(ident)
             while replica.waiting[0] != ident or replica.running >= self.max_running:
@@ -368,7 +367,7 @@ class Generation:
         queue is full; waits, without a timeout, while its schedulers do not take the batch
         or stop producing (stopped, stuck, dead), as a request waits on SGLang's."""
         st = self.state
-        st.admit(self.replica, self.rid, self.log_metrics)
+        st.admit(self.replica, self.rid)
         with st.lock:
             st.running[self.rid] = self
         try:
