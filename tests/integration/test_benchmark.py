@@ -28,21 +28,26 @@ def tuned_sim(tmp_path_factory):
     sim.stop()
 
 
-def test_benchmark_is_within_one_percent_of_the_simulators_speed(tuned_sim):
+def test_benchmark_reports_the_simulators_speed(tuned_sim):
+    """Within 1% of the simulator's paced speed on a quiet machine; the simulator paces its
+    tokens with wall-clock sleeps, which a loaded 2-core machine wakes tens of milliseconds
+    late, so the test allows 3% over the 2.8 s of each request's decode."""
     assert 89.9 < TUNED_TOK_S < 90.1  # the incident's 90 tok/s
     result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=1024, output_len=256,
                            warmup=1, repetitions=2, concurrency=[1])
     level = result["levels"][0]
     assert level["output_tok_s"]["n"] == 2
-    assert level["output_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.01)
-    assert level["decode_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.01)
+    assert level["output_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
+    assert level["decode_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
     assert level["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.02)
     assert level["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
     assert level["itl_s"]["n"] == 2 * 255
 
 
 def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
-    result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=16, output_len=32,
+    # 128 tokens (1.4 s at the profile's speed): long enough that a wake-up a loaded machine
+    # delays by tens of milliseconds moves the figures by a few percent at most.
+    result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=16, output_len=128,
                            warmup=0, repetitions=1, concurrency=[1, 3])
     one, three = result["levels"]
     assert (one["concurrency"], one["mode"]) == (1, "single_stream")
@@ -51,23 +56,23 @@ def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
     # server admits them as one prefill batch and nothing comes from the prefix cache.
     assert re.search(r"Prefill batch, #new-seq: 3, #new-token: 48, #cached-token: 0,",
                      tuned_sim.log())
-    # Its figures: 3 x 32 tokens over (latency - time until all three have a token), which
-    # the simulator's streams, paced side by side, make 3 x 32/31 x the decode speed. The
+    # Its figures: 3 x 128 tokens over (latency - time until all three have a token), which
+    # the simulator's streams, paced side by side, make 3 x 128/127 x the decode speed. The
     # pacing is wall-clock sleeps, a few percent late on a loaded 2-core machine; the
     # arithmetic of the figures is checked exactly below.
-    assert three["output_tok_s"]["median"] == pytest.approx(3 * 32 / 31 * TUNED_TOK_S,
+    assert three["output_tok_s"]["median"] == pytest.approx(3 * 128 / 127 * TUNED_TOK_S,
                                                             rel=0.05)
     assert three["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.05)
     assert three["input_tok_s"]["median"] == pytest.approx(
         48 / three["ttft_s"]["median"], rel=1e-6)
     assert three["overall_tok_s"]["median"] == pytest.approx(
-        (48 + 96) / three["latency_s"]["median"], rel=1e-6)
+        (48 + 3 * 128) / three["latency_s"]["median"], rel=1e-6)
     # Per prompt: bench_serving's TPOT, and ITL per token over the three streams.
     assert three["tpot_s"]["n"] == 3
-    assert three["itl_s"]["n"] == 3 * 31
+    assert three["itl_s"]["n"] == 3 * 127
     assert three["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
-    # Single stream keeps its figures: output tok/s = 32 / (latency - ttft).
-    assert one["output_tok_s"]["median"] == pytest.approx(32 / 31 * TUNED_TOK_S, rel=0.05)
+    # Single stream keeps its figures: output tok/s = 128 / (latency - ttft).
+    assert one["output_tok_s"]["median"] == pytest.approx(128 / 127 * TUNED_TOK_S, rel=0.05)
     assert one["input_tok_s"]["median"] == pytest.approx(16 / one["ttft_s"]["median"])
 
 

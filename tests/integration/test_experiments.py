@@ -33,20 +33,22 @@ def cli_args(fleet, run_dir: Path) -> list[str]:
 def test_sweep_reproduces_the_incident(node, tmp_path):
     run_dir = tmp_path / "sweep"
     run = sglang_fleet("sweep", str(REPO / "examples/experiments/incident-sweep.yml"),
-                       *cli_args(node, run_dir), "--output-len", "64", "--repetitions", "2",
+                       *cli_args(node, run_dir), "--output-len", "128", "--repetitions", "2",
                        "--no-restore")
     assert run.returncode == 0, run.stdout
     rows = {r["name"]: r for r in json.loads((run_dir / "sweep.json").read_text())["rows"]}
     base, hung, tuned = rows["baseline"], rows["flashinfer"], rows["triton + NCCL tuning"]
     assert base["verdict"] == "ready" and base["simulated"]
-    assert base["tok_s"] == pytest.approx(63.6 * 64 / 63, rel=0.02)
+    assert base["tok_s"] == pytest.approx(63.6 * 128 / 127, rel=0.03)
     # flashinfer hangs in graph capture; the sweep recovered it and kept the evidence.
     assert hung["verdict"].startswith("stalled in capturing_cuda_graph; stopped, GPUs freed")
     assert hung["tok_s"] is None and Path(hung["evidence"], "summary.json").is_file()
     assert hung["changed"] == "attention_backend=flashinfer"
-    # NCCL tuning alone: faster, by the simulator's profile.
+    # NCCL tuning alone: faster, by the simulator's profile (41.5%). The simulator paces its
+    # tokens with wall-clock sleeps, which a loaded 2-core machine wakes late: a few percent
+    # of either speed moves the difference by a few points.
     assert tuned["verdict"] == "ready"
-    assert tuned["delta_pct"] == pytest.approx(41.5, abs=2.0)
+    assert tuned["delta_pct"] == pytest.approx(41.5, abs=5.0)
     assert tuned["changed"].startswith("nccl_profile=NCCL_P2P_LEVEL=SYS")
     table = (run_dir / "sweep.md").read_text()
     assert "| flashinfer | attention_backend=flashinfer | stalled in capturing_cuda_graph" in table

@@ -183,3 +183,52 @@ def test_a_decode_fails_a_transfer_that_hangs_or_whose_prefill_dies_and_serves_o
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_path):
+    """A prefill holds each PD request until a decode takes it (bootstraps its room); then it
+    answers after its first token, as a prefill server does, while the decode answers in full.
+    A request that no decode takes fails at SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT with the
+    release's words; the prefill stays ready and its verdict counts the request."""
+    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_extra_env": {
+        "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 3}})
+    port = bootstrap_port(fleet)
+    try:
+        run = fleet.deploy()
+        assert run.rc == 0, run.output[-3000:]
+
+        def generate(host: str, room: int) -> requests.Response:
+            return requests.post(fleet.url(host) + "/generate", timeout=60, json={
+                "text": "hello", "sampling_params": {"max_new_tokens": 6},
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": room})
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            prefilled = pool.submit(generate, "sim-node-1", 22)
+            decoded = pool.submit(generate, "sim-node-2", 22)
+            prefill_answer, decode_answer = prefilled.result(60), decoded.result(60)
+        assert prefill_answer.status_code == 200, prefill_answer.text
+        assert prefill_answer.json()["output_ids"] == [0]
+        assert prefill_answer.json()["meta_info"]["finish_reason"] == {"type": "length",
+                                                                       "length": 0}
+        assert decode_answer.status_code == 200, decode_answer.text
+        assert len(decode_answer.json()["output_ids"]) == 6
+
+        orphan = generate("sim-node-1", 21)  # no decode ever takes room 21
+        assert orphan.status_code == 500, orphan.text
+        message = orphan.json()["message"]
+        assert message.startswith("Prefill bootstrap failed for request rank=0 req.rid=") and \
+            "req.bootstrap_room=21 with exception KVTransferError(bootstrap_room=21): " \
+            "Request 21 timed out after 3." in message and \
+            message.endswith("s in KVPoll.Bootstrapping"), message
+        prefill_log = fleet.log_file("sim-node-1").read_text()
+        assert prefill_log.count("Some requests timed out when bootstrapping") == 1
+
+        health = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra,
+                              "--limit", "sim-node-1")
+        out = flat(health.output)
+        assert health.rc == 0, out[-3000:]
+        assert ("sim-node-1: ready: /health answered 200; KV transfers failed since the last "
+                "look (the log holds 1 request aborted") in out, out[-3000:]
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()

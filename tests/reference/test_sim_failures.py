@@ -30,6 +30,7 @@ from sglang_fleet.sim import (
     failures,
     http_api,
     kv_receiver,
+    kv_sender,
     launch_server,
     metrics,
     rendezvous,
@@ -631,3 +632,30 @@ def test_the_decodes_wait_for_its_kv_cache_speaks_as_the_releases(env):
                           self=SimpleNamespace(bootstrap_room=room, failure_reason=reason))
     said += evaluate(string_with(decode, " with exception {e}"), e=error_text)
     assert said == kv_receiver.transfer_failed_line(0, "9f3a", room, reason)
+
+
+def test_the_prefills_wait_for_its_decode_speaks_as_the_releases(env):
+    """A prefill's wait for its decode to bootstrap a request (the bootstrap timeout, its
+    warning, the failure's line) and a prefill request's finish are 0.5.23's (common/conn.py,
+    prefill.py, environ.py), each line evaluated from the release's own f-strings."""
+    prefill = source(env, "sglang/srt/disaggregation/prefill.py")
+    conn = source(env, "sglang/srt/disaggregation/common/conn.py")
+    environ = source(env, "sglang/srt/environ.py")
+    assert f"{kv_sender.BOOTSTRAP_TIMEOUT_VAR} = EnvInt(300)" in environ
+    warning = next(node for node in ast.walk(ast.parse(conn)) if isinstance(node, ast.Call)
+                   and ast.unparse(node.func).endswith("warning_once") and node.args
+                   and "timed out when bootstrapping" in ast.unparse(node.args[0]))
+    assert evaluate(warning.args[0]) == kv_sender.BOOTSTRAP_TIMEOUT_WARNING
+    room = 4411
+    reason = evaluate(string_with(conn, "in KVPoll.Bootstrapping"),
+                      self=SimpleNamespace(bootstrap_room=room), elapsed=3.04)
+    assert reason == kv_sender.bootstrap_timeout_reason(room, 3.04)
+    said = evaluate(string_with(prefill, "Prefill bootstrap failed for request"),
+                    get_parallel=lambda: SimpleNamespace(tp_rank=0),
+                    req=SimpleNamespace(rid="9f3a", bootstrap_room=room))
+    error_text = evaluate(string_with(conn, "KVTransferError(bootstrap_room="),
+                          self=SimpleNamespace(bootstrap_room=room, failure_reason=reason))
+    said += evaluate(string_with(prefill, " with exception {e}"), e=error_text)
+    assert said == kv_sender.bootstrap_failed_line(0, "9f3a", room, reason)
+    assert "req.finished_reason = FINISH_LENGTH(length=0)" in prefill
+    assert kv_sender.PREFILL_FINISH == {"type": "length", "length": 0}

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 
 from sglang_fleet.sim import request_log
 from sglang_fleet.sim.kv_receiver import KV_SENT_PATH, KVTransferAborted, hand_shake, rooms_of
+from sglang_fleet.sim.kv_sender import PREFILL_FINISH, bootstrap_failed_line, takes_transfer
 from sglang_fleet.sim.runtime import VERSION, log, resolved_args
 from sglang_fleet.sim.serving import (
     STARTING,
@@ -408,30 +409,30 @@ class Handler(BaseHTTPRequestHandler):
     def _kv_sent(self, body: dict[str, Any], count: int) -> None:
         """A prefill has computed the request's prefill: its KV cache goes to the decode."""
         st = self.state
-        if st.kv_sent is not None and not st.rt.has("transfer_hang"):
-            st.kv_sent.update(str(room) for room in rooms_of(body, count) if room is not None)
+        if st.kv_sender is not None and not st.rt.has("transfer_hang"):
+            st.kv_sender.mark_sent(rooms_of(body, count))
 
     def _answered_kv_sent(self) -> bool:
-        """A prefill's answer at the simulator's stand-in for the transfer's completion
-        (kv_receiver.KV_SENT_PATH): not an SGLang endpoint, and outside the API key, as the
-        transfer is. False for any other request."""
+        """A prefill's answer at the simulator's stand-in for the transfer (kv_receiver.
+        KV_SENT_PATH: a decode's first ask bootstraps the room, `sent` is its completion): not
+        an SGLang endpoint, and outside the API key, as the transfer is. False for any other
+        request."""
         url = urlparse(self.path)
-        if self.state.kv_sent is None or url.path != KV_SENT_PATH:
+        if self.state.kv_sender is None or url.path != KV_SENT_PATH:
             return False
         room = parse_qs(url.query).get("room", [""])[0]
-        self._send(200, {"room": room, "sent": room in self.state.kv_sent})
+        self._send(200, {"room": room, "sent": self.state.kv_sender.asked(room)})
         return True
 
     def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str,
                        batched: bool = False) -> bool:
-        """A decode's look-up of the request's prefill (kv_receiver); False when the request
-        was aborted and answered: a 500 with the handshake's message, or in a stream the
-        abort (tokenizer_manager for /generate, serving_chat's streaming error for OpenAI)."""
-        table = self.state.prefill_info
-        if table is None:
-            return True
+        """A PD request's hand-shake: a decode looks its prefill up and waits for the KV cache
+        (kv_receiver), a prefill waits for its decode to bootstrap the request and then answers
+        after the first token (kv_sender). False when the request was aborted and answered: a
+        500 with the hand-shake's message, or in a stream the abort (tokenizer_manager for
+        /generate, serving_chat's streaming error for OpenAI)."""
         try:
-            hand_shake(table, body, [gen.rid for gen in gens])
+            self._kv_wait(body, gens)
         except KVTransferAborted as abort:
             if not body.get("stream"):
                 self._send_aborted(abort.status, str(abort))
@@ -447,6 +448,24 @@ class Handler(BaseHTTPRequestHandler):
             self._end_stream()
             return False
         return True
+
+    def _kv_wait(self, body: dict[str, Any], gens: list[Generation]) -> None:
+        st = self.state
+        if st.prefill_info is not None:
+            hand_shake(st.prefill_info, body, [gen.rid for gen in gens])
+        if st.kv_sender is None or not takes_transfer(body):
+            return
+        for gen in gens:
+            gen.max_new_tokens, gen.finish_reason = 1, PREFILL_FINISH
+        prefix = gens[0].replica.prefix if gens else ""
+        rooms = rooms_of(body, len(gens))
+        reasons = st.kv_sender.wait_bootstrapped(rooms, lambda line: log(line, prefix))
+        failed = [bootstrap_failed_line(0, gen.rid, room, reason)
+                  for gen, room, reason in zip(gens, rooms, reasons, strict=True) if reason]
+        if failed:
+            for line in failed:
+                log(line, prefix)
+            raise KVTransferAborted(failed[0])
 
     # --- --log-requests (utils/request_logger.py) -------------------------------------------
     def _request_log_options(self) -> tuple[bool, int, str]:

@@ -49,6 +49,7 @@ from sglang_fleet.sim.failures import (
 )
 from sglang_fleet.sim.http_api import Handler
 from sglang_fleet.sim.kv_receiver import PrefillInfoTable
+from sglang_fleet.sim.kv_sender import KVSender
 from sglang_fleet.sim.runtime import (
     SimRuntime,
     default_backend,
@@ -411,7 +412,7 @@ class Engine:
         self.pd_warmup_failed = False
         prefill = getattr(args, "disaggregation_mode", "null") == "prefill"
         self.bootstrap = start_bootstrap_server(args) if prefill else None
-        st.kv_sent = set() if prefill else None
+        st.kv_sender = KVSender() if prefill else None
         handler = type("BoundHandler", (Handler,), {"state": st})
         try:
             httpd = UvicornServer((args.host, args.port), handler)

@@ -25,6 +25,7 @@ from typing import Any
 from sglang_fleet.sim import metrics
 from sglang_fleet.sim.control import Hub
 from sglang_fleet.sim.kv_receiver import PrefillInfoTable
+from sglang_fleet.sim.kv_sender import KVSender
 from sglang_fleet.sim.runtime import SimRuntime, log
 
 STARTING, UP, UNHEALTHY = "Starting", "Up", "UnHealthy"
@@ -72,8 +73,9 @@ class ServerState:
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
         # A decode's table of the prefills it has looked up (set by the engine in PD mode).
         self.prefill_info: PrefillInfoTable | None = None
-        # A prefill's rooms whose KV cache it has sent (kv_receiver.KV_SENT_PATH).
-        self.kv_sent: set[str] | None = None
+        # A prefill's side of the KV transfer (kv_sender): the rooms its decodes bootstrapped
+        # and those whose KV cache it sent.
+        self.kv_sender: KVSender | None = None
         self.stats = metrics.RequestStats()
         self.detokenizer_pid: int | None = None
         self.status = STARTING
@@ -346,6 +348,7 @@ class Generation:
         self.rid = rid or uuid.uuid4().hex
         self.streaming = False
         self.log_metrics = not self.rid.startswith("HEALTH_CHECK")  # health_generate's
+        self.finish_reason: dict[str, Any] | None = None  # a prefill's own (kv_sender)
         self.created = time.time()
         self.start = time.monotonic()
         self.first_token_at: float | None = None
@@ -390,17 +393,21 @@ class Generation:
     def _tokens(self, on_prefill):
         st = self.state
         tok_s = st.rt.decode_tok_s()
+        anchor = self.start + self.ttft
         for i in range(self.max_new_tokens):
-            due = self.start + self.ttft + i / tok_s
-            delay = due - time.monotonic()
+            delay = anchor + i / tok_s - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             while st.scheduler_stopped(self.replica):
                 if st.stop_event.wait(0.1):
                     return
-                self.start += 0.1  # time the scheduler stood still is not the profile's
+                # Time the scheduler stood still is not the profile's.
+                self.start, anchor = self.start + 0.1, anchor + 0.1
             if i == 0:
                 self.first_token_at = time.monotonic()
+                # Decode is paced from the first token as it came: a first token that a
+                # loaded machine made late must not make the tokens after it come faster.
+                anchor = self.first_token_at
                 if on_prefill is not None:
                     on_prefill(self)
             self.produced = i + 1
@@ -423,7 +430,8 @@ class Generation:
         """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""
         meta: dict[str, Any] = {
             "id": self.rid,
-            "finish_reason": ({"type": "length", "length": self.produced} if done else None),
+            "finish_reason": ((self.finish_reason or {"type": "length", "length": self.produced})
+                              if done else None),
             "prompt_tokens": self.prompt_tokens,
             "weight_version": "default",
             "num_retractions": 0,
