@@ -31,7 +31,8 @@ def tuned_sim(tmp_path_factory):
 def test_benchmark_reports_the_simulators_speed(tuned_sim):
     """Within 1% of the simulator's paced speed on a quiet machine; the simulator paces its
     tokens with wall-clock sleeps, which a loaded 2-core machine wakes tens of milliseconds
-    late, so the test allows 3% over the 2.8 s of each request's decode."""
+    late, so the test allows 3% over the 2.8 s of each request's decode, and 50 ms on the
+    first token."""
     assert 89.9 < TUNED_TOK_S < 90.1  # the incident's 90 tok/s
     result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=1024, output_len=256,
                            warmup=1, repetitions=2, concurrency=[1])
@@ -39,8 +40,10 @@ def test_benchmark_reports_the_simulators_speed(tuned_sim):
     assert level["output_tok_s"]["n"] == 2
     assert level["output_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
     assert level["decode_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
-    assert level["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.02)
-    assert level["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
+    assert level["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.05)
+    # TPOT, not the ITL gaps' median: a loaded machine's reader may take several chunks at
+    # once, which moves the gaps' median but not a stream's decode time over its tokens.
+    assert level["tpot_s"]["median"] == pytest.approx(1 / TUNED_TOK_S, rel=0.03)
     assert level["itl_s"]["n"] == 2 * 255
 
 
@@ -67,10 +70,13 @@ def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
         48 / three["ttft_s"]["median"], rel=1e-6)
     assert three["overall_tok_s"]["median"] == pytest.approx(
         (48 + 3 * 128) / three["latency_s"]["median"], rel=1e-6)
-    # Per prompt: bench_serving's TPOT, and ITL per token over the three streams.
+    # Per prompt: bench_serving's TPOT, and ITL per token over the three streams. The ITL
+    # gaps are the client's view of each chunk's arrival: a loaded machine's reader takes
+    # several chunks of the shared response at once, so their median is not held to the
+    # pacing; TPOT (each stream's decode time over its tokens) is.
     assert three["tpot_s"]["n"] == 3
+    assert three["tpot_s"]["median"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
     assert three["itl_s"]["n"] == 3 * 127
-    assert three["itl_s"]["p50"] == pytest.approx(1 / TUNED_TOK_S, rel=0.05)
     # Single stream keeps its figures: output tok/s = 128 / (latency - ttft).
     assert one["output_tok_s"]["median"] == pytest.approx(128 / 127 * TUNED_TOK_S, rel=0.05)
     assert one["input_tok_s"]["median"] == pytest.approx(16 / one["ttft_s"]["median"])
