@@ -92,19 +92,22 @@ def gave_up_line(addr: str, count: int) -> str:
     return f"Could not fetch prefill parallel info from {addr} after {count} attempts"
 
 
-def handshake_failed_line(rank: int, rid: str, room: int, reason: str) -> str:
-    """decode.py _update_handshake_waiters: the f-string's `{decode_req.req.rid=}` forms, then
-    KVTransferError's own str (conn.py)."""
-    return (f"Decode handshake failed for request rank={rank} decode_req.req.rid={rid!r} "
-            f"decode_req.req.bootstrap_room={room!r} with exception "
+def kv_failure_line(stage: str, req: str, rank: int, rid: str, room: Any, reason: str) -> str:
+    """A scheduler's line for a request whose KV hand-shake or transfer failed (decode.py
+    _update_handshake_waiters and DecodeTransferQueue.pop_transferred, prefill.py
+    handle_bootstrap_failure): the f-string's `{req.rid=}` and `{req.bootstrap_room=}` forms
+    (`req` is the expression the release names), then KVTransferError's own str (conn.py)."""
+    return (f"{stage} failed for request rank={rank} {req}.rid={rid!r} "
+            f"{req}.bootstrap_room={room!r} with exception "
             f"KVTransferError(bootstrap_room={room}): {reason}")
+
+
+def handshake_failed_line(rank: int, rid: str, room: int, reason: str) -> str:
+    return kv_failure_line("Decode handshake", "decode_req.req", rank, rid, room, reason)
 
 
 def transfer_failed_line(rank: int, rid: str, room: int, reason: str) -> str:
-    """decode.py DecodeTransferQueue.pop_transferred's message for a failed poll."""
-    return (f"Decode transfer failed for request rank={rank} decode_req.req.rid={rid!r} "
-            f"decode_req.req.bootstrap_room={room!r} with exception "
-            f"KVTransferError(bootstrap_room={room}): {reason}")
+    return kv_failure_line("Decode transfer", "decode_req.req", rank, rid, room, reason)
 
 
 def waiting_timeout_reason(room: Any, elapsed: float) -> str:

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from sglang_fleet.sim.bootstrap import FAKE_BOOTSTRAP_HOST
+from sglang_fleet.sim.kv_receiver import kv_failure_line
 
 # environ.py SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (EnvInt 300).
 BOOTSTRAP_TIMEOUT_VAR = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
@@ -46,11 +47,8 @@ def bootstrap_timeout_reason(room: Any, elapsed: float) -> str:
 
 
 def bootstrap_failed_line(rank: int, rid: str, room: Any, reason: str) -> str:
-    """prefill.py handle_bootstrap_failure: the f-string's `{req.rid=}` forms, then
-    KVTransferError's own str (conn.py)."""
-    return (f"Prefill bootstrap failed for request rank={rank} req.rid={rid!r} "
-            f"req.bootstrap_room={room!r} with exception "
-            f"KVTransferError(bootstrap_room={room}): {reason}")
+    """prefill.py handle_bootstrap_failure's message."""
+    return kv_failure_line("Prefill bootstrap", "req", rank, rid, room, reason)
 
 
 def takes_transfer(body: dict[str, Any]) -> bool:
@@ -89,16 +87,18 @@ class KVSender:
         start = time.monotonic()
         deadline = start + self.bootstrap_timeout
         with self.changed:
-            while not self._all_bootstrapped(rooms) and time.monotonic() < deadline:
+            late = self._not_bootstrapped(rooms)
+            while any(late) and time.monotonic() < deadline:
                 self.changed.wait(max(0.0, min(1.0, deadline - time.monotonic())))
-            missing = [room is not None and str(room) not in self.bootstrapped
-                       for room in rooms]
-            if any(missing) and not self.warned_timeout:
+                late = self._not_bootstrapped(rooms)
+            if any(late) and not self.warned_timeout:
                 self.warned_timeout = True
                 log_line(BOOTSTRAP_TIMEOUT_WARNING)
         elapsed = time.monotonic() - start
-        return [bootstrap_timeout_reason(room, elapsed) if late else ""
-                for room, late in zip(rooms, missing, strict=True)]
+        return [bootstrap_timeout_reason(room, elapsed) if missing else ""
+                for room, missing in zip(rooms, late, strict=True)]
 
-    def _all_bootstrapped(self, rooms: list[Any]) -> bool:
-        return all(room is None or str(room) in self.bootstrapped for room in rooms)
+    def _not_bootstrapped(self, rooms: list[Any]) -> list[bool]:
+        """For each room, whether it still waits for a decode (a request without one never
+        does)."""
+        return [room is not None and str(room) not in self.bootstrapped for room in rooms]
