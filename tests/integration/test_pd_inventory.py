@@ -213,7 +213,22 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
         assert decode_answer.status_code == 200, decode_answer.text
         assert len(decode_answer.json()["output_ids"]) == 6
 
-        orphan = generate("sim-node-1", 21)  # no decode ever takes room 21
+        # A stream's 200 goes out before the hand-shake, as SGLang's StreamingResponse sends
+        # it: the router then sees the decode's failure at once instead of waiting on the
+        # prefill. No decode ever takes rooms 21 and 23.
+        streamed = requests.post(fleet.url("sim-node-1") + "/generate", timeout=60, stream=True,
+                                 json={"text": "hello", "stream": True,
+                                       "sampling_params": {"max_new_tokens": 6},
+                                       "bootstrap_host": "127.0.0.1", "bootstrap_port": port,
+                                       "bootstrap_room": 23})
+        assert streamed.status_code == 200
+        assert "bootstrap_room=23" not in fleet.log_file("sim-node-1").read_text()
+        orphan = generate("sim-node-1", 21)
+        chunks = [line for line in streamed.iter_lines() if line]
+        assert chunks[-1] == b"data: [DONE]", chunks
+        abort = json.loads(chunks[-2].removeprefix(b"data: "))["meta_info"]["finish_reason"]
+        assert abort["type"] == "abort" and abort["status_code"] == 500, abort
+        assert "KVTransferError(bootstrap_room=23): Request 23 timed out" in abort["message"]
         assert orphan.status_code == 500, orphan.text
         message = orphan.json()["message"]
         assert message.startswith("Prefill bootstrap failed for request rank=0 req.rid=") and \
@@ -228,7 +243,7 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
         out = flat(health.output)
         assert health.rc == 0, out[-3000:]
         assert ("sim-node-1: ready: /health answered 200; KV transfers failed since the last "
-                "look (the log holds 1 request aborted") in out, out[-3000:]
+                "look (the log holds 2 requests aborted") in out, out[-3000:]
     finally:
         fleet.stop()
         fleet.kill_leftovers()

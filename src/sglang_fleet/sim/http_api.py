@@ -348,10 +348,16 @@ class Handler(BaseHTTPRequestHandler):
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
+        streaming = bool(body.get("stream"))
         for gen, sampling in zip(gens, params, strict=True):
-            gen.streaming = bool(body.get("stream"))
+            gen.streaming = streaming
             gen.temperature = temperature_of(sampling)
-        if not self._kv_hand_shake(body, gens, "generate", batched):
+        if streaming:
+            # http_server.serve_generate_request returns its StreamingResponse at once: the 200
+            # goes out before the scheduler sees the request (a PD hand-shake included), and
+            # every outcome after it is a chunk of the stream.
+            self._start_stream()
+        if not self._kv_hand_shake(body, gens, "generate", batched, started=streaming):
             return
         prefilled = threading.Event()
 
@@ -362,7 +368,7 @@ class Handler(BaseHTTPRequestHandler):
                     st.log_prefill([g for g in gens if g.replica is replica])
                 self._kv_sent(body, len(gens))
 
-        if body.get("stream"):
+        if streaming:
             self._stream_generations(gens, batched, on_prefill)
             return
         results = self._collect(gens, on_prefill)
@@ -425,19 +431,21 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def _kv_hand_shake(self, body: dict[str, Any], gens: list[Generation], api: str,
-                       batched: bool = False) -> bool:
+                       batched: bool = False, started: bool = False) -> bool:
         """A PD request's hand-shake: a decode looks its prefill up and waits for the KV cache
         (kv_receiver), a prefill waits for its decode to bootstrap the request and then answers
         after the first token (kv_sender). False when the request was aborted and answered: a
         500 with the hand-shake's message, or in a stream the abort (tokenizer_manager for
-        /generate, serving_chat's streaming error for OpenAI)."""
+        /generate, serving_chat's streaming error for OpenAI, whose 200 waits for that first
+        chunk: `started` says whether the stream's 200 has gone out already)."""
         try:
             self._kv_wait(body, gens)
         except KVTransferAborted as abort:
             if not body.get("stream"):
                 self._send_aborted(abort.status, str(abort))
                 return False
-            self._start_stream()
+            if not started:
+                self._start_stream()
             for i, gen in enumerate(gens):
                 self._event(generate_abort_event(gen, str(abort), abort.status,
                                                  i if batched else None)
@@ -510,7 +518,6 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def _stream_generations(self, gens: list[Generation], batched: bool, on_prefill) -> None:
-        self._start_stream()
         lock = threading.Lock()
 
         def stream(i: int) -> None:
