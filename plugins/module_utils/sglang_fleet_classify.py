@@ -403,6 +403,20 @@ def _fatal_while_alive(verdict, obs, member_pids):
     return True
 
 
+# SGLang 0.5.23's health_generate sleeps a second before it first looks for the generated
+# token, so a 503 in less time came from its early returns: the server is not Up yet (its
+# warm-up has not ended) or is shutting down. Below this many seconds a 503 is one of those.
+STARTING_503_S = 0.9
+
+
+def _still_starting(obs):
+    """/health's 503 came at once: SGLang has not set the server Up, though the log shows it
+    serving (a router that never took it out sends requests before its warm-up ends). Left to
+    the phase's window, not judged unhealthy; a 503 whose time is unknown is judged."""
+    elapsed = obs.get("health_s")
+    return obs.get("health") == 503 and elapsed is not None and elapsed < STARTING_503_S
+
+
 def _answering(verdict, obs):
     health, phase, log = obs.get("health"), verdict["phase"], obs["log"]
     # /health answers 200 only once warm-up succeeded: from warming_up on (the ready line may
@@ -415,7 +429,7 @@ def _answering(verdict, obs):
         verdict.update(verdict=vocab.READY, cause=None, reason="workers of a non-zero node "
                        "rank finished start-up; rank 0 serves HTTP")
         return True
-    if phase == "serving":
+    if phase == "serving" and not _still_starting(obs):
         reason = "serving, but /health %s" % ("timed out" if health is None
                                               else "answered %s" % health)
         cause, frozen = _stall_cause(obs["processes"])

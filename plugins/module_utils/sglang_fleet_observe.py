@@ -85,7 +85,11 @@ class HttpProbe(threading.Thread):
         answers = {"port_open": port_open(self.host, self.port)}
         if answers["port_open"]:
             base = "http://%s:%d" % (self.host, self.port)
+            asked = time.monotonic()
             answers["health"] = http_status(base + "/health", self.health_timeout)
+            # How long it took: SGLang's 503 before its warm-up ended comes at once, one from
+            # a failed generation only after a second at least (sglang_fleet_classify).
+            answers["health_s"] = round(time.monotonic() - asked, 3)
             if answers["health"] != 200:
                 # 0.5.23's status flag without a generation: tells "up but generation fails".
                 answers["ready_endpoint"] = http_status(base + "/ready", 5)

@@ -491,3 +491,19 @@ def test_a_cuda_oom_with_torchs_process_memory_is_crashed_in_the_kv_cache_alloca
     assert "Including non-PyTorch memory, this process has 93.40 GiB memory in use." \
         in v["reason"]
     assert v["advice"].startswith("lower --mem-fraction-static")
+
+
+def test_a_503_at_once_while_the_log_shows_requests_is_still_starting_not_unhealthy():
+    """A router that never took a restarting server out sends it requests before its warm-up
+    ends: the log shows them served, while /health answers 503 at once (SGLang's Starting
+    status), not after the second its generation check waits at least."""
+    early = obs("serving", port=True, health=503)
+    early["health_s"] = 0.004
+    v = replay([(0, early)])[-1]
+    assert v["verdict"] == "progressing" and v["phase"] == "serving", v
+    late = obs("serving", port=True, health=503)
+    late["health_s"] = 3.01  # SGLANG_HEALTH_CHECK_TIMEOUT=3: the generation failed
+    assert replay([(0, late)])[-1]["verdict"] == "unhealthy"
+    # Serving's window (300 s by default) still holds a server that never comes Up.
+    stuck = [(t, early) for t in range(0, 400, 10)]
+    assert replay(stuck)[-1]["verdict"] == "stalled"
