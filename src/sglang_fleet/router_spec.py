@@ -230,9 +230,24 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
         p.error(PREFIX + "worker_url", v["worker_url"], "must be an http:// or https:// URL",
                 "e.g. http://10.0.0.11:30000")
     _check_exposure(v, cp_keys, p)
+    _warn_pd_breaker(v, p)
     if p.errors:
         return _result(p, None)
     return _result(p, _assemble(v, cat, cp_keys, host, address or host))
+
+
+def _warn_pd_breaker(v: dict[str, Any], p: Problems) -> None:
+    """In PD mode the router charges a request's failure to its prefill and its decode alike
+    (sglang-router 0.3.2, measured: bench/zero_drop.py --pd --api chat). One decode that dies
+    under OpenAI-API streams or non-streamed requests, which wait on their prefill, then opens
+    every prefill's circuit, and the router refuses all traffic until they close."""
+    if v["pd_disaggregation"] and not v["disable_circuit_breaker"]:
+        p.warn("sglang_router_pd_disaggregation with the circuit breaker on: the router "
+               "charges a failed request to both its prefill and its decode, so one decode "
+               "that dies with requests in flight can open every prefill's circuit and stop "
+               "all traffic until they close. Set sglang_router_disable_circuit_breaker: "
+               "true; the fleet's gate and the router's health checks take failed servers "
+               "out (docs/disaggregation.md)")
 
 
 def _check_drops(names: list[str], p: Problems) -> None:

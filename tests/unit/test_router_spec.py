@@ -212,3 +212,15 @@ def test_the_cli_refuses_a_router_secret_on_its_command_line():
         parse_extra_vars([f"sglang_router_api_key={API_KEY}"])
     assert parse_extra_vars(["sglang_router_policy=round_robin"]) == {
         "sglang_router_policy": "round_robin"}
+
+
+def test_a_pd_router_with_its_circuit_breaker_on_is_warned_and_still_built():
+    """Router 0.3.2 charges a PD request's failure to its prefill and its decode alike: one
+    dead decode opened both prefills' circuits (bench/zero_drop.py --pd --api chat)."""
+    warned = build(pd_disaggregation=True)
+    assert warned["ok"], warned["errors"]
+    assert any("sglang_router_pd_disaggregation with the circuit breaker on" in w and
+               "sglang_router_disable_circuit_breaker: true" in w for w in warned["warnings"]), \
+        warned["warnings"]
+    for quiet in (build(pd_disaggregation=True, disable_circuit_breaker=True), build()):
+        assert not any("circuit breaker" in w for w in quiet["warnings"]), quiet["warnings"]
