@@ -2,12 +2,13 @@
 with the fleet's router-aware procedures and with naive ones, side by side.
 
     .venv/bin/python bench/zero_drop.py [--clients 8] [--tokens 48] [--scenarios a,b,c]
-                                        [--pd] [-e VAR=VALUE] [--json PATH]
+                                        [--pd] [--api generate|chat] [-e VAR=VALUE]
+                                        [--json PATH]
 
 One simulated fleet (four sglang-sim nodes, Kimi-K2.5 TP=8 profile) behind the real router
 (the pinned sglang-router wheel, in its own virtualenv; set SGLANG_FLEET_TEST_ROUTER_VENV to
-reuse one). A bounded number of streaming clients send /generate through the router, one request
-after another, while each scenario runs:
+reuse one). A bounded number of streaming clients send /generate (or, with --api chat, OpenAI
+chat completions) through the router, one request after another, while each scenario runs:
 
   (a) a rolling one-variable change across the four nodes (deploy.yml, serial 1);
   (b) a worker that hangs mid-serve (sglang-sim's SIGUSR1 switch), under `sglang-fleet watch
@@ -48,6 +49,7 @@ import requests
 import yaml
 
 from sglang_fleet.loadgen import (
+    APIS,
     Load,
     Request,
     RouterSampler,
@@ -169,7 +171,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
     victim = fleet.url(victim_host)
     load = OverloadRetryingLoad(fleet.router_url, clients=args.clients,
                                 max_new_tokens=args.tokens, duration=args.max_seconds,
-                                prefix=f"{scenario}{procedure[0]}").start()
+                                prefix=f"{scenario}{procedure[0]}", api=args.api).start()
     sampler = RouterSampler(fleet.router_url, interval=0.1).start()
     time.sleep(args.warmup)
     event = time.time()
@@ -180,6 +182,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
             **extra, "sglang_server_num_continuous_decode_steps": step + 1}, "-e",
             "sglang_fleet_serial=1", *limit)
         detail = f"deploy rc {run.rc}, restarted {len(run.changed_hosts())}"
+        transcript = run.output
     else:
         if scenario == "b":
             os.kill(fleet.server_pid(victim_host), signal.SIGUSR1)
@@ -216,7 +219,7 @@ def run_case(fleet: SimFleet, scenario: str, procedure: str, args: argparse.Name
             "out_of_rotation_s": hosts_out, "procedure_s": round(procedure_s, 1),
             "on_victim_at_event": on_victim if scenario != "a" else None,
             "victim": victim_host, "detail": detail, "not_back": missing, "failures": failures,
-            "watch": transcript, "event_at": time.strftime("%H:%M:%S", time.localtime(event))}
+            "transcript": transcript, "event_at": time.strftime("%H:%M:%S", time.localtime(event))}
 
 
 def _host(fleet: SimFleet, url: str) -> str:
@@ -291,6 +294,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=8, help="concurrent streaming clients")
     parser.add_argument("--tokens", type=int, default=48, help="tokens per request")
+    parser.add_argument("--api", choices=APIS, default="generate",
+                        help="what the clients stream: SGLang's /generate, or the OpenAI "
+                             "chat completions")
     parser.add_argument("--scenarios", default="a,b,c")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before")
     parser.add_argument("--tail", type=float, default=3.0, help="seconds of load after")
@@ -341,7 +347,8 @@ def main() -> int:
     shape = ("a PD deployment: prefills sim-node-1/2, decodes sim-node-3/4, the router in PD "
              "mode; (a) changes the prefills only" if args.pd else "4 nodes")
     print(f"SIMULATED workers (sglang-sim, Kimi-K2.5 TP=8 profile; {shape}) behind the real "
-          f"router (sglang-router {ROUTER_VERSION}); {args.clients} streaming clients, "
+          f"router (sglang-router {ROUTER_VERSION}); {args.clients} clients streaming "
+          f"{'/generate' if args.api == 'generate' else 'chat completions'}, "
           f"{args.tokens} tokens per request; victim of (b) and (c): {victim}; "
           f"{' '.join(args.extra) or 'default inventory settings'}")
     print(table(rows, victim))

@@ -49,6 +49,7 @@ class Load:
     api_key: str | None = None
     timeout: float = 120.0
     prefix: str = "req"
+    api: str = "generate"  # one of APIS
     requests: list[Request] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -92,20 +93,52 @@ class Load:
 
     def _send(self, session: requests.Session, record: Request, text: str) -> None:
         """One request's life, recorded in `record` (a subclass may resend it)."""
-        send(session, self.url, record, text, self.max_new_tokens, self.api_key, self.timeout)
+        send(session, self.url, record, text, self.max_new_tokens, self.api_key, self.timeout,
+             self.api)
+
+
+# The streaming request each API takes: SGLang's own /generate, or the OpenAI-compatible chat
+# completions (whose 200 SGLang sends only with the first chunk, /generate's at once).
+APIS = ("generate", "chat")
+
+
+def request_body(api: str, text: str, max_new_tokens: int) -> tuple[str, dict[str, Any]]:
+    """The path and body of one streaming request of `api` (one of APIS)."""
+    if api == "chat":
+        return "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": text}], "stream": True,
+            "max_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+    return "/generate", {"text": text, "stream": True,
+                         "sampling_params": {"max_new_tokens": max_new_tokens,
+                                             "temperature": 0, "ignore_eos": True}}
+
+
+def read_chunk(chunk: dict[str, Any], record: Request) -> bool:
+    """Record one chunk of either API's stream; True when it carries a finish reason."""
+    if chunk.get("error"):
+        record.error = f"error event: {str(chunk['error'])[:160]}"
+    choices = chunk.get("choices")
+    if choices:  # chat: a chunk per token, the last with its finish_reason
+        if (choices[0].get("delta") or {}).get("content"):
+            record.tokens += 1
+        return bool(choices[0].get("finish_reason"))
+    meta = chunk.get("meta_info") or {}
+    record.tokens = int(meta.get("completion_tokens") or record.tokens)
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        record.abort = f"{reason.get('status_code')}: {reason.get('message')}"
+    return bool(reason)
 
 
 def send(session: requests.Session, url: str, record: Request, text: str, max_new_tokens: int,
-         api_key: str | None = None, timeout: float = 120.0) -> Request:
+         api_key: str | None = None, timeout: float = 120.0, api: str = "generate") -> Request:
     headers = {"x-request-id": record.rid}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    body = {"text": text, "stream": True,
-            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0,
-                                "ignore_eos": True}}
+    path, body = request_body(api, text, max_new_tokens)
     done = finished = False
     try:
-        with session.post(f"{url}/generate", json=body, headers=headers, stream=True,
+        with session.post(f"{url}{path}", json=body, headers=headers, stream=True,
                           timeout=timeout) as answer:
             record.status = answer.status_code
             if answer.status_code != 200:
@@ -121,14 +154,8 @@ def send(session: requests.Session, url: str, record: Request, text: str, max_ne
                     chunk = json.loads(payload)
                 except ValueError:
                     continue
-                if isinstance(chunk, dict) and chunk.get("error"):
-                    record.error = f"error event: {str(chunk['error'])[:160]}"
-                meta = chunk.get("meta_info") or {}
-                record.tokens = int(meta.get("completion_tokens") or record.tokens)
-                finished = finished or bool(meta.get("finish_reason"))
-                reason = meta.get("finish_reason")
-                if isinstance(reason, dict) and reason.get("type") == "abort":
-                    record.abort = f"{reason.get('status_code')}: {reason.get('message')}"
+                if isinstance(chunk, dict):
+                    finished = read_chunk(chunk, record) or finished
     except requests.RequestException as exc:
         record.error = f"{type(exc).__name__}: {str(exc)[:160]}"
     record.end = time.time()

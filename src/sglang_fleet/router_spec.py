@@ -246,8 +246,10 @@ def _warn_pd_breaker(v: dict[str, Any], p: Problems) -> None:
                "charges a failed request to both its prefill and its decode, so one decode "
                "that dies with requests in flight can open every prefill's circuit and stop "
                "all traffic until they close. Set sglang_router_disable_circuit_breaker: "
-               "true; the fleet's gate and the router's health checks take failed servers "
-               "out (docs/disaggregation.md)")
+               "true, and give the decodes a policy whose retries move to another decode "
+               "(sglang_router_extra_args: ['--decode-policy', 'round_robin']); the fleet's "
+               "gate and the router's health checks take failed servers out "
+               "(docs/disaggregation.md)")
 
 
 def _check_drops(names: list[str], p: Problems) -> None:

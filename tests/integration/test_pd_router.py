@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,6 +17,7 @@ import requests
 from sglang_fleet.loadgen import Load, routed_to, summarize
 from sglang_fleet.testfleet.local import make_pd_fleet, pd_bootstrap_port, sglang_fleet, wait_for
 from sglang_fleet.testfleet.router import router_venv, router_workers
+from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -169,6 +171,47 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
         assert hung["sent"] > hung["failed"]
         assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
                    for f in hung["failures"]), (hung["failures"][:5], routes)
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, venv):
+    """A decode killed under OpenAI-API streams: the router, its circuit breaker off as a PD
+    router's should be, re-sends each request it paired with the dead decode once the
+    prefill gives it up (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, short here), and watch
+    recovers the decode alone. A request fails only if it was running on the decode when it
+    died; no prefill's circuit stops the traffic."""
+    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2, prefill_vars={
+        "sglang_server_extra_env": {"SGLANG_ENABLE_JIT_DEEPGEMM": 0,
+                                    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 5}})
+    fleet.extra["sglang_router_log_level"] = "debug"
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        assert "circuit breaker on" not in first.output
+        victim = fleet.hosts[3]
+        kept = {h: fleet.server_pid(h) for h in fleet.hosts if h != victim}
+        load = Load(fleet.router_url, clients=4, max_new_tokens=24, duration=300,
+                    prefix="kill", api="chat").start()
+        wait_for(lambda: sum(r.completed for r in load.requests) >= 4, timeout=30)
+        killed_at = time.time()
+        procs.signal_pids([p["pid"] for p in fleet.processes(victim)], signal.SIGKILL)
+        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                               "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
+                               "-e", json.dumps(fleet.extra))
+        out = flat(watched.stdout)
+        assert f"{victim}: recovered" in out, out[-3000:]
+        started = len(load.requests)
+        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 8, timeout=60)
+        load.stop()
+        killed = summarize(load.wait())
+        assert {h: fleet.server_pid(h) for h in kept} == kept
+        routes = routed_to(fleet.router_log.read_text())
+        for failure in killed["failures"]:
+            assert failure["start"] < killed_at and \
+                routes.get(failure["rid"], [""])[-1] == fleet.url(victim), (failure, routes)
+        assert killed["completed"] >= killed["sent"] - 4, killed["failures"]
     finally:
         fleet.stop()
         fleet.kill_leftovers()

@@ -284,10 +284,12 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
     if router is not None:
         routers = data["all"]["children"]["sglang_routers"]
         # In PD mode the router charges a failure to both sides; the breaker would open
-        # every prefill's circuit for one dead decode (router_spec._warn_pd_breaker).
+        # every prefill's circuit for one dead decode, and without it cache_aware re-sends a
+        # request to the same decode every attempt (router_spec._warn_pd_breaker).
         routers["vars"] = {**(routers.get("vars") or {}),
                            "sglang_router_pd_disaggregation": True,
-                           "sglang_router_disable_circuit_breaker": True}
+                           "sglang_router_disable_circuit_breaker": True,
+                           "sglang_router_extra_args": ["--decode-policy", "round_robin"]}
     hosts.write_text(yaml.safe_dump(data))
     return fleet
 
