@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import requests
 
 from sglang_fleet.reviewed import sim_profile
 from sglang_fleet.testfleet.local import http_status, make_fleet, sglang_fleet, start_sim, wait_for
@@ -21,26 +22,49 @@ NCCL = {"sglang_server_nccl_profile": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "L
 
 @pytest.fixture(scope="module")
 def tuned_sim(tmp_path_factory):
-    sim = start_sim(tmp_path_factory.mktemp("bench-sim"), time_factor=0.002,
+    # --enable-metrics: the server's own time-to-first-token histogram, the tests' reference.
+    sim = start_sim(tmp_path_factory.mktemp("bench-sim"), "--enable-metrics", time_factor=0.002,
                     env={"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"})
     wait_for(lambda: http_status(sim.url + "/health") == 200, timeout=60)
     yield sim
     sim.stop()
 
 
+def server_ttft(sim) -> tuple[float, float]:
+    """The server's own time-to-first-token histogram: its sum and count, all requests."""
+    text = requests.get(sim.url + "/metrics", timeout=10).text
+    return tuple(sum(float(v) for v in re.findall(
+        rf"^sglang:time_to_first_token_seconds_{part}{{[^}}]*}} (\S+)$", text, re.M))
+        for part in ("sum", "count"))
+
+
+def mean_server_ttft(sim, before: tuple[float, float]) -> float:
+    """The server's mean first-token time over the requests since `before`."""
+    total, count = server_ttft(sim)
+    assert count > before[1]
+    return (total - before[0]) / (count - before[1])
+
+
 def test_benchmark_reports_the_simulators_speed(tuned_sim):
     """Within 1% of the simulator's paced speed on a quiet machine; the simulator paces its
     tokens with wall-clock sleeps, which a loaded 2-core machine wakes tens of milliseconds
-    late, so the test allows 3% over the 2.8 s of each request's decode, and 50 ms on the
-    first token."""
+    late, so the test allows 3% over the 2.8 s of each request's decode. The first token is
+    held to the server's own record of it: the profile's time at the least, later when a
+    loaded machine's eight schedulers take the batch late (as a loaded SGLang's would), and
+    the benchmark must report what the server did, within 50 ms of transport."""
     assert 89.9 < TUNED_TOK_S < 90.1  # the incident's 90 tok/s
+    # No warm-up, so that the server's histogram holds exactly the two measured requests.
+    before = server_ttft(tuned_sim)
     result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=1024, output_len=256,
-                           warmup=1, repetitions=2, concurrency=[1])
+                           warmup=0, repetitions=2, concurrency=[1])
     level = result["levels"][0]
     assert level["output_tok_s"]["n"] == 2
     assert level["output_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
     assert level["decode_tok_s"]["median"] == pytest.approx(TUNED_TOK_S, rel=0.03)
-    assert level["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.05)
+    served = mean_server_ttft(tuned_sim, before)
+    assert served >= PROFILE["ttft_s"] - 0.001
+    # Two runs: their median is their mean, as the histogram's is.
+    assert level["ttft_s"]["median"] == pytest.approx(served, abs=0.05)
     # TPOT, not the ITL gaps' median: a loaded machine's reader may take several chunks at
     # once, which moves the gaps' median but not a stream's decode time over its tokens.
     assert level["tpot_s"]["median"] == pytest.approx(1 / TUNED_TOK_S, rel=0.03)
@@ -50,6 +74,7 @@ def test_benchmark_reports_the_simulators_speed(tuned_sim):
 def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
     # 128 tokens (1.4 s at the profile's speed): long enough that a wake-up a loaded machine
     # delays by tens of milliseconds moves the figures by a few percent at most.
+    before = server_ttft(tuned_sim)
     result = run_benchmark("127.0.0.1", tuned_sim.port, input_len=16, output_len=128,
                            warmup=0, repetitions=1, concurrency=[1, 3])
     one, three = result["levels"]
@@ -65,7 +90,11 @@ def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
     # arithmetic of the figures is checked exactly below.
     assert three["output_tok_s"]["median"] == pytest.approx(3 * 128 / 127 * TUNED_TOK_S,
                                                             rel=0.05)
-    assert three["ttft_s"]["median"] == pytest.approx(PROFILE["ttft_s"], abs=0.05)
+    # The batch's first token is the server's (its record over the four requests, held to the
+    # profile's time at the least, as in the test above), its three streams paced side by side.
+    served = mean_server_ttft(tuned_sim, before)
+    assert served >= PROFILE["ttft_s"] - 0.001
+    assert three["ttft_s"]["median"] == pytest.approx(served, abs=0.05)
     assert three["input_tok_s"]["median"] == pytest.approx(
         48 / three["ttft_s"]["median"], rel=1e-6)
     assert three["overall_tok_s"]["median"] == pytest.approx(
