@@ -111,6 +111,36 @@ class _InertDisplay(object):
         return getattr(self._wrapped, name)
 
 
+# Filters and actions whose plugin files import the sglang_fleet package (and its warmed
+# caches) or the collection's node-side code.
+_FORKED_PLUGINS = (
+    ("filter", "sglang.fleet.sglang_fleet_launch_spec"),
+    ("filter", "sglang.fleet.sglang_fleet_router_spec"),
+    ("action", "sglang.fleet.sglang_node"),
+    ("action", "sglang.fleet.sglang_service"),
+)
+
+
+def _load_plugins_before_fork():
+    """ansible-playbook forks a worker per task and host, and a worker imports a plugin file
+    that its own process has not (filter and action plugins alike). Loaded here, in
+    ansible-playbook's process before its first task, they reach every worker imported: the
+    LaunchSpec's tasks, the router's and the node check no longer import the package and
+    build its caches once per task and host. A plugin that fails to load here is left to the
+    task that uses it, which reports why."""
+    from ansible.plugins.loader import action_loader, filter_loader
+
+    loaders = {"filter": filter_loader, "action": action_loader}
+    for kind, name in _FORKED_PLUGINS:
+        try:
+            if kind == "action":
+                loaders[kind].get(name, class_only=True)
+            else:
+                loaders[kind].get(name)
+        except Exception:  # noqa: BLE001 - the task that uses it reports the failure
+            pass
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -350,6 +380,10 @@ class CallbackModule(DefaultCallback):
         self._flush_refusals()
         self._play_banner()
         return super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
+
+    def v2_playbook_on_start(self, playbook):
+        _load_plugins_before_fork()
+        return super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
         self._flush_refusals()

@@ -71,7 +71,8 @@ def router_node_filter(spec, secret_values):
     _need_package()
     values = dict(secret_values or {})
     return router_node(spec, router_secrets(values),
-                       admin_key(values.get("sglang_router_control_plane_api_keys")))
+                       admin_key(values.get("sglang_router_control_plane_api_keys")),
+                       str(values.get("sglang_router_api_key") or ""))
 
 
 def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
@@ -109,6 +110,29 @@ def membership_due(server, groups, hostvars, server_spec, address, override=None
     # A decode listed while no prefill of its deployment is ready must leave.
     return bool(routers) and bool(routers_to_call(routers, hostvars, url, "present")
                                   or pd_wait(server, groups, hostvars))
+
+
+def report_current(router, groups, hostvars):
+    """router | sglang_fleet_router_report_current(groups, hostvars): whether the report its
+    check made (sglang_router_node's `report`: the router ran unchanged, listed its workers and
+    answered one request) still holds at the end of the run. It does while nothing in front
+    of the router changed since: no server of this run changed, none left a verdict other
+    than ready, and no membership call of this run reached this router."""
+    node = hostvars[router].get("sglang_router__node") or {}
+    if not isinstance(node, dict) or not node.get("report"):
+        return False
+    for server in groups.get("sglang_servers", []):
+        hv = hostvars[server]
+        if hv.get("sglang_server__changing"):
+            return False
+        verdict = hv.get("sglang_server_verdict")
+        if isinstance(verdict, dict) and verdict.get("verdict", "ready") != "ready":
+            return False
+        calls = (hv.get("sglang_router__membership") or {}).get("results") or []
+        if any(isinstance(c, dict) and not c.get("skipped")
+               and (c.get("item") or {}).get("name") == router for c in calls):
+            return False
+    return True
 
 
 def admin_key_filter(control_plane_keys):
@@ -190,6 +214,7 @@ class FilterModule(object):
             "sglang_fleet_routers_of": routers_of,
             "sglang_fleet_routers_to_call": routers_to_call,
             "sglang_fleet_membership_due": membership_due,
+            "sglang_fleet_router_report_current": report_current,
             "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,

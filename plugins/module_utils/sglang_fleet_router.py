@@ -278,16 +278,18 @@ def drain(read, timeout, interval, clock=time.monotonic, sleep=time.sleep):
     return report
 
 
-# ---- the router report: asked in its own module run, which needs nothing else of the node ----
+# ---- the router report: asked by the router's check when it changed nothing (routernode),
+# ---- else in its own module run, which needs nothing else of the node
 
 # One short request answered through the router: the smallest proof it serves.
 PROMPT = {"messages": [{"role": "user", "content": "Say hello in eight tokens."}],
           "max_tokens": 8, "temperature": 0}
 
 
-def ask(url, admin_key=None, api_key=None, timeout=60.0):
+def ask(url, admin_key=None, api_key=None, timeout=60.0, request=None):
     """The router's workers and one request answered through it, in one visit: {workers,
-    workers_error, status (None when nothing answered), answer, error}."""
+    workers_error, status (None when nothing answered), answer, error}. `request(workers)`
+    says whether to send the request, given the workers listed (always, without it)."""
     out = {"workers": [], "workers_error": None, "status": None, "answer": None, "error": None}
     try:
         status, body = http("GET", url + "/workers", admin_key, timeout=10)
@@ -297,6 +299,8 @@ def ask(url, admin_key=None, api_key=None, timeout=60.0):
             out["workers_error"] = "%s %s" % (status, str(body)[:200])
     except RouterUnreachable as exc:
         out["workers_error"] = str(exc)
+    if request is not None and not request(out["workers"]):
+        return out
     try:
         out["status"], body = http("POST", url + "/v1/chat/completions", api_key, PROMPT,
                                    timeout=timeout)

@@ -4,8 +4,8 @@
 # command parsed by the installed router when the files or the router changed, the router
 # started or restarted by the service (the same start the servers have), and its answer
 # awaited. A re-run that finds nothing to change reads the files, the service's record, the
-# parser's fingerprint and one /liveness. Also the router report's one visit: its workers and
-# one request answered through it.
+# parser's fingerprint and one /liveness, and makes the router report's one visit: its workers
+# and one request answered through it.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -24,7 +24,7 @@ from .sglang_fleet_argcheck import (
 )
 from .sglang_fleet_files import read_json
 from .sglang_fleet_procs import describe_foreign
-from .sglang_fleet_router import RouterUnreachable, http
+from .sglang_fleet_router import RouterUnreachable, ask, http, report_line
 from .sglang_fleet_secrets import vanished_secret
 from .sglang_fleet_startcheck import server_start_blockers
 
@@ -64,6 +64,8 @@ ROUTER_OPTIONS = dict(
     url=dict(type="str"),
     admin_url=dict(type="str"),
     admin_key=dict(type="str", no_log=True),
+    api_key=dict(type="str", no_log=True),
+    policy=dict(type="str", default=""),
     flag_variables=dict(type="dict", default={}),
     running_spec_file=dict(type="path"),
     secrets=dict(type="dict", options=dict(
@@ -74,6 +76,9 @@ ROUTER_OPTIONS = dict(
     )),
 )
 
+# The report's request asked by a check that changed nothing: one that has not answered by
+# then is asked again, with the report's own timeout, once the servers are deployed.
+REPORT_TIMEOUT = 5
 # A parse takes two seconds; one that has not ended in a minute will not.
 PARSE_TIMEOUT = 60
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*$")
@@ -297,13 +302,32 @@ def converge(p, check_mode, warn, want_diff=False):
         raise RouterRefused(
             "the router at %s did not answer within %g s (last: %s). Fix: read its log, %s"
             % (r["liveness_url"], p["wait_timeout"], late, r["service"]["log_file"]))
-    result["workers"] = listed_workers(r)
+    if action == "none" and not actions:
+        _visit(p["host_name"], r, result)
+    else:
+        result["workers"] = listed_workers(r)
     result["msg"] = "%s: router %s at %s (sglang-router %s, config %s, pid %s)%s" % (
         p["host_name"], "running" if action == "none" else action, r["url"] or r["admin_url"],
         r["version"],
         r["config_hash"], result["pid"],
         "" if action == "none" else "; it starts with no workers: each ready server joins it")
     return result
+
+
+def _visit(name, r, result):
+    """A router that runs unchanged: the report's one visit (its workers and one request
+    answered through it) made now, beside the check. The report then shows it without asking
+    again when nothing in front of the router changed since (the servers unchanged, no
+    membership called). A router without a healthy worker is not asked a request."""
+    seen = ask(r["admin_url"], r["admin_key"] or None, r["api_key"] or None, REPORT_TIMEOUT,
+               request=lambda workers: any(w.get("is_healthy") for w in workers))
+    result["workers"] = (None if seen["workers_error"] else
+                         [{"url": str(w.get("url") or "").rstrip("/"),
+                           "healthy": bool(w.get("is_healthy"))}
+                          for w in seen["workers"] if isinstance(w, dict)])
+    if seen["status"] == 200:
+        result["report"] = report_line({"name": name, "url": r["url"] or r["admin_url"],
+                                        "version": r["version"], "policy": r["policy"]}, seen)
 
 
 def listed_workers(r):

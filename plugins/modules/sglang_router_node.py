@@ -28,6 +28,10 @@ description:
     the service the servers have (systemd or the supervisor), with the same checks before a
     start; then waits until the router answers on C(/liveness), and reads its workers, so that
     a server already in it and unchanged since need not be asked to join again.
+  - A router that runs unchanged is also asked the report's one request (when it lists a
+    healthy worker; a request not answered within 5 s is left to the report), so that the
+    report of a run that changes nothing in front of the router needs no module run of its
+    own.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 options:
@@ -206,6 +210,14 @@ options:
         description: The control-plane key with the admin role the workers are read with, if
           the router has any.
         type: str
+      api_key:
+        description: The client key of the report's request (C(sglang_router_api_key)), if the
+          router has one.
+        type: str
+      policy:
+        description: The router's load-balancing policy, for the report's line.
+        type: str
+        default: ""
       flag_variables:
         description: Each router option the role sets and its sglang_router_* variable, to
           name the variable behind a refused option.
@@ -315,6 +327,11 @@ workers:
   type: list
   elements: dict
   sample: [{url: "http://10.0.0.11:30000", healthy: true}]
+report:
+  description: The router report's line (where it serves, its workers, the request answered
+    through it), when the router ran unchanged and answered the request.
+  returned: when the router ran unchanged and answered one request
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

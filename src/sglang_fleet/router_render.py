@@ -82,12 +82,13 @@ def render_router_files(spec: dict[str, Any], secrets: dict[str, str] | None = N
     }
 
 
-def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = ""
-                ) -> dict[str, Any]:
+def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = "",
+                api_key: str = "") -> dict[str, Any]:
     """The router as its host is given it (sglang_router_node's `router` option): its folders
     and files as the deployment file writer takes them (the env file apart: it holds the
     secrets), its service, its install, the command its own parser checks (secrets masked),
-    where it answers once started, and the key its workers are read with."""
+    where it answers once started, the key its workers are read with and the client key of
+    the report's request."""
     paths, service = spec["paths"], spec["service"]
     rendered = render_router_files(spec, secrets)
     files = [{"path": paths["script"], "content": rendered["script"], "mode": "0755"}]
@@ -118,6 +119,8 @@ def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = 
         "url": spec["url"],
         "admin_url": spec["admin_url"],
         "admin_key": admin_key,
+        "api_key": api_key,
+        "policy": spec["policy"],
         # What this start has of the router's keys (names and fingerprints, never values),
         # kept on the host at each start: a later start that would drop one is refused.
         "running_spec_file": paths["running_spec"],

@@ -145,19 +145,27 @@ def test_deploy_brings_up_the_router_and_answers_through_it(fleet):
     assert requests.get(f"{fleet.router_url}/workers", timeout=10, headers={
         "Authorization": f"Bearer {ROUTER_KEY}"}).status_code == 401
 
-    pid = router_pid(fleet)
+    pid, chats = router_pid(fleet), router_chats(fleet)
     rc, events, output = deploy_events(fleet)
     assert rc == 0 and changed_hosts(events) == set(), output[-3000:]
     assert router_pid(fleet) == pid
-    # A re-run with nothing to change: one module run on the router's host to check, write
-    # and start it (it asks /liveness), one for the report; no server asks the router again.
+    # A re-run with nothing to change: one module run on the router's host, to check, write
+    # and start it (it asks /liveness) and to make the report's one visit; the report shows
+    # that visit without asking again, and no server asks the router again.
     assert module_runs(events, "sim-router", "Deploy SGLang's router") == ["sglang_router_node"]
-    assert module_runs(events, "sim-router", "Show each router") == ["sglang_router_probe"]
+    assert module_runs(events, "sim-router", "Show each router") == []
+    assert router_chats(fleet) == chats + 1
     for host in fleet.hosts:
         assert "sglang_router_member" not in module_runs(events, host, "Deploy SGLang servers")
     text = " ".join(output.split())
     assert "sim-router: router running at" in text
     assert "2 workers registered, 2 healthy; one request answered through it" in text
+
+
+def router_chats(fleet) -> int:
+    """The chat requests the router finished (its access log's lines)."""
+    return sum("uri=/v1/chat/completions" in line and "finished processing" in line
+               for line in fleet.router_log.read_text(errors="replace").splitlines())
 
 
 def router_starts(fleet) -> int:
@@ -188,6 +196,8 @@ def test_a_changed_router_setting_restarts_the_router_once(fleet):
     for host in fleet.hosts:
         assert f"{host}: joined router sim-router" in text
     assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+    # The servers joined after the router's check: the report asks the router itself.
+    assert module_runs(events, "sim-router", "Show each router") == ["sglang_router_probe"]
     assert "2 workers registered, 2 healthy; one request answered through it" in text
 
     pid = router_pid(fleet)

@@ -4,9 +4,11 @@ router rejects, and the parser's fingerprint read by the router's own Python."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -206,3 +208,66 @@ def test_only_secret_settings_can_be_dropped():
     assert ("sglang_router_drop_secrets='sglang_router_port': is not a secret setting. Fix: name "
             "one of: sglang_router_api_key, sglang_router_control_plane_api_keys"
             in "\n".join(built["errors"]))
+
+
+class _Router(http.server.BaseHTTPRequestHandler):
+    """A router on loopback: its /workers, and /v1/chat/completions counted."""
+
+    workers: list = []
+    chats: list = []
+
+    def _send(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self._send(200, {"workers": self.workers})
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).chats.append(self.headers.get("Authorization"))
+        self._send(200, {"choices": [{"message": {"content": "hi there"}}],
+                         "usage": {"completion_tokens": 2}})
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def router_http():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Router)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Router.chats = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_router_running_unchanged_answers_the_reports_request_in_its_check(tmp_path,
+                                                                              router_http):
+    r = dict(view(tmp_path), admin_url=router_http, url="http://10.0.0.5:30080",
+             api_key=API_KEY)
+    _Router.workers = [{"url": "http://10.0.0.11:30000/", "is_healthy": True},
+                       {"url": "http://10.0.0.12:30000", "is_healthy": False}]
+    result = {}
+    rn._visit("r1", r, result)
+    assert result["workers"] == [{"url": "http://10.0.0.11:30000", "healthy": True},
+                                 {"url": "http://10.0.0.12:30000", "healthy": False}]
+    assert result["report"] == (
+        'r1: serving at http://10.0.0.5:30080 (sglang-router 0.3.2, policy cache_aware): 2 '
+        'workers registered, 1 healthy; one request answered through it: 2 tokens, "hi there"')
+    assert _Router.chats == [f"Bearer {API_KEY}"]
+
+
+def test_a_router_without_a_healthy_worker_is_not_asked_a_request(tmp_path, router_http):
+    r = dict(view(tmp_path), admin_url=router_http, api_key=API_KEY)
+    _Router.workers = [{"url": "http://10.0.0.11:30000", "is_healthy": False}]
+    result = {}
+    rn._visit("r1", r, result)
+    assert result["workers"] == [{"url": "http://10.0.0.11:30000", "healthy": False}]
+    assert "report" not in result and _Router.chats == []
