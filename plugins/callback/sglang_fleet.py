@@ -118,6 +118,9 @@ _FORKED_PLUGINS = (
     ("filter", "sglang.fleet.sglang_fleet_router_spec"),
     ("action", "sglang.fleet.sglang_node"),
     ("action", "sglang.fleet.sglang_service"),
+    ("action", "sglang.fleet.sglang_health"),
+    ("action", "sglang.fleet.sglang_lock"),
+    ("action", "sglang.fleet.sglang_ledger"),
 )
 
 
@@ -125,8 +128,8 @@ def _load_plugins_before_fork():
     """ansible-playbook forks a worker per task and host, and a worker imports a plugin file
     that its own process has not (filter and action plugins alike). Loaded here, in
     ansible-playbook's process before its first task, they reach every worker imported: the
-    LaunchSpec's tasks, the router's and the node check no longer import the package and
-    build its caches once per task and host. A plugin that fails to load here is left to the
+    LaunchSpec's tasks, the router's, the node check and each gate poll no longer import the
+    package and build its caches once per task and host. A plugin that fails to load here is left to the
     task that uses it, which reports why."""
     from ansible.plugins.loader import action_loader, filter_loader
 
