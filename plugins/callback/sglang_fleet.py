@@ -129,8 +129,8 @@ def _load_plugins_before_fork():
     that its own process has not (filter and action plugins alike). Loaded here, in
     ansible-playbook's process before its first task, they reach every worker imported: the
     LaunchSpec's tasks, the router's, the node check and each gate poll no longer import the
-    package and build its caches once per task and host. A plugin that fails to load here is left to the
-    task that uses it, which reports why."""
+    package and build its caches once per task and host. A plugin that fails to load here is
+    left to the task that uses it, which reports why."""
     from ansible.plugins.loader import action_loader, filter_loader
 
     loaders = {"filter": filter_loader, "action": action_loader}

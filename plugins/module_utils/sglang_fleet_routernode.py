@@ -321,10 +321,7 @@ def _visit(name, r, result):
     membership called). A router without a healthy worker is not asked a request."""
     seen = ask(r["admin_url"], r["admin_key"] or None, r["api_key"] or None, REPORT_TIMEOUT,
                request=lambda workers: any(w.get("is_healthy") for w in workers))
-    result["workers"] = (None if seen["workers_error"] else
-                         [{"url": str(w.get("url") or "").rstrip("/"),
-                           "healthy": bool(w.get("is_healthy"))}
-                          for w in seen["workers"] if isinstance(w, dict)])
+    result["workers"] = None if seen["workers_error"] else _workers_of(seen["workers"])
     if seen["status"] == 200:
         result["report"] = report_line({"name": name, "url": r["url"] or r["admin_url"],
                                         "version": r["version"], "policy": r["policy"]}, seen)
@@ -342,8 +339,13 @@ def listed_workers(r):
         return None
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
         return None
+    return _workers_of(body["workers"])
+
+
+def _workers_of(listed):
+    """The router's /workers entries as the membership reads them: {url, healthy}."""
     return [{"url": str(w.get("url") or "").rstrip("/"), "healthy": bool(w.get("is_healthy"))}
-            for w in body["workers"] if isinstance(w, dict)]
+            for w in listed if isinstance(w, dict)]
 
 
 def _apply(r, actions, record):
