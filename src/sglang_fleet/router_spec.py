@@ -241,15 +241,49 @@ def _warn_pd_breaker(v: dict[str, Any], p: Problems) -> None:
     (sglang-router 0.3.2, measured: bench/zero_drop.py --pd --api chat). One decode that dies
     under OpenAI-API streams or non-streamed requests, which wait on their prefill, then opens
     every prefill's circuit, and the router refuses all traffic until they close."""
-    if v["pd_disaggregation"] and not v["disable_circuit_breaker"]:
-        p.warn("sglang_router_pd_disaggregation with the circuit breaker on: the router "
-               "charges a failed request to both its prefill and its decode, so one decode "
-               "that dies with requests in flight can open every prefill's circuit and stop "
-               "all traffic until they close. Set sglang_router_disable_circuit_breaker: "
-               "true, and give the decodes a policy whose retries move to another decode "
-               "(sglang_router_extra_args: ['--decode-policy', 'round_robin']); the fleet's "
-               "gate and the router's health checks take failed servers out "
-               "(docs/disaggregation.md)")
+    if not v["pd_disaggregation"]:
+        return
+    if v["disable_circuit_breaker"]:
+        _warn_pd_decode_policy(v, p)
+        return
+    p.warn("sglang_router_pd_disaggregation with the circuit breaker on: the router "
+           "charges a failed request to both its prefill and its decode, so one decode "
+           "that dies with requests in flight can open every prefill's circuit and stop "
+           "all traffic until they close. Set sglang_router_disable_circuit_breaker: "
+           "true, and give the decodes a policy whose retries move to another decode "
+           f"({DECODE_POLICY_FIX}); the fleet's gate and the router's health checks take "
+           "failed servers out (docs/disaggregation.md)")
+
+
+# What the PD warnings ask for: a decode policy whose retries leave a dead decode.
+DECODE_POLICY_FIX = "sglang_router_extra_args: ['--decode-policy', 'round_robin']"
+
+
+def decode_policy(v: dict[str, Any]) -> str:
+    """The policy the router gives its decodes: --decode-policy among the extra arguments,
+    else the main policy (sglang-router 0.3.2's router_args: "If not specified, uses the main
+    policy")."""
+    extra = [str(a) for a in v["extra_args"] or []]
+    for i, arg in enumerate(extra):
+        if arg == "--decode-policy" and i + 1 < len(extra):
+            return extra[i + 1]
+        if arg.startswith("--decode-policy="):
+            return arg.partition("=")[2]
+    return str(v["policy"])
+
+
+def _warn_pd_decode_policy(v: dict[str, Any], p: Problems) -> None:
+    """Without the breaker, a retry is what moves a request off a dead decode, and under
+    cache_aware every retry of a request goes to the decode it chose first (measured with
+    sglang-router 0.3.2: bench/zero_drop.py --pd --api chat, docs/disaggregation.md)."""
+    if decode_policy(v) != "cache_aware":
+        return
+    p.warn("sglang_router_pd_disaggregation with the decodes on the cache_aware policy "
+           "(sglang_router_policy, and no --decode-policy in sglang_router_extra_args): the "
+           "router sends every retry of a request to the decode it chose first, so the "
+           "requests it pairs with a decode that died keep failing until its health checks "
+           "take that decode out. Give the decodes a policy whose retries move to another "
+           f"decode ({DECODE_POLICY_FIX}) (docs/disaggregation.md)")
 
 
 def _check_drops(names: list[str], p: Problems) -> None:

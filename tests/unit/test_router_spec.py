@@ -222,5 +222,23 @@ def test_a_pd_router_with_its_circuit_breaker_on_is_warned_and_still_built():
     assert any("sglang_router_pd_disaggregation with the circuit breaker on" in w and
                "sglang_router_disable_circuit_breaker: true" in w for w in warned["warnings"]), \
         warned["warnings"]
-    for quiet in (build(pd_disaggregation=True, disable_circuit_breaker=True), build()):
+    for quiet in (build(pd_disaggregation=True, disable_circuit_breaker=True,
+                        extra_args=["--decode-policy", "round_robin"]), build()):
         assert not any("circuit breaker" in w for w in quiet["warnings"]), quiet["warnings"]
+
+
+def test_a_pd_router_without_its_breaker_is_warned_while_its_decodes_keep_cache_aware():
+    """Without the breaker a retry is what moves a request off a dead decode, and cache_aware
+    sends every retry to the decode it chose first (router 0.3.2, measured)."""
+    def warned(**settings):
+        built = build(pd_disaggregation=True, disable_circuit_breaker=True, **settings)
+        assert built["ok"], built["errors"]
+        return [w for w in built["warnings"] if "decodes on the cache_aware policy" in w]
+
+    assert warned() and "['--decode-policy', 'round_robin']" in warned()[0]
+    assert warned(extra_args=["--decode-policy=cache_aware"])
+    assert warned(policy="round_robin", extra_args=["--decode-policy", "cache_aware"])
+    # Another decode policy, or a main policy the decodes then take, is not warned.
+    assert not warned(extra_args=["--decode-policy", "round_robin"])
+    assert not warned(extra_args=["--decode-policy=power_of_two"])
+    assert not warned(policy="round_robin")
