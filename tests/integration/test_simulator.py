@@ -281,6 +281,25 @@ META_FIELDS = ["id", "finish_reason", "prompt_tokens", "weight_version", "num_re
                "queue_time", "reasoning_tokens", "completion_tokens", "cached_tokens"]
 
 
+def test_a_negative_max_new_tokens_is_a_400_or_a_streams_one_error_chunk(server):
+    """SamplingParams.verify raises ValueError in the tokenizer manager: serve_generate_request
+    (0.5.23) answers 400, or, for a stream whose 200 went out with its StreamingResponse,
+    sends the error as the stream's one chunk, then [DONE]."""
+    message = "max_new_tokens must be at least 0, got -1."
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": -1}}
+    plain = requests.post(server.url + "/generate", json=body, timeout=10)
+    assert plain.status_code == 400 and plain.json() == {"error": {"message": message}}
+    with requests.post(server.url + "/generate", json={**body, "stream": True}, stream=True,
+                       timeout=10) as r:
+        assert r.status_code == 200
+        events = _sse(r)
+    assert len(events) == 2 and events[1] == "[DONE]"
+    assert json.loads(events[0]) == {"error": {"message": message,
+                                               "type": "invalid_request_error", "code": 400,
+                                               "retryable": False}}
+    assert server.log().count(f"[http_server] Error: {message}") == 2
+
+
 def test_generate_streams_cumulative_text_then_done(server):
     body = {"input_ids": [1, 2, 3], "stream": True,
             "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0}}

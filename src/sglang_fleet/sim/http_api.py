@@ -327,15 +327,8 @@ class Handler(BaseHTTPRequestHandler):
                            "ctx": {"class_name": "GenerateReqInput"}})
         prompts = _prompts(body)
         if prompts is None:
-            message = "Either text, input_ids or input_embeds should be provided."
-            log(f"[http_server] Error: {message}")
-            if body.get("stream"):
-                self._start_stream()
-                self._event({"error": {"message": message, "type": "invalid_request_error",
-                                       "code": 400, "retryable": False}})
-                self._end_stream()
-            else:
-                self._send(400, {"error": {"message": message}})
+            self._client_error(body, "Either text, input_ids or input_embeds should be "
+                                     "provided.")
             return
         keys, batched = prompts
         st = self.state
@@ -343,7 +336,7 @@ class Handler(BaseHTTPRequestHandler):
         logged = self._log_received(body, rid)
         params = body.get("sampling_params") or {}
         params = params if isinstance(params, list) else [params] * len(keys)
-        if not self._sampling_params_valid(params):
+        if not self._sampling_params_valid(body, params):
             return
         gens = [Generation(st, key, int((params[i] or {}).get("max_new_tokens", 128)),
                            st.route(), st.take_warmup_delay())
@@ -493,10 +486,23 @@ class Handler(BaseHTTPRequestHandler):
         _, level, fmt = self._request_log_options()
         log(request_log.finished(body, rid, out, level, fmt))
 
-    def _sampling_params_valid(self, params: list[Any]) -> bool:
+    def _client_error(self, body: dict[str, Any], message: str) -> None:
+        """A ValueError of the tokenizer manager: serve_generate_request logs it and answers
+        400, or, for a stream (whose 200 went out with the StreamingResponse), sends it as the
+        stream's one chunk before [DONE]."""
+        log(f"[http_server] Error: {message}")
+        if body.get("stream"):
+            self._start_stream()
+            self._event({"error": {"message": message, "type": "invalid_request_error",
+                                   "code": 400, "retryable": False}})
+            self._end_stream()
+        else:
+            self._send(400, {"error": {"message": message}})
+
+    def _sampling_params_valid(self, body: dict[str, Any], params: list[Any]) -> bool:
         """SamplingParams.verify on max_new_tokens: a negative number is the client's error
-        (400, logged by generate_request); a value that is not a number raises TypeError,
-        which FastAPI answers with 500 and uvicorn logs as an ASGI exception."""
+        (a ValueError: _client_error); a value that is not a number raises TypeError, which
+        FastAPI answers with 500 and uvicorn logs as an ASGI exception."""
         for one in params:
             value = (one or {}).get("max_new_tokens") if isinstance(one, dict) else None
             if value is None:
@@ -511,9 +517,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(500, "Internal Server Error")
                 return False
             if value < 0:
-                message = f"max_new_tokens must be at least 0, got {value}."
-                log(f"[http_server] Error: {message}")
-                self._send(400, {"error": {"message": message}})
+                self._client_error(body, f"max_new_tokens must be at least 0, got {value}.")
                 return False
         return True
 
