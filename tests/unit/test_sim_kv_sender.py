@@ -54,3 +54,15 @@ def test_only_a_request_a_decode_takes_over_waits():
     assert not kv_sender.takes_transfer({**pd, "bootstrap_host": FAKE_BOOTSTRAP_HOST})
     assert not kv_sender.takes_transfer({"text": "hello"})
     assert not kv_sender.takes_transfer({**pd, "bootstrap_room": None})
+
+
+def test_a_room_whose_decode_heard_it_was_sent_is_forgotten_within_a_bound(monkeypatch):
+    monkeypatch.setattr(kv_sender.KVSender, "DONE_KEPT", 3)
+    sender = kv_sender.KVSender()
+    for room in ("1", "2", "3", "4"):
+        assert sender.asked(room) is False  # bootstrapped
+        sender.mark_sent([int(room)])
+        assert sender.asked(room) is True
+        assert room not in sender.bootstrapped and room not in sender.sent
+    # A decode whose answer was lost asks again and still hears it; the oldest is forgotten.
+    assert sender.asked("4") is True and list(sender.done) == ["2", "3", "4"]

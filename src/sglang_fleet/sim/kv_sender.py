@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from sglang_fleet.sim.bootstrap import FAKE_BOOTSTRAP_HOST
@@ -62,20 +63,36 @@ def takes_transfer(body: dict[str, Any]) -> bool:
 class KVSender:
     """The prefill's rooms: those a decode has bootstrapped, and those whose cache it sent."""
 
+    # Rooms whose decode was told the cache is sent, kept so that a decode whose answer was
+    # lost and asks again still hears it; older ones are forgotten (a room names one
+    # request), so that a long run's memory stays bounded.
+    DONE_KEPT = 4096
+
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.bootstrapped: set[str] = set()
         self.sent: set[str] = set()
+        self.done: OrderedDict[str, None] = OrderedDict()
         self.bootstrap_timeout = float(os.environ.get(BOOTSTRAP_TIMEOUT_VAR) or 300)
         self.warned_timeout = False
 
     def asked(self, room: str) -> bool:
-        """A decode asks after `room`: from now on it is bootstrapped. True once sent."""
+        """A decode asks after `room`: from now on it is bootstrapped. True once sent; the
+        room is then done, and leaves both sets."""
         with self.changed:
+            if room in self.done:
+                return True
+            if room in self.sent:
+                self.sent.discard(room)
+                self.bootstrapped.discard(room)
+                self.done[room] = None
+                while len(self.done) > self.DONE_KEPT:
+                    self.done.popitem(last=False)
+                return True
             if room not in self.bootstrapped:
                 self.bootstrapped.add(room)
                 self.changed.notify_all()
-            return room in self.sent
+            return False
 
     def mark_sent(self, rooms: list[Any]) -> None:
         with self.changed:
