@@ -5,10 +5,14 @@
 # deployment's lock (named after this run: see plugins/action/sglang_lock.py, the run is this
 # worker's parent, readable only on the controller) and writes the files when something is to
 # change, and with `start_if_stopped` starts a server that is not running. A lock another run
-# holds is left to sglang_lock.
+# holds is left to sglang_lock. With `router` instead (a router host in the servers' play), it
+# runs the router's own check, sglang_router_node, in the same task: the router is checked in
+# the servers' node check's wave, not in one of its own.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+from ansible.plugins.action import ActionBase
 
 from sglang_fleet.render import deployment_files
 from sglang_fleet.spec import (
@@ -20,10 +24,13 @@ from sglang_fleet.spec import (
 from sglang_fleet.spec_action import SpecViewAction
 from sglang_fleet_node.sglang_fleet_lock import controller_run
 
+# A router host's check (the `router` option).
+ROUTER_MODULE = "sglang.fleet.sglang_router_node"
+
 
 class ActionModule(SpecViewAction):
     module_name = "sglang.fleet.sglang_node"
-    controller_options = ("secret_values", "start_if_stopped")
+    controller_options = ("secret_values", "start_if_stopped", "router")
 
     def view(self, spec, args):
         view = node_module_args(spec)
@@ -46,6 +53,24 @@ class ActionModule(SpecViewAction):
             view["start"] = start_module_args(
                 spec, list((task_vars.get("groups") or {}).get(group) or []) if group else [])
         return view
+
+    def run(self, tmp=None, task_vars=None):
+        router = self._task.args.get("router")
+        if router is None:
+            return super().run(tmp, task_vars)
+        # The router's check first: a router the servers would join must answer.
+        checked = ActionBase.run(self, tmp, task_vars)
+        checked.update(self._execute_module(
+            module_name=ROUTER_MODULE, task_vars=task_vars,
+            module_args={"host_name": (task_vars or {}).get("inventory_hostname"),
+                         "router": router}))
+        if checked.get("failed") or self._task.args.get("from_spec") is None:
+            return dict(checked, router=dict(checked))
+        # A host that serves and routes: its server's check, with the router's beside it.
+        result = super().run(tmp, task_vars)
+        result["router"] = checked
+        result["changed"] = bool(result.get("changed") or checked.get("changed"))
+        return result
 
     def module_args(self, args):
         if args.get("lock"):

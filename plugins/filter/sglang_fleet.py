@@ -29,7 +29,7 @@ try:
         warm_caches,
     )
     from sglang_fleet.store import read_jsonl, state_path
-    from sglang_fleet.whole_groups import split_group_errors
+    from sglang_fleet.whole_groups import serial_with_routers, split_group_errors
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -176,6 +176,18 @@ def split_group_filter(group, members, run_hosts, serial=None, canary=None):
                               serial, str(canary) if canary else None)
 
 
+def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
+    """sglang_fleet_serial | sglang_fleet_serial_with_routers(groups, run_hosts, canary): the
+    servers' play's `serial` with the routers of this run (not beside a canary, whose play
+    checks them) in its first batch; `run_hosts` the hosts --limit leaves."""
+    _need_package()
+    run = set(run_hosts or [])
+    servers = [h for h in groups.get("sglang_servers", []) if h in run and h != canary]
+    routers = [] if canary else [h for h in groups.get("sglang_routers", [])
+                                 if h in run and h not in servers]
+    return serial_with_routers(serial, len(servers), len(routers))
+
+
 def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars):
     """deployment | sglang_fleet_pd_refusals(inventory_hostname, groups[deployment], modes,
     specs, groups, hostvars): why a PD deployment cannot run, or why a server outside one
@@ -215,5 +227,6 @@ class FilterModule(object):
             "sglang_fleet_deployment_files": deployment_files_filter,
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
+            "sglang_fleet_serial_with_routers": serial_with_routers_filter,
             "sglang_fleet_pd_refusals": pd_refusals_filter,
         }

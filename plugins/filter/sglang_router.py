@@ -75,6 +75,16 @@ def router_node_filter(spec, secret_values):
                        str(values.get("sglang_router_api_key") or ""))
 
 
+def router_host_view(host, hostvars):
+    """inventory_hostname | sglang_fleet_router_host_view(hostvars): the router as its host is
+    given it (sglang_router_node's `router` option), from the RouterSpec the host built and the
+    values of its secret settings, read where a task needs them, never kept as a fact."""
+    hv = hostvars[host]
+    spec = hv["sglang_router__spec"]
+    return router_node_filter(spec, {name: hv.get(name)
+                                     for _, name in spec["secret_variables"]})
+
+
 def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
     """The routers a server's membership task calls. A server to be present is left out of a
     router that listed it healthy when this run deployed that router (its node module reads
@@ -216,6 +226,7 @@ class FilterModule(object):
             "sglang_fleet_membership_due": membership_due,
             "sglang_fleet_router_report_current": report_current,
             "sglang_fleet_router_node": router_node_filter,
+            "sglang_fleet_router_host_view": router_host_view,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,
             "sglang_fleet_membership_text": membership_text,

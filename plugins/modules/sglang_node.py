@@ -55,6 +55,17 @@ options:
     description: Inventory name of the host, for messages.
     type: str
     required: true
+  router:
+    description:
+      - A router host's check instead, in the same task as the servers' (deploy.yml's servers'
+        play checks its routers there, in one task wave with the servers' nodes). It is the
+        router as its host is given it, built by the filter
+        C(sglang.fleet.sglang_fleet_router_host_view); the action plugin runs
+        M(sglang.fleet.sglang_router_node) with it and returns that module's result, also as
+        I(router). Given with I(from_spec) (a
+        host that routes and serves), the router is checked first, then the server, whose
+        result carries the router's as I(router). Never sent to the node as an option.
+    type: dict
   server_python:
     description: Python of the server's environment.
     type: path

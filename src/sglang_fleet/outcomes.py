@@ -15,6 +15,7 @@ STAGES = ("spec", "deploy", "health", "benchmark", "recover")
 _STAGE_OF_FILE = {"main.yml": "spec", "spec.yml": "spec", "identity.yml": "spec",
                   "spec_fallback.yml": "spec",
                   "deploy.yml": "deploy", "install.yml": "deploy", "preflight.yml": "deploy",
+                  "converge.yml": "deploy",
                   "change.yml": "deploy", "prepare.yml": "deploy", "argcheck.yml": "deploy",
                   "lock.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
                   "gate.yml": "health", "observe.yml": "health", "report.yml": "health",

@@ -36,6 +36,18 @@ def serial_batches(hosts: Sequence[str], serial: object) -> list[list[str]]:
     return batches
 
 
+def serial_with_routers(serial: object, servers: int, routers: int) -> object:
+    """The servers' play's `serial` once its routers run in it, ahead of the servers: the
+    routers go in the first batch, each batch keeps the servers `serial` gives it (its
+    percentages of the servers, not of the routers too). Unchanged without routers."""
+    if not routers:
+        return serial
+    sizes = [len(batch) for batch in serial_batches(["server"] * servers, serial)]
+    if len(sizes) <= 1:
+        return "100%"
+    return [sizes[0] + routers, *sizes[1:]]
+
+
 def _names(hosts: Sequence[str]) -> str:
     return ", ".join(hosts)
 

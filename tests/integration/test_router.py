@@ -149,10 +149,16 @@ def test_deploy_brings_up_the_router_and_answers_through_it(fleet):
     rc, events, output = deploy_events(fleet)
     assert rc == 0 and changed_hosts(events) == set(), output[-3000:]
     assert router_pid(fleet) == pid
-    # A re-run with nothing to change: one module run on the router's host, to check, write
-    # and start it (it asks /liveness) and to make the report's one visit; the report shows
-    # that visit without asking again, and no server asks the router again.
-    assert module_runs(events, "sim-router", "Deploy SGLang's router") == ["sglang_router_node"]
+    # A re-run with nothing to change: one module run on the router's host, in the servers'
+    # play and the task that checks their nodes (sglang_node runs sglang_router_node there),
+    # to check, write and start it (it asks /liveness) and to make the report's one visit; the
+    # report shows that visit without asking again, and no server asks the router again.
+    assert module_runs(events, "sim-router", "Deploy SGLang's router") == []
+    assert module_runs(events, "sim-router", "Deploy SGLang servers") == ["sglang_node"]
+    node_check = {e["event_data"]["host"] for e in events if e["event"] == "runner_on_ok"
+                  and e["event_data"].get("task") == "Check the node for this deployment, "
+                  "in one pass"}
+    assert node_check == {*fleet.hosts, "sim-router"}
     assert module_runs(events, "sim-router", "Show each router") == []
     assert router_chats(fleet) == chats + 1
     for host in fleet.hosts:
@@ -191,7 +197,7 @@ def test_a_changed_router_setting_restarts_the_router_once(fleet):
     assert rc == 0, output[-3000:]
     assert router_pid(fleet) != pid and router_starts(fleet) == starts + 1
     assert text.count("sim-router: router restarted at") == 1
-    assert module_runs(events, "sim-router", "Deploy SGLang's router") == ["sglang_router_node"]
+    assert module_runs(events, "sim-router", "Deploy SGLang servers") == ["sglang_node"]
     # It starts with no workers: each ready server joins it again in the same run.
     for host in fleet.hosts:
         assert f"{host}: joined router sim-router" in text
@@ -345,8 +351,7 @@ def test_a_mistake_on_the_last_host_touches_no_host_at_all(fleet):
     assert "Kimi-K2.5 has 64 attention heads, which TP 3 does not divide" in run.output
     assert (f"not started: the inventory has problems on {last} (above); no node was "
             "contacted") in run.output
-    for play in ("PLAY [Deploy SGLang's router]", "PLAY [Deploy SGLang servers]",
-                 "PLAY [Show each router"):
+    for play in ("PLAY [Deploy SGLang servers]", "PLAY [Show each router"):
         assert play not in run.output
     assert _node_state(fleet) == before
     assert {host: fleet.server_pid(host) for host in fleet.hosts} == pids
@@ -416,3 +421,28 @@ def test_the_shipped_catalogue_is_the_installed_routers_parser(venv):
                             "--python", str(venv / "bin" / "python")],
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr
+
+
+def test_a_router_beside_a_server_on_one_host_is_checked_in_the_same_task(tmp_path, venv):
+    """A host in both groups: the node check's task checks its router first, then its server
+    (sglang_node's action runs both modules), and a re-run changes nothing."""
+    fleet = make_fleet(tmp_path, hosts=2, time_factor=0.005, router=venv)
+    hosts = fleet.inventory / "hosts.yml"
+    data = yaml.safe_load(hosts.read_text())
+    data["all"]["children"]["sglang_routers"]["hosts"] = {"sim-node-1": None}
+    hosts.write_text(yaml.safe_dump(data))
+    # Its own folder beside the server's, as a real node would have (/opt/sglang-router).
+    fleet.set_host_vars("sim-node-1", {"sglang_router_root": str(tmp_path / "router-on-node-1")})
+    try:
+        first = fleet.deploy()
+        text = " ".join(first.output.split())
+        assert first.rc == 0, first.output[-3000:]
+        assert "sim-node-1: router started at" in text
+        assert "NODE [sim-node-1]: " in text and "NODE [sim-node-2]: " in text
+        assert "2 workers registered, 2 healthy; one request answered through it" in text
+        again = fleet.deploy()
+        assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
+        assert "sim-node-1: router running at" in " ".join(again.output.split())
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()

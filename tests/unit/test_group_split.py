@@ -7,7 +7,7 @@ import pytest
 
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet.whole_groups import serial_batches, split_group_errors
+from sglang_fleet.whole_groups import serial_batches, serial_with_routers, split_group_errors
 
 HOSTS = ["a1", "a2", "b1", "b2", "c"]
 
@@ -76,3 +76,23 @@ def test_a_node_count_without_a_group_contradicts_itself():
     built = build_launch_spec(settings(sglang_server_group_nodes=2), "gpu-a01")
     said = "sglang_server_group_nodes=2: a node count without a multi-node group"
     assert any(e.startswith("host gpu-a01: " + said) for e in built["errors"]), built["errors"]
+
+
+def test_the_routers_join_the_first_batch_and_each_batch_keeps_its_servers():
+    """deploy.yml's servers' play runs the routers first, in its first batch: the batches of
+    servers are those sglang_fleet_serial gives, its percentages of the servers alone."""
+    servers = ["s1", "s2", "s3", "s4"]
+
+    def batches(serial, routers=("r1",)):
+        return serial_batches([*routers, *servers],
+                              serial_with_routers(serial, len(servers), len(routers)))
+
+    assert batches(2) == [["r1", "s1", "s2"], ["s3", "s4"]]
+    assert batches("25%") == [["r1", "s1"], ["s2"], ["s3"], ["s4"]]
+    assert batches([1, "50%"]) == [["r1", "s1"], ["s2", "s3"], ["s4"]]
+    assert batches(1, ("r1", "r2")) == [["r1", "r2", "s1"], ["s2"], ["s3"], ["s4"]]
+    assert serial_with_routers("100%", 4, 1) == serial_with_routers(None, 4, 1) == "100%"
+    assert serial_with_routers(4, 4, 1) == "100%"
+    # No router in the run: the play's serial as given.
+    assert serial_with_routers(2, 4, 0) == 2
+    assert batches(2, ()) == [["s1", "s2"], ["s3", "s4"]]
