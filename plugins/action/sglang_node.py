@@ -24,8 +24,9 @@ from sglang_fleet.spec import (
 from sglang_fleet.spec_action import SpecViewAction
 from sglang_fleet_node.sglang_fleet_lock import controller_run
 
-# A router host's check (the `router` option).
+# A router host's check (the `router` option), and the fact the router role reads it as.
 ROUTER_MODULE = "sglang.fleet.sglang_router_node"
+ROUTER_FACT = "sglang_router__node"
 
 
 class ActionModule(SpecViewAction):
@@ -64,11 +65,16 @@ class ActionModule(SpecViewAction):
             module_name=ROUTER_MODULE, task_vars=task_vars,
             module_args={"host_name": (task_vars or {}).get("inventory_hostname"),
                          "router": router}))
-        if checked.get("failed") or self._task.args.get("from_spec") is None:
+        if checked.get("failed"):
             return dict(checked, router=dict(checked))
+        # The router's own record of its check (what sglang_router_node's task registers in
+        # the router's play): its install step, the servers' membership and the report read it.
+        facts = {"ansible_facts": {ROUTER_FACT: dict(checked)}}
+        if self._task.args.get("from_spec") is None:
+            return dict(checked, router=dict(checked), **facts)
         # A host that serves and routes: its server's check, with the router's beside it.
         result = super().run(tmp, task_vars)
-        result["router"] = checked
+        result.update(router=checked, **facts)
         result["changed"] = bool(result.get("changed") or checked.get("changed"))
         return result
 

@@ -63,10 +63,37 @@ def launch_spec(settings, host, group_members=None, dist_init_host=None):
                              str(dist_init_host) if dist_init_host else None)
 
 
-def launch_refusals_filter(launch, launches, specs):
-    """launch | sglang_fleet_launch_refusals(launches, specs): see spec.launch_refusals."""
+def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=None,
+                  partial_group_ok=False):
+    """inventory_hostname | sglang_fleet_host_refusals(hostvars, groups, ansible_play_batch,
+    ansible_play_hosts_all, serial, canary, partial_group_ok): every refusal of the host's
+    LaunchSpec: its own (spec.launch_refusals, with the members of its multi-node group in
+    this batch), whether the run holds that group whole (whole_groups), and its PD
+    deployment's (pd). One call rather than a template, which each forked worker would
+    compile anew."""
     _need_package()
-    return launch_refusals(dict(launch), dict(launches or {}), dict(specs or {}))
+    hv = hostvars[host]
+    launch = dict(hv["sglang_server__launch"])
+    spec = (hv.get("sglang_server_launch_spec") or {}) if launch["ok"] else {}
+    group = (spec.get("group") or {}).get("name") or ""
+    members = [h for h in batch if h in groups.get(group, [])] if group else []
+    errors = launch_refusals(
+        launch, {m: hostvars[m].get("sglang_server__launch") for m in members},
+        {m: hostvars[m].get("sglang_server_launch_spec") for m in members})
+    if not boolean(partial_group_ok, strict=False):
+        # The run's servers: deploy.yml's servers' play runs its routers too, ahead of them.
+        routers_only = set(groups.get("sglang_routers", [])) - set(groups.get("sglang_servers",
+                                                                             []))
+        errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
+                                     [h for h in run_hosts if h not in routers_only], serial,
+                                     str(canary) if canary else None)
+    # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
+    deployment = (spec.get("pd") or {}).get("deployment") or ""
+    pd_hosts = list(groups.get(deployment, [])) if deployment else []
+    modes = {h: hostvars[h].get("sglang_server_disaggregation_mode") for h in pd_hosts}
+    specs = {h: hostvars[h].get("sglang_server_launch_spec") for h in batch if h in pd_hosts}
+    return errors + pd_refusals_filter(deployment, host, pd_hosts, modes, specs, groups,
+                                       hostvars)
 
 
 def identity(settings, host, group_members=None):
@@ -189,9 +216,8 @@ def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
 
 
 def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars):
-    """deployment | sglang_fleet_pd_refusals(inventory_hostname, groups[deployment], modes,
-    specs, groups, hostvars): why a PD deployment cannot run, or why a server outside one
-    cannot sit behind a router in PD mode (see pd)."""
+    """Why a PD deployment cannot run, or why a server outside one cannot sit behind a router
+    in PD mode (see pd); host_refusals calls it."""
     _need_package()
     routers = {}
     for name in groups.get("sglang_routers", []):
@@ -211,7 +237,7 @@ class FilterModule(object):
             "sglang_fleet_identity": identity,
             "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
-            "sglang_fleet_launch_refusals": launch_refusals_filter,
+            "sglang_fleet_host_refusals": host_refusals,
             "sglang_fleet_argcheck_record": argcheck_record_filter,
             "sglang_fleet_gate_args": gate_args_filter,
             "sglang_fleet_start_args": start_args_filter,
@@ -228,5 +254,4 @@ class FilterModule(object):
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_serial_with_routers": serial_with_routers_filter,
-            "sglang_fleet_pd_refusals": pd_refusals_filter,
         }
