@@ -66,15 +66,15 @@ class ActionModule(SpecViewAction):
             module_args={"host_name": (task_vars or {}).get("inventory_hostname"),
                          "router": router}))
         if checked.get("failed"):
-            return dict(checked, router=dict(checked))
+            return checked
         # The router's own record of its check (what sglang_router_node's task registers in
         # the router's play): its install step, the servers' membership and the report read it.
-        facts = {"ansible_facts": {ROUTER_FACT: dict(checked)}}
+        facts = {ROUTER_FACT: {k: v for k, v in checked.items() if k != "invocation"}}
         if self._task.args.get("from_spec") is None:
-            return dict(checked, router=dict(checked), **facts)
-        # A host that serves and routes: its server's check, with the router's beside it.
+            return dict(checked, ansible_facts=facts)
+        # A host that serves and routes: its server's check, the router's as its fact.
         result = super().run(tmp, task_vars)
-        result.update(router=checked, **facts)
+        result["ansible_facts"] = facts
         result["changed"] = bool(result.get("changed") or checked.get("changed"))
         return result
 

@@ -81,11 +81,9 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         launch, {m: hostvars[m].get("sglang_server__launch") for m in members},
         {m: hostvars[m].get("sglang_server_launch_spec") for m in members})
     if not boolean(partial_group_ok, strict=False):
-        # The run's servers: deploy.yml's servers' play runs its routers too, ahead of them.
-        routers_only = set(groups.get("sglang_routers", [])) - set(groups.get("sglang_servers",
-                                                                             []))
+        routers = routers_only(groups)
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
-                                     [h for h in run_hosts if h not in routers_only], serial,
+                                     [h for h in run_hosts if h not in routers], serial,
                                      str(canary) if canary else None)
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
@@ -203,6 +201,12 @@ def split_group_filter(group, members, run_hosts, serial=None, canary=None):
                               serial, str(canary) if canary else None)
 
 
+def routers_only(groups):
+    """The hosts that route and serve nothing: deploy.yml's servers' play runs them too, in its
+    first batch, ahead of the servers."""
+    return set(groups.get("sglang_routers", [])) - set(groups.get("sglang_servers", []))
+
+
 def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
     """sglang_fleet_serial | sglang_fleet_serial_with_routers(groups, run_hosts, canary): the
     servers' play's `serial` with the routers of this run (not beside a canary, whose play
@@ -210,8 +214,7 @@ def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
     _need_package()
     run = set(run_hosts or [])
     servers = [h for h in groups.get("sglang_servers", []) if h in run and h != canary]
-    routers = [] if canary else [h for h in groups.get("sglang_routers", [])
-                                 if h in run and h not in servers]
+    routers = [] if canary else [h for h in routers_only(groups) if h in run]
     return serial_with_routers(serial, len(servers), len(routers))
 
 

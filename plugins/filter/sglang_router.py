@@ -85,6 +85,12 @@ def router_host_view(host, hostvars):
                                      for _, name in spec["secret_variables"]})
 
 
+def called_routers(membership):
+    """The routers a server's membership task (its registered result) called in this run."""
+    return set((r.get("item") or {}).get("name") for r in (membership or {}).get("results") or []
+               if isinstance(r, dict) and not r.get("skipped"))
+
+
 def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
     """The routers a server's membership task calls. A server to be present is left out of a
     router that listed it healthy when this run deployed that router (its node module reads
@@ -93,8 +99,7 @@ def routers_to_call(routers, hostvars, worker_url, state, earlier=None):
     one more module run per server and router on every re-run."""
     if state != "present":
         return list(routers)
-    called = set(r.get("item", {}).get("name") for r in (earlier or {}).get("results") or []
-                 if isinstance(r, dict) and not r.get("skipped"))
+    called = called_routers(earlier)
     wanted = str(worker_url).rstrip("/")
     out = []
     for router in routers:
@@ -138,9 +143,7 @@ def report_current(router, groups, hostvars):
         verdict = hv.get("sglang_server_verdict")
         if isinstance(verdict, dict) and verdict.get("verdict", "ready") != "ready":
             return False
-        calls = (hv.get("sglang_router__membership") or {}).get("results") or []
-        if any(isinstance(c, dict) and not c.get("skipped")
-               and (c.get("item") or {}).get("name") == router for c in calls):
+        if router in called_routers(hv.get("sglang_router__membership")):
             return False
     return True
 

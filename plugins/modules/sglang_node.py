@@ -61,11 +61,11 @@ options:
         play checks its routers there, in one task wave with the servers' nodes). It is the
         router as its host is given it, built by the filter
         C(sglang.fleet.sglang_fleet_router_host_view); the action plugin runs
-        M(sglang.fleet.sglang_router_node) with it and returns that module's result, also as
-        I(router) and as the host's fact C(sglang_router__node), the name the router role reads
-        its check by. Given with I(from_spec) (a
-        host that routes and serves), the router is checked first, then the server, whose
-        result carries the router's as I(router). Never sent to the node as an option.
+        M(sglang.fleet.sglang_router_node) with it and returns that module's result, which it
+        also sets as the host's fact C(sglang_router__node), the name the router role reads its
+        check by. Given with I(from_spec) (a host that routes and serves), the router is
+        checked first (its result only as that fact), then the server, whose result the task
+        returns. Never sent to the node as an option.
     type: dict
   server_python:
     description: Python of the server's environment.
