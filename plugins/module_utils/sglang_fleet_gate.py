@@ -17,8 +17,9 @@ from .sglang_fleet_args import (
 )
 from .sglang_fleet_classify import classify
 from .sglang_fleet_files import read_json, write_json_atomic
+from .sglang_fleet_http import HEALTH_GRACE_S, http_status
 from .sglang_fleet_logphase import progress_text
-from .sglang_fleet_observe import http_status, observe
+from .sglang_fleet_observe import observe
 from .sglang_fleet_text import inert
 from .sglang_fleet_vocab import PROGRESSING
 
@@ -51,11 +52,7 @@ class GateArgsInvalid(ValueError):
 # first 200 comes about a second after the server is ready, whoever asks. Each request is one
 # uvicorn access line in the server's log while it starts (five a second here).
 HEALTH_GAP_S = 0.2
-# A request between observations waits this long at most (a ready server answers in about a
-# second); a slower answer is left to the next observation, which waits the full
-# health_timeout. A phase change with the port open is reported after this long at most, unless
-# /health answers 200 first: otherwise the ready verdict would come a module run later.
-HEALTH_GRACE_S = 2.0
+# HEALTH_GRACE_S (sglang_fleet_http): how long one such request waits at most.
 
 
 def await_health(p, until):
@@ -70,14 +67,15 @@ def await_health(p, until):
         time.sleep(max(0.0, asked + HEALTH_GAP_S - time.monotonic()))
 
 
-def watch(p, previous, windows, ceilings):
+def watch(p, previous, windows, ceilings, health_answered=False):
     """Observe, and keep observing on the node for up to `wait` seconds while the server is
     progressing in the same phase: return at once on a verdict or a phase change (so the gate
     answers the moment a server is ready, and no SSH session is held for long). Observations
     are `poll` s apart (0.25 s at least). While the port is open, /health is asked every
     HEALTH_GAP_S between them, and a phase change is reported once /health has had
-    HEALTH_GRACE_S to answer 200."""
-    obs = observe(p)
+    HEALTH_GRACE_S to answer 200. `health_answered`: /health answered 200 just before the
+    call (the node check asks it first), so that the first observation does not ask again."""
+    obs = observe(p, health_answered=health_answered)
     verdict, state = classify(previous, obs, time.monotonic(), windows, ceilings)
     deadline = time.monotonic() + max(0.0, p["wait"])
     pause = max(0.25, p["poll"])
@@ -103,7 +101,7 @@ def watch(p, previous, windows, ceilings):
     return obs, verdict, state
 
 
-def judge(p, check_mode):
+def judge(p, check_mode, health_answered=False):
     """The gate's verdict on the deployment `p` describes (GATE_ARGS), as sglang_health
     returns it; the observation is kept for the next call unless in check mode."""
     try:
@@ -112,7 +110,8 @@ def judge(p, check_mode):
     except (TypeError, ValueError) as exc:
         raise GateArgsInvalid("stall_windows and ceilings map phases to seconds: %s" % exc) \
             from exc
-    obs, verdict, state = watch(p, read_json(p["gate_state_file"]), windows, ceilings)
+    obs, verdict, state = watch(p, read_json(p["gate_state_file"]), windows, ceilings,
+                                health_answered)
     if not check_mode and os.path.isdir(os.path.dirname(p["gate_state_file"])):
         write_json_atomic(p["gate_state_file"], state)
     verdict["progress_text"] = progress_text(obs["log"])

@@ -231,10 +231,12 @@ def _shown(value):
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_node(p, check_mode, warn, want_diff=False):
+def check_node(p, check_mode, warn, want_diff=False, health=None):
     """One node check; `p` holds the module's parameters. Returns the module's result: what
     the node has (observe), what differs from the rendered deployment and why, and what the
-    check could do itself (the lock, the files, the start of a server that is not running)."""
+    check could do itself (the lock, the files, the start of a server that is not running).
+    `health`: the server's /health asked when the module started (sglang_fleet_http), which
+    the gate's observation uses when it answered 200."""
     result = dict(changed=False)
     _refuse_early(p)
     _refuse_orphans(p["service"])
@@ -244,7 +246,7 @@ def check_node(p, check_mode, warn, want_diff=False):
                              digest=status["digest"], config_hash=status["config_hash"])
     _compare_files(p, status, result)
     changing = not (result["files_current"] and result["service_current"])
-    observation, parsing = _start_background_work(p, changing, check_mode, result)
+    observation, parsing = _start_background_work(p, changing, check_mode, result, health)
     devices = _check_gpus(p, check_mode, result, warn)
     if p.get("model") and devices:
         _check_model(p["model"], devices)
@@ -314,13 +316,17 @@ def _compare_files(p, status, result):
     result["argcheck_current"] = bool(record and stored and stored.get("record") == record)
 
 
-def _start_background_work(p, changing, check_mode, result):
+def _judge(p, health):
+    return gate.judge(p, False, health_answered=health is not None and health.answered())
+
+
+def _start_background_work(p, changing, check_mode, result, health):
     """Calls that wait on something else, started beside the GPU query: the gate's first
     observation when nothing is to change (a re-run asks the server in this module run), and
     the installed SGLang's parse of arguments it has not parsed yet."""
     observation = parsing = None
     if p.get("gate") and not check_mode and not changing and result["argcheck_current"]:
-        observation = _Background(gate.judge, p["gate"], False)
+        observation = _Background(_judge, p["gate"], health)
         observation.start()
     python = p["server_python"]
     if python and p["argcheck_record"] and not result["argcheck_current"] and not check_mode:

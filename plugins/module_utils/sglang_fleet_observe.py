@@ -8,11 +8,8 @@ __metaclass__ = type
 
 import os
 import re
-import socket
 import threading
 import time
-from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
 
 from . import sglang_fleet_gpu as gpu
 from . import sglang_fleet_logphase as logphase
@@ -20,6 +17,7 @@ from . import sglang_fleet_logread as logread
 from . import sglang_fleet_procs as procs
 from . import sglang_fleet_vocab as vocab
 from .sglang_fleet_files import read_json
+from .sglang_fleet_http import http_status, port_open
 from .sglang_fleet_service import launch_errors
 
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
@@ -49,25 +47,6 @@ def read_log(path, start=0):
     except logread.LogUnreadable:
         return "", None, "file"
     return read.text, read.mtime, "file" if not start else "this run"
-
-
-def port_open(host, port, timeout=1.0):
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except (OSError, socket.timeout):
-        return False
-
-
-def http_status(url, timeout):
-    """Status code, or None when no answer came within the timeout."""
-    try:
-        with urlopen(Request(url), timeout=timeout) as response:
-            return response.status
-    except HTTPError as exc:
-        return exc.code
-    except (URLError, socket.timeout, OSError, ValueError):
-        return None
 
 
 class HttpProbe(threading.Thread):

@@ -385,23 +385,37 @@ summary:
     check skipped: the installed SGLang parsed this command line before"
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
-    FILE_OPTIONS,
-    SECRET_FILE_OPTIONS,
+from ansible.module_utils.basic import AnsibleModule, _load_params
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_http import (
+    ask_health_early,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
-    GATE_ARGS,
-    GATE_REQUIRED_IF,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_nodecheck import (
-    NodeRefused,
-    check_node,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import START_OPTIONS
 
 
 def main():
+    # SGLang's /health answers a ready server a second later at the soonest (it waits for a
+    # one-token generation). Asked first, from the options as Ansible handed them over, it is
+    # answered while the rest of this module loads and reads the node: the gate's observation
+    # uses a 200. Hence also the imports below, made after that request.
+    try:
+        health = ask_health_early(_load_params())
+    except Exception:  # noqa: BLE001 - AnsibleModule below reports unreadable options
+        health = None
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+        FILE_OPTIONS,
+        SECRET_FILE_OPTIONS,
+    )
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
+        GATE_ARGS,
+        GATE_REQUIRED_IF,
+    )
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_nodecheck import (
+        NodeRefused,
+        check_node,
+    )
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import (
+        START_OPTIONS,
+    )
+
     module = AnsibleModule(
         argument_spec=dict(
             host_name=dict(type="str", required=True),
@@ -452,7 +466,8 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = check_node(module.params, module.check_mode, module.warn, module._diff)
+        result = check_node(module.params, module.check_mode, module.warn, module._diff,
+                            health)
     except NodeRefused as exc:
         module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
     except (OSError, IOError) as exc:

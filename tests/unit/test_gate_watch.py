@@ -131,3 +131,13 @@ def test_the_wait_bounds_the_call_and_no_wait_is_one_observation(server):
     fake = server([(0, "warming_up", True)])
     gate.watch(params(wait=0), None, WINDOWS, CEILINGS)
     assert len(fake.health_asked) == 1, "one observation, which asked /health once"
+
+
+def test_a_200_asked_before_the_call_is_not_asked_again(server):
+    # The node check asks /health as its module starts; the first observation uses that 200
+    # and a ready server is judged ready without a second request (a second more).
+    fake = server([(0, "warming_up", True)], up_at=0.0)
+    _, verdict, _ = gate.watch(params(wait=0), None, WINDOWS, CEILINGS, health_answered=True)
+    assert verdict["verdict"] == "ready"
+    assert fake.health_asked == []
+    assert fake.now - T0 < 0.1
