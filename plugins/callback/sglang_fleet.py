@@ -45,6 +45,7 @@ requirements:
   - set as stdout callback in ansible.cfg
 """
 
+import gc
 import time
 
 from ansible import constants as C
@@ -386,6 +387,11 @@ class CallbackModule(DefaultCallback):
 
     def v2_playbook_on_start(self, playbook):
         _load_plugins_before_fork()
+        # Every object of this process so far (the inventory, the plugins, the playbook) lives
+        # for the whole run. Frozen, a forked worker's garbage collector never walks them, so
+        # it neither spends the time nor copies the pages it would touch: each task and host
+        # costs less.
+        gc.freeze()
         return super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
