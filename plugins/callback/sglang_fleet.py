@@ -45,7 +45,11 @@ requirements:
   - set as stdout callback in ansible.cfg
 """
 
+import contextlib
 import gc
+import os
+import signal
+import threading
 import time
 
 from ansible import constants as C
@@ -143,6 +147,78 @@ def _load_plugins_before_fork():
                 loaders[kind].get(name)
         except Exception:  # noqa: BLE001 - the task that uses it reports the failure
             pass
+
+
+# The module every host of a deploy runs at once in its node check (see _build_payload_early).
+_NODE_CHECK_MODULE = "sglang.fleet.sglang_node"
+
+
+def _task_actions(items):
+    from ansible.playbook.block import Block
+
+    for item in items or []:
+        if isinstance(item, Block):
+            for part in (item.block, item.rescue, item.always):
+                for action in _task_actions(part):
+                    yield action
+        else:
+            yield item.action
+
+
+def _runs_module(playbook, module):
+    """Whether a play of the playbook runs `module` in a task Ansible knows before the run
+    (its imports; a role's own tasks), not in one an include adds later."""
+    for play in playbook.get_plays():
+        blocks = play.pre_tasks + play.tasks + play.post_tasks
+        for role in play.roles:
+            blocks += role.get_task_blocks()
+        if module in _task_actions(blocks):
+            return True
+    return False
+
+
+def _build_payload_early(playbook):
+    """Ansible builds a module's payload (its module_utils, each parsed and compiled) once per
+    run, in the first worker that runs the module, while the workers of the other hosts wait
+    on the build's lock: every host's node check waited that long before any node was asked.
+    For a playbook that runs the node check, a child process forked here builds it into the
+    same cache beside the validation plays, and exits; a build that fails, or is not done in
+    time, leaves the first worker to build it as it would have anyway."""
+    try:
+        if not _runs_module(playbook, _NODE_CHECK_MODULE):
+            return None
+        pid = os.fork()
+    except Exception:  # noqa: BLE001 - only a speed-up: the run goes on as Ansible runs it
+        return None
+    if pid:
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+        return pid
+    code = 1
+    try:
+        signal.alarm(120)  # never outlives a stuck build
+        _build_payload(_NODE_CHECK_MODULE)
+        code = 0
+    finally:
+        os._exit(code)  # noqa: B012 - the child never returns into ansible-playbook
+
+
+def _build_payload(module):
+    from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError
+    from ansible.executor.module_common import modify_module
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import module_loader
+    from ansible.template import Templar
+
+    found = module_loader.find_plugin_with_context(module, ".py")
+    if not found.resolved:
+        return
+    # Interpreter discovery is asked for after the payload is cached: which Python runs the
+    # module is the worker's part.
+    with contextlib.suppress(InterpreterDiscoveryRequiredError):
+        modify_module(module_name=module, module_path=found.plugin_resolved_path,
+                      module_args={}, templar=Templar(loader=DataLoader()),
+                      module_compression=C.config.get_config_value(
+                          "DEFAULT_MODULE_COMPRESSION"))
 
 
 class CallbackModule(DefaultCallback):
@@ -392,6 +468,7 @@ class CallbackModule(DefaultCallback):
         # it neither spends the time nor copies the pages it would touch: each task and host
         # costs less.
         gc.freeze()
+        _build_payload_early(playbook)
         return super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
