@@ -91,10 +91,14 @@ def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
     assert three["output_tok_s"]["median"] == pytest.approx(3 * 128 / 127 * TUNED_TOK_S,
                                                             rel=0.05)
     # The batch's first token is the server's (its record over the four requests, held to the
-    # profile's time at the least, as in the test above), its three streams paced side by side.
+    # profile's time at the least, as in the test above): the client sees all three prompts'
+    # first tokens after the server made them, never before. Three server threads write
+    # them into one response, which the client reads chunk by chunk; beside a CPU-bound job
+    # the last of them reached it 0.12 s after the server's mean, so the bound above is 0.25 s,
+    # still far below the 1.4 s of decode the figure must not include.
     served = mean_server_ttft(tuned_sim, before)
     assert served >= PROFILE["ttft_s"] - 0.001
-    assert three["ttft_s"]["median"] == pytest.approx(served, abs=0.05)
+    assert served - 0.05 <= three["ttft_s"]["median"] <= served + 0.25
     assert three["input_tok_s"]["median"] == pytest.approx(
         48 / three["ttft_s"]["median"], rel=1e-6)
     assert three["overall_tok_s"]["median"] == pytest.approx(
