@@ -4,11 +4,11 @@ before the rest of the module loads, so that SGLang's one-second answer overlaps
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 
 import pytest
 
+from sglang_fleet.testfleet.local import loopback_http_server
 from sglang_fleet_node.sglang_fleet_http import HEALTH_GRACE_S, ask_health_early
 
 
@@ -30,13 +30,9 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def health_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _Health.asked, _Health.status, _Health.delay = [], 200, 0.0
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with loopback_http_server(_Health) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def raw(port, **gate):

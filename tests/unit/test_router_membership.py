@@ -4,11 +4,11 @@ the gate's verdict, and what the load generator and sampler count."""
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from sglang_fleet.loadgen import Request, out_of_rotation, percentile, routed_to, summarize
+from sglang_fleet.testfleet.local import loopback_http_server
 from sglang_fleet_node.sglang_fleet_router import (
     Router,
     describe_view,
@@ -195,14 +195,8 @@ class _Recorder(BaseHTTPRequestHandler):
 @contextmanager
 def _server(mode):
     handler = type("Handler", (_Recorder,), {"mode": mode, "posted": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler.posted
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_http_server(handler) as url:
+        yield url, handler.posted
 
 
 def test_a_server_is_registered_only_as_the_side_its_own_server_info_says():

@@ -8,13 +8,13 @@ import http.server
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from sglang_fleet.router_render import router_node
 from sglang_fleet.router_spec import build_router_spec, router_secrets
+from sglang_fleet.testfleet.local import loopback_http_server
 from sglang_fleet_node import sglang_fleet_routernode as rn
 from sglang_fleet_node.sglang_fleet_argcheck import args_record
 from sglang_fleet_node.sglang_fleet_service import content_digest
@@ -239,13 +239,9 @@ class _Router(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def router_http():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Router)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _Router.chats = []
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_http_server(_Router) as url:
+        yield url
 
 
 def test_a_router_running_unchanged_answers_the_reports_request_in_its_check(tmp_path,

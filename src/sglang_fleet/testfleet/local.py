@@ -10,8 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +321,19 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+@contextmanager
+def loopback_http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port in a thread: yields its base URL, and shuts
+    the server down on the way out."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def http_status(url: str, **kwargs: Any) -> int | None:
