@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+from .sglang_fleet_deployfiles import refuse_link
 from .sglang_fleet_files import write_json_atomic
 
 _FINGERPRINT = (
@@ -125,8 +126,13 @@ def _final_line(lines):
 
 
 def record_args_checked(record_file, record):
+    """Record an accepted command line in the run folder. A run folder (or record) that is a
+    symbolic link is refused before anything is written through it (DeployFilesError)."""
     if record_file and record:
         folder = os.path.dirname(record_file)
+        if folder:
+            refuse_link(folder, "folder")
+        refuse_link(record_file, "file")
         if folder and not os.path.isdir(folder):
             os.makedirs(folder, mode=0o755)  # the run folder, as the deployment's files have it
         write_json_atomic(record_file, {"record": record})

@@ -5,6 +5,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import json
 import os
 
@@ -19,7 +20,13 @@ def read_json(path):
 
 
 def write_json_atomic(path, data):
+    """Write `data` whole, private (0600): these records name the deployment's settings and
+    processes. The temporary file is created anew (never through a link left in its place)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f)
     os.rename(tmp, path)

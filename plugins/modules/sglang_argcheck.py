@@ -65,6 +65,9 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_argcheck
     parse_args,
     record_args_checked,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+    DeployFilesError,
+)
 
 
 def main():
@@ -84,7 +87,11 @@ def main():
         msg, rc = rejected
         module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
     if p["record_file"] and not module.check_mode:
-        record_args_checked(p["record_file"], args_record(p["python"], p["parser"], p["args"]))
+        try:
+            record_args_checked(p["record_file"],
+                                args_record(p["python"], p["parser"], p["args"]))
+        except DeployFilesError as exc:
+            module.fail_json(msg=str(exc))
     module.exit_json(changed=False, parser=p["parser"])
 
 

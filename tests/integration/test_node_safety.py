@@ -227,3 +227,23 @@ def test_a_long_gate_renews_the_lease_of_the_run_that_holds_the_lock(one_node):
     assert len(set(seen.values())) == 1, "one run held it throughout"
     assert len(seen) >= 3, f"renewed during the gate: {sorted(seen)}"
     assert not lock.exists()
+
+
+def test_a_symlinked_run_folder_is_refused_before_anything_is_written_through_it(
+        one_node, tmp_path):
+    """Trial: a `run` folder that was a symlink to a folder elsewhere: the node wrote the
+    argument check's record (0644) and the lock into the link's target before the start check
+    refused it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    os.chmod(private, 0o700)
+    run_dir = one_node.host_root(HOST) / "run"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.symlink_to(private)
+    run = one_node.deploy()
+    assert run.rc != 0
+    out = flat(run.output)
+    assert f"{run_dir} is a symbolic link (to {private})" in out
+    assert list(private.iterdir()) == [], "nothing written into the link's target"
+    assert os.stat(private).st_mode & 0o777 == 0o700
+    assert one_node.server_processes(HOST) == []

@@ -128,3 +128,20 @@ def test_the_node_line_names_each_changed_setting_with_its_old_and_new_value():
     many = {f"sglang_server_x{i}": i for i in range(9)}
     assert setting_changes({}, many, most=6)[-1] == "3 more"
     assert setting_changes({"a": "x" * 60}, {"a": "y"}) == [f"a: {'x' * 37}... -> y"]
+
+
+def test_the_argument_record_is_private_and_never_written_through_a_link(tmp_path):
+    """A run folder that is a link is refused before the record is written into its target;
+    the record itself is 0600, as the rest of the run folder."""
+    import pytest
+
+    from sglang_fleet_node.sglang_fleet_argcheck import record_args_checked
+    from sglang_fleet_node.sglang_fleet_deployfiles import DeployFilesError
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "linked").symlink_to(target)
+    with pytest.raises(DeployFilesError, match=r"linked is a symbolic link \(to .*elsewhere\)"):
+        record_args_checked(str(tmp_path / "linked" / "x.argcheck.json"), {"args": ["--a"]})
+    assert list(target.iterdir()) == []
+    record_args_checked(str(tmp_path / "run" / "x.argcheck.json"), {"args": ["--a"]})
+    assert stat.S_IMODE(os.stat(tmp_path / "run" / "x.argcheck.json").st_mode) == 0o600
