@@ -257,6 +257,11 @@ class LockFile(object):
                 if exc.errno == errno.ELOOP:
                     raise LockError("%s is a symbolic link: a lock is a plain file. Fix: "
                                     "remove the link" % self.path) from None
+                if exc.errno == errno.EISDIR:
+                    raise LockError(
+                        "%s is a folder: a lock is a plain file. Fix: if no deploy, recover or "
+                        "stop of this deployment is running, remove the folder (rmdir %s)"
+                        % (self.path, self.path)) from None
                 raise
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:

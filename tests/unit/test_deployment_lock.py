@@ -236,6 +236,21 @@ def test_locks_are_written_whole_and_never_through_a_link(tmp_path):
     assert target.read_text() == "precious"
 
 
+def test_a_lock_that_is_a_folder_is_refused_naming_the_path_and_the_fix(tmp_path):
+    me = lk.run_identity(os.getpid())
+    (tmp_path / "d.lock").mkdir()
+    lock = lk.LockFile(str(tmp_path / "d.lock"))
+    for attempt in (lambda: lock.acquire(lk.lock_record("n:d", "deploy", me)), lock.read,
+                    lambda: lock.release(me)):
+        with pytest.raises(lk.LockError) as refused:
+            attempt()
+        assert str(refused.value) == (
+            f"{tmp_path / 'd.lock'} is a folder: a lock is a plain file. Fix: if no deploy, "
+            f"recover or stop of this deployment is running, remove the folder "
+            f"(rmdir {tmp_path / 'd.lock'})")
+    assert (tmp_path / "d.lock").is_dir()
+
+
 def test_the_lease_covers_the_gates_a_host_waits_for():
     assert lk.lease_for(600, hosts=1, forks=16) == 600 + lk.LEASE_MARGIN_S
     assert lk.lease_for(600, hosts=64, forks=16) == 4 * 600 + lk.LEASE_MARGIN_S
