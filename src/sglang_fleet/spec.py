@@ -680,6 +680,18 @@ def _service(v: Any, deployment: str) -> dict[str, Any]:
 # The settings that name a deployment and say where its files and processes are: all that a
 # stop, or a removal from the routers, needs. build_identity reads (and refuses) nothing else,
 # so a broken secret or flag never keeps an operator from stopping a fleet.
+def host_name_errors(host: str, p: Problems) -> None:
+    """The controller keeps a host's evidence in a folder named after it (evidence/<host>/):
+    a name that is not one plain path component would put it outside the store."""
+    if host in ("", ".", "..") or "/" in host or "\0" in host:
+        p.errors.append(SpecError(
+            host, "inventory_hostname", describe_value(host),
+            "is not usable as a folder name (it holds '/' or is '.' or '..'), and the "
+            "controller keeps the host's evidence in a folder named after it",
+            "rename the host in the inventory (e.g. without '/'), and put its address in "
+            "ansible_host"))
+
+
 IDENTITY_SETTINGS = ("model_path", "served_model_name", "deployment_name", "port", "host",
                      "root", "shm_dir", "service_manager", "user", "stop_timeout", "group",
                      "node_rank", "group_nodes")
@@ -691,6 +703,7 @@ def build_identity(settings: dict[str, Any], host: str,
     {"ok", "errors", ..., "spec": the LaunchSpec's host, deployment, marker, paths, service,
     group, http and listen address, or None}."""
     p = Problems(host)
+    host_name_errors(host, p)
     overrides = settings.get(PREFIX + "overrides")
     given = {**settings, **(overrides if isinstance(overrides, dict) else {})}
     rows = _table().by_name
@@ -887,6 +900,7 @@ def build_launch_spec(
     the group's rank 0.
     """
     p = Problems(host)
+    host_name_errors(host, p)
     v = validate(settings, p)
     if v is None:
         return _result(p, None)

@@ -417,3 +417,14 @@ def test_one_refusal_per_host_its_own_errors_first_then_its_groups():
     unbuilt = launch_refusals(a, {"a01": {"ok": True}},
                               {"a01": a["spec"], "a02": c["spec"], "a03": None})
     assert "hosts a03 have no LaunchSpec yet" in unbuilt[0]
+
+
+@pytest.mark.parametrize("host", ["../../etc", "a/b", "..", "."])
+def test_a_host_name_that_is_not_one_folder_name_is_refused(host):
+    """The controller keeps recovery evidence in evidence/<host>/: a host named `../x` put it
+    outside the evidence folder. Deploy, recover and stop (identity only) refuse the name."""
+    from sglang_fleet.spec import build_identity
+    for result in (build(host=host), build_identity(settings(), host)):
+        only_error(result, f"host {host}: inventory_hostname='{host}'",
+                   "is not usable as a folder name", "Fix: rename the host")
+    assert build(host="sim-node-1.example:2")["ok"]
