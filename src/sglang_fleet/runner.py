@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import ansible_runner
+import ansible_runner.runner
+import pexpect
 from ansible.config.manager import ConfigManager
 
 from sglang_fleet.reasons import ansible_cause
@@ -22,6 +25,39 @@ from sglang_fleet_node import sglang_fleet_procs as procs
 from sglang_fleet_node.sglang_fleet_secrets import MASK, is_secret_env_name, mask_secrets
 
 COLLECTION = ("ansible_collections", "sglang", "fleet")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Loaded before any fork: the child only calls it between fork and exec.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _end_with(parent: int) -> Callable[[], None]:
+    """A preexec for ansible-playbook: the kernel sends it SIGTERM when `parent` (the thread
+    of this process that forks it, which waits for it) dies, even by SIGKILL or the OOM
+    killer. Without it, a run whose CLI was killed was re-parented to PID 1, blocked on its
+    output and held the deployment's lock for good. On SIGTERM, ansible-playbook passes the
+    signal to its workers (each ends its own session) and ends."""
+    def preexec() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the CLI died between the fork and the prctl
+            os._exit(128 + signal.SIGTERM)
+    return preexec
+
+
+class _PexpectEndingWithTheCli:
+    """pexpect as ansible-runner uses it (it spawns ansible-playbook with pexpect.spawn and
+    takes no preexec of its own), with every spawn ending with this process (_end_with)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(pexpect, name)
+
+    @staticmethod
+    def spawn(*args: Any, **kwargs: Any) -> pexpect.spawn:
+        kwargs.setdefault("preexec_fn", _end_with(os.getpid()))
+        return pexpect.spawn(*args, **kwargs)
+
+
+ansible_runner.runner.pexpect = _PexpectEndingWithTheCli()  # type: ignore[assignment]
 
 
 def _is_collection(path: Path) -> bool:

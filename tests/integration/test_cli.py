@@ -384,6 +384,48 @@ def test_an_interrupted_deploy_leaves_no_ansible_process_and_says_what_it_reache
         fleet.kill_leftovers()
 
 
+def test_a_sigkilled_cli_takes_its_playbook_run_with_it_and_the_stop_then_works(tmp_path):
+    """Trial: after `kill -9` of `sglang-fleet deploy` mid-gate (a CI job cancelled, the OOM
+    killer), ansible-playbook was re-parented to PID 1 and hung for more than 14 minutes, its
+    worker blocked writing to a pipe, holding the deployment's lock: `stop.yml` refused ("It
+    is alive"). The run must end with the CLI; the lock it held is then proven gone."""
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.05)  # slow enough to be mid-gate
+    output = tmp_path / "out.txt"
+    sessions: set[int] = set()
+    run: set[tuple[int, int]] = set()  # (pid, start time) of the run's processes
+    try:
+        with open(output, "w") as out:
+            proc = subprocess.Popen(
+                [str(BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
+                 "--run-dir", str(tmp_path / "run"), "-e", json.dumps(fleet.with_stores())],
+                cwd=REPO, env=ansible_env(), stdout=out, stderr=subprocess.STDOUT)
+
+        def gate_running() -> bool:
+            run_sessions(proc.pid, sessions)
+            return "GATE [sim-node-1]" in output.read_text() and len(sessions) > 1
+
+        wait_for(gate_running, timeout=180, interval=0.2)
+        run.update((p["pid"], p["start_ticks"]) for p in session_members(sessions))
+        assert any("ansible-playbook" in p["cmdline"] for p in session_members(sessions))
+        proc.kill()
+        proc.wait(timeout=10)
+        # The run gets SIGTERM from the kernel when the CLI dies, passes it to its workers
+        # (10 s is ansible's and the modules' own shutdown, with room for a loaded machine).
+        wait_for(lambda: not {(p["pid"], p["start_ticks"])
+                              for p in session_members(sessions)} & run,
+                 timeout=60, interval=0.2)
+        stop = fleet.stop()
+        assert stop.rc == 0, stop.output[-3000:]
+        assert "took over the lock of deploy of sim-node-1" in " ".join(stop.output.split())
+        assert fleet.server_processes("sim-node-1") == []
+    finally:
+        # Only the processes of this test's run, if it outlived its CLI (the failure above).
+        procs.signal_pids([p["pid"] for p in session_members(sessions)
+                           if (p["pid"], p["start_ticks"]) in run], signal.SIGKILL)
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
 def server_main_pid(fleet) -> int:
     procs = fleet.server_processes("sim-node-1")
     pids = {p["pid"] for p in procs}
