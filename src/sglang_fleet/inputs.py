@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,20 @@ YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 _IGNORED = re.compile(r"^\.|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|"
                       r"\.retry)$")
 _VARS_FOLDERS = ("group_vars", "host_vars")
+# The tags Ansible's YAML loader constructs (ansible-core's constructor: YAML's own types,
+# !unsafe and !vault). Any other tag, !!python/object among them, is refused here, by name,
+# before Ansible's loader fails on it.
+SAFE_TAGS = frozenset({f"tag:yaml.org,2002:{name}" for name in (
+    "null", "bool", "int", "float", "binary", "timestamp", "omap", "pairs", "set", "str", "seq",
+    "map", "merge", "value", "python/dict", "python/unicode")}
+    | {"!unsafe", "!vault", "!vault-encrypted"})
+# One setting's value, bounded: the spec checks and Ansible's templating cost grow with it (a
+# 200,000-item list took minutes to check). No SGLang setting comes near these sizes.
+MAX_ITEMS = 1_000  # entries of one list or mapping in a setting
+MAX_VALUES = 10_000  # values in one setting, at every depth, aliases expanded
+MAX_CHARS = 1_048_576  # characters of one string
+# libyaml composes ten times faster; its errors are read again with PyYAML for their wording.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class InputError(Exception):
@@ -75,11 +90,8 @@ def compose_bounded(text: str, name: str) -> list[yaml.Node]:
     """The YAML documents of `text` as nodes, refused when their aliases would expand to more
     than MAX_ALIAS_EXPANSION extra values. Composing is linear in the text; nothing is
     expanded or constructed."""
-    stream = io.StringIO(text)
-    stream.name = name  # PyYAML names the source in its error marks
     try:
-        documents = [d for d in yaml.compose_all(stream, Loader=yaml.SafeLoader)
-                     if d is not None]
+        documents = _compose(text, name)
         for document in documents:
             distinct, expanded = _node_sizes(document)
             if expanded - distinct > MAX_ALIAS_EXPANSION:
@@ -92,6 +104,123 @@ def compose_bounded(text: str, name: str) -> list[yaml.Node]:
     except RecursionError:
         raise InputError("values nested too deeply to read") from None
     return documents
+
+
+def _compose(text: str, name: str) -> list[yaml.Node]:
+    try:
+        return [d for d in yaml.compose_all(text, Loader=_FAST_LOADER) if d is not None]
+    except yaml.YAMLError:
+        if _FAST_LOADER is yaml.SafeLoader:
+            raise
+    stream = io.StringIO(text)
+    stream.name = name  # PyYAML names the source in its error marks
+    return [d for d in yaml.compose_all(stream, Loader=yaml.SafeLoader) if d is not None]
+
+
+def _key(node: yaml.Node) -> str:
+    return str(node.value) if isinstance(node, yaml.ScalarNode) else "?"
+
+
+def _where(node: yaml.Node) -> str:
+    mark = node.start_mark
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
+def _tags_refused(node: yaml.Node, path: str, seen: set[int]) -> None:
+    """Refuse any tag Ansible cannot construct, naming where it is."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if node.tag not in SAFE_TAGS:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise InputError(
+            f"{path or 'the document'}: the YAML tag {tag}{_where(node)} is not one Ansible "
+            "reads (it reads YAML's own types, !unsafe and !vault)",
+            fix="remove the tag and write the value as plain YAML")
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _tags_refused(item, f"{path}[{i}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            _tags_refused(key, path, seen)
+            _tags_refused(value, f"{path}.{_key(key)}" if path else _key(key), seen)
+
+
+def _group_variables(group: yaml.Node) -> Iterator[tuple[str, yaml.Node]]:
+    """The variables an inventory source's group sets: its vars, its hosts', its children's."""
+    if not isinstance(group, yaml.MappingNode):
+        return
+    for key, value in group.value:
+        if not isinstance(value, yaml.MappingNode):
+            continue
+        if _key(key) == "vars":
+            yield from ((_key(k), v) for k, v in value.value)
+        elif _key(key) == "hosts":
+            for _, host in value.value:
+                if isinstance(host, yaml.MappingNode):
+                    yield from ((_key(k), v) for k, v in host.value)
+        elif _key(key) == "children":
+            for _, child in value.value:
+                yield from _group_variables(child)
+
+
+def variables(document: yaml.Node, vars_file: bool) -> Iterator[tuple[str, yaml.Node]]:
+    """(name, value) of each variable a document sets: a vars file's top-level keys, or what
+    an inventory source's groups and hosts set."""
+    if not isinstance(document, yaml.MappingNode):
+        return
+    if vars_file:
+        yield from ((_key(k), v) for k, v in document.value)
+    else:
+        for _, group in document.value:
+            yield from _group_variables(group)
+
+
+def _too_big(node: yaml.Node, path: str, seen: set[int]) -> str | None:
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        if len(node.value) > MAX_CHARS:
+            return (f"{path}{_where(node)} is a string of {len(node.value):,} characters, more "
+                    f"than the {MAX_CHARS:,} a setting's string may hold")
+        return None
+    items = node.value
+    kind = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
+    if len(items) > MAX_ITEMS:
+        return (f"{path}{_where(node)} is a {kind} of {len(items):,} entries, more than the "
+                f"{MAX_ITEMS:,} a setting's {kind} may hold")
+    children = items if kind == "list" else [n for pair in items for n in pair]
+    for i, child in enumerate(children):
+        found = _too_big(child, f"{path}[{i}]" if kind == "list" else path, seen)
+        if found:
+            return found
+    return None
+
+
+def bound_value(name: str, node: yaml.Node) -> None:
+    """Refuse a setting's value too big to check at a bounded cost, naming the variable, the
+    size and the limit."""
+    problem = _too_big(node, name, set())
+    if problem is None:
+        total = _node_sizes(node)[1]
+        if total > MAX_VALUES:
+            problem = (f"{name}{_where(node)} holds {total:,} values, more than the "
+                       f"{MAX_VALUES:,} one setting may hold")
+    if problem:
+        raise InputError(problem, fix=f"give {name} a value of a usable size: its lists and "
+                         f"mappings at most {MAX_ITEMS:,} entries, its strings at most "
+                         f"{MAX_CHARS:,} characters")
+
+
+def check_document(document: yaml.Node, vars_file: bool) -> None:
+    """Refuse tags Ansible cannot read and settings without bound in one YAML document."""
+    try:
+        _tags_refused(document, "", set())
+        for name, value in variables(document, vars_file):
+            bound_value(name, value)
+    except RecursionError:
+        raise InputError("values nested too deeply to read") from None
 
 
 def _decode(data: bytes) -> str:
@@ -144,7 +273,9 @@ def check_inventory_files(inventory: Path) -> int:
     """Refuse an inventory whose YAML Ansible could not read, or could read only at a cost
     without bound. Returns the number of files checked."""
     files = inventory_yaml_files(inventory)
+    folder = inventory.parent if inventory.is_file() else inventory
     for path in files:
+        vars_file = any(part in _VARS_FOLDERS for part in path.relative_to(folder).parts)
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -152,7 +283,8 @@ def check_inventory_files(inventory: Path) -> int:
         if _is_vault(data):
             continue
         try:
-            compose_bounded(_decode(data), str(path))
+            for document in compose_bounded(_decode(data), str(path)):
+                check_document(document, vars_file)
         except InputError as exc:
             fix = exc.fix or "correct the file: Ansible cannot read it"
             raise InputError(f"inventory file {path}: {exc}. Fix: {fix}") from None
@@ -172,11 +304,18 @@ def _utf8(item: str) -> str:
     return item
 
 
-def _load_value(text: str, where: str) -> Any:
+def _load_value(text: str, where: str, name: str | None = None) -> Any:
+    """A -e value; `name`: the variable it sets (None: a mapping of variables)."""
     try:
         documents = compose_bounded(text, where)
+        for document in documents:
+            check_document(document if name is None else
+                           yaml.MappingNode("tag:yaml.org,2002:map",
+                                            [(yaml.ScalarNode("tag:yaml.org,2002:str", name),
+                                              document)]), vars_file=True)
     except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
+        fix = f". Fix: {exc.fix}" if exc.fix else ""
+        raise InputError(f"{where}: {exc}{fix}") from None
     if not documents:
         return None
     try:
@@ -222,7 +361,7 @@ def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
             key, sep, value = pair.partition("=")
             if not sep or not key:
                 raise InputError(f"-e {pair[:60]!r}: expected key=value or a JSON mapping")
-            out[key] = _load_value(value, f"-e {key}") if value else ""
+            out[key] = _load_value(value, f"-e {key}", key) if value else ""
     secret = _secret_paths(out, "")
     if secret:
         raise InputError(

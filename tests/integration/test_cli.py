@@ -325,6 +325,38 @@ def test_broken_inputs_exit_2_with_the_real_error_before_ansible_starts(tmp_path
         assert b"Traceback" not in proc.stderr
 
 
+def test_check_refuses_a_python_tag_and_a_setting_without_bound_with_exit_2(tmp_path):
+    """Trials: `check` crashed on a !!python/object tag (exit 4, "stdout missing"), and spent
+    672 s and 376 MB on a 200,000-item sglang_server_extra_args, then passed."""
+    cases = {
+        "python-tag": (b"sglang_server_extra_env: !!python/object/apply:os.getcwd []\n",
+                       "sglang_server_extra_env: the YAML tag !!python/object/apply:os.getcwd"),
+        "huge-list": (b"sglang_server_extra_args:\n" + b"  - --x\n" * 200_000,
+                      "sglang_server_extra_args (line 3) is a list of 200,000 entries, more "
+                      "than the 1,000 a setting's list may hold. Fix: give "
+                      "sglang_server_extra_args a value of a usable size"),
+    }
+    for name, (text, expected) in cases.items():
+        inv = tmp_path / name
+        inv.mkdir()
+        (inv / "hosts.yml").write_text(
+            "all:\n  children:\n    sglang_servers:\n      hosts:\n        n1:\n")
+        (inv / "group_vars").mkdir()
+        (inv / "group_vars" / "sglang_servers.yml").write_bytes(b"sglang_server_tp: 8\n" + text)
+        usage_file = tmp_path / f"usage-{name}.json"
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", MEASURED, str(usage_file),
+                               str(BIN / "sglang-fleet"), "check", "-i", str(inv)], cwd=REPO,
+                              env=ansible_env(), capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        usage = json.loads(usage_file.read_text())
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"inventory file {inv}/group_vars/sglang_servers.yml: " in proc.stderr
+        assert expected in " ".join(proc.stderr.split()), proc.stderr
+        assert "Traceback" not in proc.stderr + proc.stdout
+        assert seconds < 10 and usage["maxrss_kb"] < 300_000, (name, seconds, usage)
+
+
 def run_sessions(cli_pid: int, sessions: set[int]) -> None:
     """Add the sessions the CLI's run created: ansible-playbook's (a child of the CLI that
     leads its own session) and each of its workers' (they call setsid)."""

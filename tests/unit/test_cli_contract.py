@@ -256,6 +256,57 @@ def test_files_ansible_does_not_read_as_yaml_are_left_alone(tmp_path):
         check_inventory_files(inv)
 
 
+def test_tags_ansible_cannot_read_are_refused_naming_the_file_and_variable(tmp_path):
+    """A !!python/object tag crashed `check` (exit 4, "stdout missing" from Ansible's loader)."""
+    inv = inventory(tmp_path, b"sglang_server_tp: 8\nsglang_server_extra_env:\n"
+                              b"  A: !!python/object/apply:os.system [id]\n")
+    with pytest.raises(InputError) as exc:
+        check_inventory_files(inv)
+    assert str(exc.value) == (
+        f"inventory file {inv / 'group_vars' / 'sglang_servers.yml'}: sglang_server_extra_env.A: "
+        "the YAML tag !!python/object/apply:os.system (line 3) is not one Ansible reads (it "
+        "reads YAML's own types, !unsafe and !vault). Fix: remove the tag and write the value "
+        "as plain YAML")
+    fine = inventory(tmp_path / "fine", b"a: !unsafe '{{ x }}'\nb: !!str 8\nc: !!set {x}\n")
+    assert check_inventory_files(fine) == 2
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("[" + "1, " * 200_000 + "1]", "sglang_server_extra_args (line 2) is a list of 200,001 "
+     "entries, more than the 1,000 a setting's list may hold"),
+    ("{" + ", ".join(f"K{i}: 1" for i in range(1500)) + "}", "sglang_server_extra_args "
+     "(line 2) is a mapping of 1,500 entries, more than the 1,000"),
+    ("'" + "x" * 1_100_000 + "'", "is a string of 1,100,000 characters, more than the "
+     "1,048,576"),
+    ("[" + ", ".join(["[" + "1, " * 999 + "1]"] * 20) + "]", "sglang_server_extra_args "
+     "(line 2) holds 20,021 values, more than the 10,000 one setting may hold"),
+])
+def test_a_setting_too_big_to_check_is_refused_in_seconds_naming_size_and_limit(
+        tmp_path, value, expected):
+    """A 200,000-item sglang_server_extra_args took 672 s and 376 MB in `check`, then passed."""
+    inv = inventory(tmp_path, f"sglang_server_tp: 8\nsglang_server_extra_args: {value}\n"
+                    .encode())
+    started = time.perf_counter()
+    with pytest.raises(InputError) as exc:
+        check_inventory_files(inv)
+    assert time.perf_counter() - started < 5
+    assert expected in str(exc.value), str(exc.value)
+    assert "Fix: give sglang_server_extra_args a value of a usable size" in str(exc.value)
+
+
+def test_settings_are_bounded_in_inventory_sources_too_not_their_host_lists(tmp_path):
+    hosts = "".join(f"        n{i}:\n" for i in range(1500))  # a big fleet is no setting
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    sglang_servers:\n      hosts:\n" + hosts)
+    assert check_inventory_files(tmp_path) == 1
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    sglang_servers:\n      hosts:\n        n1:\n"
+        "          sglang_server_extra_args: [" + "a, " * 1000 + "a]\n")
+    with pytest.raises(InputError, match=r"hosts.yml: sglang_server_extra_args \(line 6\) "
+                                         r"is a list of 1,001 entries"):
+        check_inventory_files(tmp_path)
+
+
 def test_extra_vars_are_parsed_or_refused_with_the_real_error():
     assert parse_extra_vars(['{"sglang_server_tp": 8}', "a=1 b=hang:loading_weights"]) == {
         "sglang_server_tp": 8, "a": 1, "b": "hang:loading_weights"}
@@ -264,7 +315,10 @@ def test_extra_vars_are_parsed_or_refused_with_the_real_error():
         "sglang_server_tp=[8": "-e sglang_server_tp: not valid YAML",
         "K=\udcff": "-e: not valid UTF-8: byte 0xff at position 3",
         "{" + BOMB.replace("\n", ", ").rstrip(", ") + "}": "alias bomb",
-        '{"x": !!python/object:os.system "id"}': "not valid YAML",
+        '{"x": !!python/object:os.system "id"}': "x: the YAML tag !!python/object:os.system",
+        "sglang_server_extra_args=[" + "1," * 2000 + "1]":
+            "-e sglang_server_extra_args: sglang_server_extra_args (line 1) is a list of "
+            "2,001 entries, more than the 1,000",
         "@vars.yml": "files of variables are not taken here",
         "[1, 2]": "expected key=value",
     }
