@@ -20,11 +20,13 @@ from ansible.plugins.action import ActionBase
 try:
     from sglang_fleet.store import append_jsonl
     from sglang_fleet_node.sglang_fleet_lock import (
+        STOP_WAIT_S,
         controller_run,
         describe,
         owner_gone,
         pid_checkable,
         stamped,
+        stop_may_take_over,
     )
     from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
@@ -59,7 +61,7 @@ def ledger_entries(held, because, args, host):
     return entries
 
 
-def refusal_hint(held, here, path):
+def refusal_hint(held, here, path, purpose="change"):
     """How to read a refusal: why the owner counts as alive, and the fix."""
     run = held.get("run") or {}
     by_hand = "if that run is gone, remove %s on the node" % path
@@ -68,11 +70,15 @@ def refusal_hint(held, here, path):
                 "this deployment is running, remove %s on the node" % path)
     if pid_checkable(run, here):
         return "it is alive (pid %s on this controller)" % run.get("pid")
+    if purpose == "stop":
+        wait = max(0.0, STOP_WAIT_S - float(held.get("silence_s") or 0))
+        ends = ("a stop takes it over once the lock has gone %.0f s unrenewed (in %.0f s "
+                "unless renewed)" % (STOP_WAIT_S, wait))
+    else:
+        ends = "its lease runs out in %.0f s unless renewed" % (held.get("lease_left") or 0)
     return ("its run cannot be checked from here (%s, pid %s in another kernel or PID "
-            "namespace); it counts as alive while it renews the lock: its lease runs out in "
-            "%.0f s unless renewed. Fix: wait, or %s" % (
-                run.get("host", "unknown host"), run.get("pid", "?"),
-                held.get("lease_left") or 0, by_hand))
+            "namespace); it counts as alive while it renews the lock: %s. Fix: wait, or %s" % (
+                run.get("host", "unknown host"), run.get("pid", "?"), ends, by_hand))
 
 
 class ActionModule(ActionBase):
@@ -94,9 +100,15 @@ class ActionModule(ActionBase):
             return result
         held = res.get("held_by") or {}
         gone = owner_gone(held.get("run"), here) or held.get("stale")
+        if not gone and args.get("purpose") == "stop":
+            # A stop needs no more than the identity and the node: it waits for an owner it
+            # cannot check only while that owner keeps renewing (STOP_WAIT_S).
+            gone = stop_may_take_over(held, res.get("silence_s"),
+                                      pid_checkable(held.get("run"), here))
         if not gone:
-            hint = refusal_hint(dict(held, lease_left=res.get("lease_left")), here,
-                                args.get("path"))
+            hint = refusal_hint(dict(held, lease_left=res.get("lease_left"),
+                                     silence_s=res.get("silence_s")), here,
+                                args.get("path"), args.get("purpose", "change"))
             res["msg"] = "%s %s." % (res.get("msg", ""), hint[0].upper() + hint[1:])
             result.update(res)
             return result

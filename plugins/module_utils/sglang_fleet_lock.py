@@ -53,6 +53,11 @@ LEASE_S = 900.0
 EMPTY_GRACE_S = 10.0
 # Seconds added to the longest silence a run expects (see lease_for).
 LEASE_MARGIN_S = 600.0
+# The longest a stop waits for an owner it cannot check (another kernel or PID namespace) that
+# has stopped renewing: a live run renews at each lock step and gate observation, and goes
+# quiet longer only while it gates other hosts (its lease allows for that). A stop only ends
+# the deployment, so it need not wait out a lease sized for a deploy's gates.
+STOP_WAIT_S = 900.0
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", getattr(time, "CLOCK_MONOTONIC", None))
 
 
@@ -180,6 +185,19 @@ def stale_reason(record):
     if quiet > lease:
         return "its run has not renewed the lock for %.0f s, longer than its lease (%.0f s)" % (
             quiet, lease)
+    return None
+
+
+def stop_may_take_over(held, silence_s, checkable):
+    """Why a stop may take over a lock whose owner it cannot check (`checkable` False) and
+    whose lease has not run out: the owner has been silent for longer than STOP_WAIT_S, on
+    the node's clocks (`silence_s`). None otherwise."""
+    if checkable or silence_s is None or not held.get("run") or held.get("unreadable"):
+        return None
+    if float(silence_s) > STOP_WAIT_S:
+        return ("its run cannot be checked from here and has not renewed the lock for %.0f s; "
+                "a stop waits at most %.0f s for such a run, not its whole lease (%.0f s)" % (
+                    float(silence_s), STOP_WAIT_S, float(held.get("lease_s") or LEASE_S)))
     return None
 
 

@@ -22,7 +22,10 @@ description:
     now another process, judged on a controller on the same kernel and in the same PID
     namespace (a host name proves nothing); or it has not renewed the lock for longer than
     its lease, timed on the node's boot-time clock; or the lock file is empty (after 10 s).
-    Anything else is refused, naming the owner, when its lease ends and the fix.
+    A stop (I(purpose=stop)) also takes over the lock of an owner it cannot check by its
+    PID once that owner has not renewed it for 900 s, instead of its whole lease: a stop only
+    ends the deployment. Anything else is refused, naming the owner, when its lease ends (or
+    when a stop may take it over) and the fix.
   - The same run taking the lock again (a recovery redeploying through the server role) is
     C(reentered), and its release is left to the outer holder.
   - With I(state=updated), a recovery records its progress in the lock (stage, failed config
@@ -124,6 +127,11 @@ lease_left:
     renews it.
   returned: when held by another run that has a lease
   type: float
+silence_s:
+  description: Seconds since the run holding the lock last renewed it, on the node's clocks.
+    A stop takes over the lock of a run it cannot check once this exceeds 900 s.
+  returned: when held by another run
+  type: float
 lock:
   description: The lock record after the call.
   returned: when this run holds the lock
@@ -159,6 +167,13 @@ def _lease_left(held):
     if held.get("empty") or held.get("unreadable") or not held.get("run"):
         return None
     return max(0.0, float(held.get("lease_s") or LEASE_S) - silence(held))
+
+
+def _silence(held):
+    """Seconds since the holder last renewed the lock, on this node's clocks (None: no run)."""
+    if held.get("empty") or held.get("unreadable") or not held.get("run"):
+        return None
+    return silence(held)
 
 
 def main():
@@ -209,7 +224,7 @@ def main():
         module.fail_json(
             msg="%s is locked by %s. Not touching it: wait for that run to finish."
             % (p["name"], describe(held)), outcome="held", held_by=held,
-            lease_left=_lease_left(held))
+            lease_left=_lease_left(held), silence_s=_silence(held))
     result = dict(changed=outcome != "reentered", outcome=outcome,
                   lock=held if outcome == "reentered" else record)
     if outcome == "taken_over":

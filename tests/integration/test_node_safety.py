@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -247,3 +248,49 @@ def test_a_symlinked_run_folder_is_refused_before_anything_is_written_through_it
     assert list(private.iterdir()) == [], "nothing written into the link's target"
     assert os.stat(private).st_mode & 0o777 == 0o700
     assert one_node.server_processes(HOST) == []
+
+
+def _lock_from_another_namespace(fleet, silent_s):
+    """The lock of a deploy run from a controller in another PID namespace (a container),
+    declaring a 4.6-hour lease, last renewed `silent_s` ago on this node's boot clock."""
+    from sglang_fleet_node import sglang_fleet_lock as lk
+    run = dict(lk.run_identity(os.getpid()), pid_ns="pid:[4026532999]", pid=41,
+               host="ci-runner", run_id="container-run")
+    record = lk.lock_record(f"{HOST}:Kimi-K2.5-{fleet.port(HOST)}", "deploy", run,
+                            "a deploy from a container", lease=16560)
+    record.update(renewed=time.time() - silent_s, since=time.time() - silent_s,
+                  renewed_uptime=time.clock_gettime(time.CLOCK_BOOTTIME) - silent_s)
+    lock = lock_path(fleet)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps(record))
+    return lock
+
+
+def test_a_stop_takes_over_a_silent_lock_from_another_namespace_without_its_whole_lease(
+        one_node):
+    """Trial: a lock left by a dead controller in another PID namespace blocked even a stop
+    for its whole 4.6-hour lease. A stop waits for an owner it cannot check only while that
+    owner renews (900 s); a deploy still waits for the lease."""
+    lock = _lock_from_another_namespace(one_node, silent_s=30)
+    refused = one_node.stop()
+    assert refused.rc != 0
+    out = flat(refused.output)
+    assert "is locked by a deploy from a container" in out
+    waits = re.search(r"a stop takes it over once the lock has gone 900 s unrenewed "
+                      r"\(in (\d+) s unless renewed\)", out)
+    assert waits and 800 < int(waits.group(1)) <= 870, out
+    assert json.loads(lock.read_text())["run"]["run_id"] == "container-run"
+
+    lock = _lock_from_another_namespace(one_node, silent_s=1000)
+    deploy = one_node.deploy()
+    assert deploy.rc != 0 and "its lease runs out in" in flat(deploy.output)
+    assert one_node.server_processes(HOST) == []
+    stop = one_node.stop()
+    assert stop.rc == 0, stop.output[-3000:]
+    assert "took over the lock of a deploy from a container" in flat(stop.output)
+    (taken,) = [e for e in ledger(one_node) if e["kind"] == "lock_taken_over"]
+    assert taken["by"] == "stop" and taken["from_run"]["run_id"] == "container-run"
+    assert re.search(r"has not renewed the lock for 1\d\d\d s", taken["because"])
+    assert "a stop waits at most 900 s for such a run, not its whole lease (16560 s)" in \
+        taken["because"]
+    assert not lock.exists()

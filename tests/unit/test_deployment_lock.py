@@ -300,3 +300,15 @@ def test_the_controller_run_is_the_parent_ansible_process():
     run = lk.controller_run()
     assert run["host"] == socket.gethostname() and run["start_ticks"] is not None
     assert run["pid"] in (os.getpid(), os.getppid())
+
+
+def test_a_stop_waits_for_an_uncheckable_owner_only_while_it_renews():
+    held = {"run": {"run_id": "x", "pid": 41}, "lease_s": 16560.0}
+    assert lk.stop_may_take_over(held, 60.0, checkable=False) is None
+    assert lk.stop_may_take_over(held, lk.STOP_WAIT_S + 1, checkable=True) is None, \
+        "an owner checked by its PID is judged by it"
+    assert lk.stop_may_take_over({"unreadable": True}, 10_000.0, checkable=False) is None
+    why = lk.stop_may_take_over(held, 1000.0, checkable=False)
+    assert why == ("its run cannot be checked from here and has not renewed the lock for "
+                   "1000 s; a stop waits at most 900 s for such a run, not its whole lease "
+                   "(16560 s)")
