@@ -23,8 +23,8 @@ description:
     namespace (a host name proves nothing); or it has not renewed the lock for longer than
     its lease, timed on the node's boot-time clock; or the lock file is empty (after 10 s).
     A stop (I(purpose=stop)) also takes over the lock of an owner it cannot check by its
-    PID once that owner has not renewed it for 900 s, instead of its whole lease: a stop only
-    ends the deployment. Anything else is refused, naming the owner, when its lease ends (or
+    PID once that owner has not renewed it for 900 s, instead of its whole lease (a stop only
+    ends the deployment). Anything else is refused, naming the owner, when its lease ends (or
     when a stop may take it over) and the fix.
   - The same run taking the lock again (a recovery redeploying through the server role) is
     C(reentered), and its release is left to the outer holder.
