@@ -9,7 +9,10 @@ Trials: pid_reuse, aggressive, killed_recovery, string_vars, full_log, port, mod
 secrets, alias_bomb; the node's own safety: lock_namespace (a live lock held from another PID
 namespace), empty_lock, shm_shared (cleanup in a shm folder shared with others), symlink_logs,
 stop_recovery, port_change (a port change would orphan the old server),
-unit_paths (a root with a space and a systemd specifier, on an isolated systemd test node).
+unit_paths (a root with a space and a systemd specifier, on an isolated systemd test node);
+the controller's own: orphan_run (the CLI SIGKILLed mid-gate), check_bounds (a 200,000-item
+setting, a !!python/object tag), symlink_run, host_path (a host named ../escape),
+lock_folder, stop_silent_lock (a stop and a dead container's 4.6-hour lock).
 --checkout runs the playbooks of another checkout of this repository (e.g. a `git worktree`
 of an older commit) with this environment, to show the same trial before a change.
 
@@ -72,6 +75,20 @@ def session_of(sid: int) -> set[int]:
     return {p for p in procs.all_pids()
             if (procs.process_info(p) or {}).get("sid") == sid
             and procs.process_info(p)["state"] not in ("Z", "X")}
+
+
+def run_sessions(cli_pid: int) -> set[int]:
+    """The sessions of a CLI's run: ansible-playbook's (a child of the CLI leading its own
+    session) and its workers' (they call setsid)."""
+    table = {p: info for p in procs.all_pids() if (info := procs.process_info(p))}
+    found = {p for p, info in table.items() if info["ppid"] == cli_pid and info["sid"] == p}
+    found |= {p for p, info in table.items() if info["ppid"] in found and info["sid"] == p}
+    return found
+
+
+def members(sessions: set[int]) -> list[dict]:
+    return [info for p in procs.all_pids() if (info := procs.process_info(p))
+            and info["sid"] in sessions and info["state"] not in ("Z", "X")]
 
 
 def take_pid(pid: int) -> subprocess.Popen:
@@ -472,6 +489,155 @@ class Trials:
             helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
             fleet.close()
 
+    # ---- the controller's own safety: runs that outlive the CLI, inputs without bound -------
+
+    def orphan_run(self) -> str:
+        """`sglang-fleet deploy` SIGKILLed mid-gate (a CI job cancelled, the OOM killer);
+        then stop.yml. Only this trial's run is looked at (and killed, should it stay)."""
+        folder = self.work / "orphan_run"
+        folder.mkdir()
+        fleet = helpers.make_fleet(folder, hosts=1, time_factor=0.05)  # slow: mid-gate
+        fleet.extra.update(sglang_fleet_ledger=str(folder / "ledger.jsonl"),
+                           sglang_fleet_evidence_dir=str(folder / "evidence"))
+        output = folder / "out.txt"
+        sessions: set[int] = set()
+        run: set[tuple[int, int]] = set()  # (pid, start time) of the run's processes
+        try:
+            with open(output, "w") as out:
+                cli_proc = subprocess.Popen(
+                    [str(helpers.BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
+                     "--run-dir", str(folder / "run"), "-e", json.dumps(fleet.extra)],
+                    cwd=helpers.REPO, env=helpers.ansible_env(), stdout=out,
+                    stderr=subprocess.STDOUT)
+
+            def gating() -> bool:
+                sessions.update(run_sessions(cli_proc.pid))
+                return f"GATE [{HOST}]" in output.read_text() and len(sessions) > 1
+
+            helpers.wait_for(gating, 180, 0.2)
+            run.update((p["pid"], p["start_ticks"]) for p in members(sessions))
+            cli_proc.kill()
+            cli_proc.wait()
+            started = time.monotonic()
+            left = run
+            while left and time.monotonic() - started < 120:
+                time.sleep(0.2)
+                left = {(p["pid"], p["start_ticks"]) for p in members(sessions)} & run
+            ended = (f"its {len(run)} Ansible processes ended "
+                     f"{time.monotonic() - started:.1f} s after the CLI" if not left else
+                     f"{len(left)} of its {len(run)} Ansible processes STILL RUNNING after "
+                     "120 s")
+            stop = helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+            return (f"CLI SIGKILLed mid-gate: {ended}; stop.yml exit {stop.rc}"
+                    f"{'; ' + failure(stop.output, 110) if stop.rc else ''}")
+        finally:
+            procs.signal_pids([p["pid"] for p in members(sessions)
+                               if (p["pid"], p["start_ticks"]) in run],
+                              signal.SIGKILL)
+            self.done(fleet)
+
+    def check_bounds(self) -> str:
+        """`sglang-fleet check` on a 200,000-item sglang_server_extra_args, and on a
+        !!python/object tag."""
+        figures = []
+        for name, text in (("200,000-item extra_args",
+                            "sglang_server_extra_args:\n" + "  - --x\n" * 200_000),
+                           ("!!python/object tag",
+                            "sglang_server_extra_env: !!python/object/apply:os.getcwd []\n")):
+            inventory = self.work / f"check-{len(figures)}"
+            (inventory / "group_vars").mkdir(parents=True)
+            (inventory / "hosts.yml").write_text(
+                "all:\n  children:\n    sglang_servers:\n      hosts:\n        n1:\n")
+            (inventory / "group_vars" / "sglang_servers.yml").write_text(text)
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                [str(helpers.BIN / "sglang-fleet"), "check", "-i", str(inventory)],
+                cwd=helpers.REPO, env=helpers.ansible_env(), stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, text=True, start_new_session=True)
+            timer = threading.Timer(900, lambda p=proc: os.killpg(p.pid, signal.SIGKILL))
+            timer.start()
+            said = proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+            timer.cancel()
+            figures.append(f"{name}: exit {os.waitstatus_to_exitcode(status)} in "
+                           f"{time.monotonic() - started:.1f} s, peak "
+                           f"{usage.ru_maxrss // 1024} MB "
+                           f"({flat(said)[flat(said).find('sglang_server_'):][:100]})")
+        return "check: " + "; ".join(figures)
+
+    def symlink_run(self) -> str:
+        fleet = self.fleet("symlink_run")
+        target = self.work / "symlink_run" / "private"
+        target.mkdir()
+        os.chmod(target, 0o700)
+        run_dir = fleet.host_root(HOST) / "run"
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.symlink_to(target)
+        try:
+            run = fleet.deploy()
+            written = sorted(p.name for p in target.iterdir())
+            return (f"run folder a link to a 0700 folder: deploy exit {run.rc}, "
+                    f"{len(written)} files written into the target"
+                    f"{' (' + ', '.join(written) + ')' if written else ''}; "
+                    f"{failure(run.output, 100) if run.rc else ''}")
+        finally:
+            run_dir.unlink()
+            self.done(fleet)
+
+    def host_path(self) -> str:
+        """A host named `../escape`: its evidence would be kept in evidence/../escape/."""
+        inventory = self.work / "host_path"
+        inventory.mkdir()
+        (inventory / "hosts.yml").write_text(
+            "all:\n  children:\n    sglang_servers:\n      hosts:\n        ../escape:\n"
+            "          ansible_connection: local\n")
+        run = subprocess.run([str(helpers.BIN / "sglang-fleet"), "check", "-i", str(inventory)],
+                             cwd=helpers.REPO, env=helpers.ansible_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=600)
+        said = flat(run.stdout)
+        at = said.find("inventory_hostname")
+        return (f"host named ../escape: check exit {run.returncode}"
+                f"{'; ' + said[at:at + 120] if at >= 0 else ''}")
+
+    def lock_folder(self) -> str:
+        fleet = self.fleet("lock_folder")
+        lock = lock_file(fleet)
+        lock.mkdir(parents=True)
+        try:
+            run = fleet.deploy()
+            said = flat(run.output)
+            at = said.find("is a folder")
+            return (f"lock path a folder: deploy exit {run.rc}; "
+                    f"{said[at:at + 130] if at >= 0 else failure(run.output, 130)}")
+        finally:
+            lock.rmdir()
+            self.done(fleet)
+
+    def stop_silent_lock(self) -> str:
+        """A 4.6-hour lock from a controller in another PID namespace, silent for 1000 s (a
+        dead container's): a deploy, then stop.yml."""
+        from sglang_fleet_node import sglang_fleet_lock as lk
+        fleet = self.fleet("stop_silent_lock")
+        run = dict(lk.run_identity(os.getpid()), pid_ns="pid:[4026532999]", pid=41,
+                   host="ci-runner", run_id="container-run")
+        record = lk.lock_record(f"{HOST}:Kimi-K2.5-{fleet.port(HOST)}", "deploy", run,
+                                "a deploy from a container", lease=16560)
+        record.update(renewed=time.time() - 1000, since=time.time() - 1000,
+                      renewed_uptime=time.clock_gettime(time.CLOCK_BOOTTIME) - 1000)
+        lock = lock_file(fleet)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps(record))
+        try:
+            deploy = fleet.deploy()
+            stop = helpers.run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+            taken = [e for e in ledger_of(fleet) if e.get("kind") == "lock_taken_over"]
+            return (f"lock of a dead container's run (lease 16560 s, silent 1000 s): deploy "
+                    f"exit {deploy.rc}; stop.yml exit {stop.rc}, {len(taken)} take-over(s) in "
+                    f"the ledger{'; ' + failure(stop.output, 100) if stop.rc else ''}")
+        finally:
+            self.done(fleet)
+
 
 LOCK_HOLDER = """\
 - hosts: sglang_servers
@@ -516,7 +682,8 @@ def cli(command: str, fleet: helpers.SimFleet, extra: dict, run_dir: Path, *more
 def main() -> None:
     names = ["pid_reuse", "aggressive", "killed_recovery", "string_vars", "full_log", "port",
              "model_path", "secrets", "alias_bomb", "lock_namespace", "empty_lock", "shm_shared",
-             "symlink_logs", "stop_recovery", "port_change", "unit_paths"]
+             "symlink_logs", "stop_recovery", "port_change", "unit_paths", "orphan_run",
+             "check_bounds", "symlink_run", "host_path", "lock_folder", "stop_silent_lock"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=helpers.REPO)
     parser.add_argument("trials", nargs="*", metavar="TRIAL", help=", ".join(names))
