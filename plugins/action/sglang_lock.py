@@ -6,7 +6,8 @@
 # The owner of a deployment's lock is the ansible-playbook run that took it. Ansible runs each
 # task in a worker process forked from ansible-playbook, so this plugin's parent process is
 # the run (see sglang_fleet_lock.controller_run). Its PID proves it alive or gone only on a
-# controller on the same kernel and in the same PID namespace, so that judgement is made here,
+# controller on the same kernel and in the same PID namespace, or in that kernel's initial PID
+# namespace (which sees every namespace's processes), so that judgement is made here,
 # not on the node; the node judges the lease (its own clocks) and an empty lock file, and
 # reports them as the held record's `stale`. A lock whose owner is neither is never taken
 # over; the refusal says when the lease runs out and how to clear the lock by hand.
@@ -23,6 +24,7 @@ try:
         STOP_WAIT_S,
         controller_run,
         describe,
+        owner_checkable,
         owner_gone,
         pid_checkable,
         stamped,
@@ -70,6 +72,9 @@ def refusal_hint(held, here, path, purpose="change"):
                 "this deployment is running, remove %s on the node" % path)
     if pid_checkable(run, here):
         return "it is alive (pid %s on this controller)" % run.get("pid")
+    if owner_checkable(run, here):
+        return ("it is alive (pid %s in PID namespace %s, a container on this controller: "
+                "found from the initial PID namespace)" % (run.get("pid"), run.get("pid_ns")))
     if purpose == "stop":
         wait = max(0.0, STOP_WAIT_S - float(held.get("silence_s") or 0))
         ends = ("a stop takes it over once the lock has gone %.0f s unrenewed (in %.0f s "
@@ -104,7 +109,7 @@ class ActionModule(ActionBase):
             # A stop needs no more than the identity and the node: it waits for an owner it
             # cannot check only while that owner keeps renewing (STOP_WAIT_S).
             gone = stop_may_take_over(held, res.get("silence_s"),
-                                      pid_checkable(held.get("run"), here))
+                                      owner_checkable(held.get("run"), here))
         if not gone:
             hint = refusal_hint(dict(held, lease_left=res.get("lease_left"),
                                      silence_s=res.get("silence_s")), here,

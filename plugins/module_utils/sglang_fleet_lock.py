@@ -13,7 +13,9 @@
 # - by its PID, only from a controller on the same kernel (boot id) and in the same PID
 #   namespace, where that PID means the same process: the PID is dead, or is now another
 #   process (another start time). A host name proves nothing: containers share it, and two
-#   machines can have the same one.
+#   machines can have the same one. A run in another PID namespace of the same kernel (a
+#   controller in a container) is checked from the kernel's initial PID namespace, as root:
+#   there every process is visible with its PID in each namespace it belongs to (NSpid).
 # - by its lease: the owner renews the lock (every lock step, every gate observation) and
 #   declares for how long it may go silent (the lease). A lock not renewed for longer than its
 #   lease is stale. The lease is timed on the node's own clocks: the boot-time clock while the
@@ -59,6 +61,8 @@ LEASE_MARGIN_S = 600.0
 # the deployment, so it need not wait out a lease sized for a deploy's gates.
 STOP_WAIT_S = 900.0
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", getattr(time, "CLOCK_MONOTONIC", None))
+# The kernel's initial PID namespace (PROC_PID_INIT_INO): from it every process is visible.
+INIT_PID_NS = "pid:[4026531836]"
 
 
 def _read(path):
@@ -216,12 +220,70 @@ def pid_checkable(owner, here):
                 and owner.get("pid_ns") == here.get("pid_ns"))
 
 
+def namespace_checkable(owner, here):
+    """Whether the owner, in another PID namespace of this kernel, can be found from here: a
+    root controller in the kernel's initial PID namespace sees every process of the kernel,
+    with its PID in each namespace it belongs to."""
+    return bool(owner and here and owner.get("pid") and owner.get("pid_ns")
+                and owner.get("boot_id") and owner.get("boot_id") == here.get("boot_id")
+                and here.get("pid_ns") == INIT_PID_NS and os.geteuid() == 0)
+
+
+def owner_checkable(owner, here):
+    """Whether the owner's PID proves it alive or gone from here (see owner_gone)."""
+    return pid_checkable(owner, here) or namespace_checkable(owner, here)
+
+
+def _in_namespace(pid_ns, pid):
+    """Start ticks of the process that is PID `pid` in PID namespace `pid_ns`, None when no
+    process is. Raises OSError when a process's namespace cannot be read (nothing is proven)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        nspid = _nspid(name)
+        try:
+            ns = os.readlink("/proc/%s/ns/pid" % name)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ESRCH):
+                continue  # exited meanwhile (a zombie has no namespace left)
+            if nspid is not None and len(nspid) == 1:
+                continue  # unreadable, but a member of the initial namespace only
+            raise
+        if ns == pid_ns and nspid and nspid[-1] == str(pid):
+            return _start_ticks(int(name))
+    return None
+
+
+def _nspid(pid):
+    """The process's PID in each PID namespace it is a member of, outermost first."""
+    for line in (_read("/proc/%s/status" % pid) or "").splitlines():
+        if line.startswith("NSpid:"):
+            return line.split()[1:]
+    return None
+
+
+def _gone_from_init_namespace(owner):
+    try:
+        ticks = _in_namespace(owner["pid_ns"], int(owner["pid"]))
+    except OSError:
+        return None
+    where = "pid %s of PID namespace %s on %s" % (owner["pid"], owner["pid_ns"],
+                                                   owner.get("host"))
+    if ticks is None:
+        return ("%s is gone (no process of its kernel is that run: checked from the initial "
+                "PID namespace, which sees them all)" % where)
+    if owner.get("start_ticks") is not None and ticks != owner["start_ticks"]:
+        return "%s is now another process (checked from the initial PID namespace)" % where
+    return None
+
+
 def owner_gone(owner, here):
     """Why the run that owns a lock is proven gone by its PID, judged from `here` (the
     controller asking); None while it is alive, or when its PID cannot be checked from here
-    (another kernel or PID namespace: its lease decides, see stale_reason)."""
+    (another kernel, or another PID namespace not visible from here: its lease decides, see
+    stale_reason)."""
     if not pid_checkable(owner, here):
-        return None
+        return _gone_from_init_namespace(owner) if namespace_checkable(owner, here) else None
     ticks = _start_ticks(int(owner["pid"]))
     if ticks is None:
         return "pid %s on %s is gone (checked on its kernel, in its PID namespace)" % (

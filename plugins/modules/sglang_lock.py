@@ -20,8 +20,9 @@ description:
     is taken over only when its owner is proven gone, by compare-and-swap on I(take_over)
     with a warning line and a ledger entry (I(ledger)). Proven gone means its PID is dead or
     now another process, judged on a controller on the same kernel and in the same PID
-    namespace (a host name proves nothing); or it has not renewed the lock for longer than
-    its lease, timed on the node's boot-time clock; or the lock file is empty (after 10 s).
+    namespace, or as root in that kernel's initial PID namespace (a host name proves
+    nothing); or it has not renewed the lock for longer than its lease, timed on the node's
+    boot-time clock; or the lock file is empty (after 10 s).
     A stop (I(purpose=stop)) also takes over the lock of an owner it cannot check by its
     PID once that owner has not renewed it for 900 s, instead of its whole lease (a stop only
     ends the deployment). Anything else is refused, naming the owner, when its lease ends (or

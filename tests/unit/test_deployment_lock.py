@@ -83,7 +83,9 @@ def test_a_pid_proves_nothing_from_another_pid_namespace_kernel_or_machine(live_
     here = lk.run_identity(os.getpid())
     gone = dead_run()
     other_namespace = dict(gone, pid_ns="pid:[4026599999]")
-    assert lk.owner_gone(other_namespace, here) is None
+    # From a controller that is itself in a container (not the initial PID namespace).
+    in_a_container = dict(here, pid_ns="pid:[4026500001]")
+    assert lk.owner_gone(other_namespace, in_a_container) is None
     same_name_other_machine = dict(alive, boot_id="another-boot")
     assert lk.owner_gone(same_name_other_machine, here) is None
     assert lk.owner_gone(dict(gone, boot_id="another-boot"), here) is None
@@ -100,18 +102,34 @@ def test_the_run_id_names_one_process_on_one_kernel_and_namespace():
     assert lk.same_run(me, dict(me, host="renamed")), "the host name is for people"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
-                    reason="a PID namespace needs root and unshare(1)")
-def test_a_run_in_another_pid_namespace_is_another_run_that_pids_cannot_judge():
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare")
+                    or os.readlink("/proc/self/ns/pid") != lk.INIT_PID_NS,
+                    reason="a PID namespace needs root and unshare(1), seen from the initial one")
+def test_a_run_in_another_pid_namespace_is_judged_from_the_initial_pid_namespace_only():
+    """Trial: a lock left by a dead controller in another PID namespace blocked even a stop
+    for its whole lease. From the kernel's initial PID namespace every process is visible,
+    with its PID in its own namespace: the run is found alive, or proven gone."""
     here = lk.run_identity(os.getpid())
-    code = ("import json, os; from sglang_fleet_node import sglang_fleet_lock as lk; "
-            "print(json.dumps(lk.run_identity(os.getpid())))")
-    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-                          code], stdout=subprocess.PIPE, check=True, text=True).stdout
-    inside = json.loads(out)
-    assert inside["pid"] == 1 and inside["pid_ns"] != here["pid_ns"]
-    assert not lk.same_run(inside, here)
-    assert lk.owner_gone(inside, here) is None, "pid 1 here is init, not that run: no proof"
+    code = ("import json, os, time; from sglang_fleet_node import sglang_fleet_lock as lk; "
+            "print(json.dumps(lk.run_identity(os.getpid())), flush=True); time.sleep(60)")
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                               "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        inside = json.loads(holder.stdout.readline())
+        assert inside["pid"] == 1 and inside["pid_ns"] != here["pid_ns"]
+        assert not lk.same_run(inside, here)
+        assert lk.owner_checkable(inside, here) and not lk.pid_checkable(inside, here)
+        assert lk.owner_gone(inside, here) is None, "found alive in its namespace"
+        assert "is now another process" in lk.owner_gone(
+            dict(inside, start_ticks=inside["start_ticks"] - 1), here)
+        in_a_container = dict(here, pid_ns="pid:[4026500001]")
+        assert lk.owner_gone(dict(inside, pid=12345), in_a_container) is None, \
+            "from another container nothing is proven"
+    finally:
+        os.killpg(holder.pid, 9)  # its whole PID namespace goes with it
+        holder.wait()
+    assert "is gone (no process of its kernel is that run" in lk.owner_gone(inside, here)
 
 
 def lease_record(run, lease, silent_for):
