@@ -154,8 +154,23 @@ KV_TRANSFER_KINDS = frozenset(KV_TRANSFER_COUNTERS)
 _KV_PEER = re.compile(r"from (?:bootstrap_addr: )?(?P<addr>\S+?)(?: after \d+ attempts|$|,)|"
                       r"\(bootstrap_addr: (?P<lost>[^)\s]+)\)|"
                       r"host='(?P<host>[^']+)', port=(?P<port>\d+)\)")
-# Faults of the node, not of the configuration (DESIGN.md "Cause").
-ENVIRONMENT_KINDS = frozenset(("disk_full",))
+# Faults of the node, not of the configuration (DESIGN.md "Cause"). A port that another
+# program holds is the node's: two servers of one inventory on one port are refused before
+# anything starts (the fleet-wide clash check), so a bind that fails at start lost the port to
+# a program outside the deployment.
+ENVIRONMENT_KINDS = frozenset(("disk_full", "bind_failed", "dist_store_bind_failed"))
+# A scheduler's end that SGLang reports with the signal that ended it (engine.py's
+# _scheduler_died_error "exit code: -9", the launcher's "crashed with exit code -9", the DP
+# controller's "terminated with -9"): the signal's number.
+_EXIT_SIGNAL = re.compile(r"(?:exit code:? |terminated with )-(\d+)\b")
+
+
+def exit_signal(failure):
+    """The signal number a consequence line says ended a scheduler, or None."""
+    if failure is None or failure["kind"] != "subprocess_exited":
+        return None
+    m = _EXIT_SIGNAL.search(failure.get("exception") or failure["message"])
+    return int(m.group(1)) if m else None
 
 # What to try, for the kinds where SGLang's own message or source says it.
 FAILURE_HINTS = {
@@ -185,7 +200,9 @@ FAILURE_HINTS = {
                     "to its own output); SGLang then killed its whole tree",
     "subprocess_exited": "a scheduler process ended without a Python error: a signal (a "
                          "negative exit code) or the kernel's OOM killer (see the kernel log)",
-    "bind_failed": "another process listens on the port",
+    "bind_failed": "another program took the port while the server loaded: stop it (the "
+                   "verdict names it where the node could see it), or give the server a free "
+                   "port (sglang_server_port); the configuration is not at fault",
     "watchdog_timeout": "a forward batch hung for --watchdog-timeout seconds",
 }
 

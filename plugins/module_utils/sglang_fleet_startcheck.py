@@ -121,21 +121,29 @@ def socket_holders(inodes):
     return holders
 
 
+def port_holders(host, port, member_pids=(), allowed_markers=()):
+    """(whether anything listens on the port at an address that overlaps `host`, whether one
+    of `member_pids` or `allowed_markers` holds it, the others that hold it as 'pid (command)'
+    as far as /proc shows them)."""
+    inodes = listening_inodes(int(port), host)
+    if not inodes:
+        return False, False, []
+    ours, others = False, []
+    for pid in sorted(socket_holders(inodes)):
+        if pid in member_pids or procs.marker_of(pid) in allowed_markers:
+            ours = True
+            continue
+        info = procs.process_info(pid)
+        others.append("%d (%s)" % (pid, (info or {}).get("cmdline", "?")[:160]))
+    return True, ours, others
+
+
 def port_problems(host, port, member_pids, allowed_markers=()):
     """A message when the port is held by a process that is not the server being replaced."""
     if not port:
         return []
-    inodes = listening_inodes(int(port), host)
-    if not inodes:
-        return []
-    holders = socket_holders(inodes)
-    others = []
-    for pid in sorted(holders):
-        if pid in member_pids or procs.marker_of(pid) in allowed_markers:
-            continue
-        info = procs.process_info(pid)
-        others.append("%d (%s)" % (pid, (info or {}).get("cmdline", "?")[:160]))
-    if holders and not others:
+    listening, ours, others = port_holders(host, port, member_pids, allowed_markers)
+    if not listening or (ours and not others):
         return []
     who = ", ".join(others) if others else "a process this check cannot see"
     return ["port %s:%d is held by %s, not by the server being replaced: the new server would "
