@@ -12,6 +12,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
+    from sglang_fleet.clashes import clash_errors, machine_of
     from sglang_fleet.pd import deployment_errors
     from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
@@ -85,6 +86,7 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
                                      [h for h in run_hosts if h not in routers], serial,
                                      str(canary) if canary else None)
+    errors += machine_clashes(host, hostvars, batch)
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
     pd_hosts = list(groups.get(deployment, [])) if deployment else []
@@ -92,6 +94,20 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
     specs = {h: hostvars[h].get("sglang_server_launch_spec") for h in batch if h in pd_hosts}
     return errors + pd_refusals_filter(deployment, host, pd_hosts, modes, specs, groups,
                                        hostvars)
+
+
+def machine_clashes(host, hostvars, batch):
+    """Why the host's server cannot share its machine with the batch's other servers: the
+    same port, or the same GPUs (see clashes). Only the host's own machine is compared."""
+    mine = machine_of(hostvars, host)
+    machines, binds = {}, {}
+    for name in batch:
+        launch = hostvars[name].get("sglang_server__launch") or {}
+        if not launch.get("ok") or machine_of(hostvars, name) != mine:
+            continue
+        machines[name] = mine
+        binds[name] = (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
+    return clash_errors(host, machines, binds)
 
 
 def identity(settings, host, group_members=None):

@@ -19,7 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_fleet import pd
+from sglang_fleet import clashes, pd
 from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
@@ -981,6 +981,9 @@ def build_launch_spec(
         "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},
+        # What it takes on its machine: the fleet-wide check refuses two servers of one
+        # machine whose ports or GPUs overlap.
+        "binds": _binds(v, cmd, topo, f"{root}/sim/gpus" if simulated else None),
         # The server's side of its PD deployment and what the deployment must agree on.
         "pd": pd.pd_view(v.values, cmd.parsed, cmd.env, served),
         "facts": cmd.facts,
@@ -995,6 +998,24 @@ def build_launch_spec(
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
     return _result(p, spec)
+
+
+def _binds(v: Validated, cmd: ServerCommand, topo: Topology, sim_gpus: str | None
+           ) -> dict[str, Any]:
+    """The ports the server listens on, each by the variable that sets it, and its GPUs."""
+    parsed = cmd.parsed
+    ports: dict[str, int | None] = {PREFIX + "port": v["port"]}
+    if v["disaggregation_mode"] == "prefill":
+        ports[PREFIX + "disaggregation_bootstrap_port"] = parsed.get(
+            "disaggregation_bootstrap_port")
+    if topo.group and topo.node_rank == 0:
+        ports[PREFIX + "dist_init_port"] = v["dist_init_port"]  # rank 0 hosts the store
+    if parsed.get("nccl_port"):
+        ports["--nccl-port in " + PREFIX + "extra_args"] = parsed["nccl_port"]
+    gpus = clashes.gpu_ids(int(parsed.get("base_gpu_id") or 0),
+                           int(parsed.get("gpu_id_step") or 1), topo.gpus_per_node,
+                           cmd.env.get("CUDA_VISIBLE_DEVICES"))
+    return clashes.server_binds(v["host"], ports, gpus, sim_gpus)
 
 
 def _simulated_node(v: Validated, cmd: ServerCommand, layout: dict[str, Any],
