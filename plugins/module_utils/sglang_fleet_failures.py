@@ -46,6 +46,12 @@ FAILURES = (
      "logged, then raised as RuntimeError in the scheduler loop: the scheduler dies"),
     ("gpu_error", True, None,
      r"(?:CUDA error: )?(?:uncorrectable ECC error encountered|GPU is lost)|"
+     # torch's NCCL watchdog thread (ProcessGroupNCCL.cpp, its glog line and the what() of
+     # the DistBackendError it throws) and the custom all-reduce's CUDACHECK (its printf
+     # then exit) name the GPU's own error: that is the cause, not the abort after it.
+     r"(?:\s*what\(\):\s+)?(?:\[[^\]]*Rank \d+\] )?(?:Process group|NCCL) watchdog thread "
+     r"terminated with exception: CUDA error: (?:uncorrectable ECC error encountered|GPU is "
+     r"lost)|Failed: Cuda error \S+ '(?:uncorrectable ECC error encountered|GPU is lost)'|"
      r"HSA_STATUS_ERROR_\w+|:\d+:rocdevice\.cpp\s*:\d+: .*HSA_STATUS_ERROR",
      "the GPU itself failed (ECC, lost device, a ROCm hardware exception): the rank dies"),
     ("cuda_oom", True, None,
@@ -79,8 +85,11 @@ FAILURES = (
      r"[\w.]*Error: \[Errno 28\] No space left on device|\[Errno 28\] No space left|"
      r"\S+: write error: No space left on device",
      "a write failed for want of disk space: the process that wrote it fails"),
-    ("watchdog_timeout", True, None, r"(?:Scheduler )?[Ww]atchdog timeout \((?!.*soft=True)",
-     "the scheduler's hard watchdog: a forward batch hung; it SIGQUITs the server"),
+    ("watchdog_timeout", True, "starting_http",
+     r"(?:Scheduler )?[Ww]atchdog timeout \((?!.*soft=True)",
+     "the scheduler's hard watchdog: a forward batch hung; it SIGQUITs the server (it is "
+     "made after the model worker's start-up, weights, KV cache and graphs: the server got "
+     "that far)"),
     ("soft_watchdog_timeout", False, None, r"(?:\w+ )?[Ww]atchdog timeout \(.*soft=True",
      "the soft watchdogs (tokenizer, detokenizer, scheduler --soft-watchdog-timeout) only dump "
      "stacks"),

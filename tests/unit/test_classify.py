@@ -548,3 +548,9 @@ def test_a_port_taken_while_loading_is_the_nodes_fault_naming_the_holder():
     assert v["failure"]["holders"] == ["4242 (python3 -m http.server 30000)"]
     assert "stop the program that holds port 30000" in v["advice"]
     assert "configuration" not in v["cause"]
+
+
+def test_an_ecc_error_through_nccls_watchdog_is_a_gpu_fault_not_a_process_abort():
+    v = exited("ecc-nccl-watchdog-custom-allreduce.log", status=134)
+    assert v["verdict"] == "gpu_fault" and v["cause"] == "hardware"
+    assert "uncorrectable ECC error encountered" in v["reason"]
