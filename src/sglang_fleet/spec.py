@@ -23,6 +23,7 @@ from sglang_fleet import clashes, pd
 from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
+from sglang_fleet.render import unit_path_problem
 from sglang_fleet.reviewed import (
     Release,
     nccl_did_you_mean,
@@ -900,6 +901,12 @@ def build_launch_spec(
     simulated = v["install_mode"] == "simulator"
     connect_host = _connect_host(v["host"])
     gate_spec = gate(v, root or "", deployment or "", connect_host, simulated, p)
+    unit_problem = unit_path_problem(root) if root and v["service_manager"] == "systemd" \
+        else None
+    if unit_problem:
+        p.error("root", root, unit_problem, "choose a root without quotes or backslashes "
+                "(spaces, '$', ';' and '%' are fine: the unit escapes them), or set "
+                "sglang_server_service_manager: supervisor")
     if p.errors:
         return _result(p, None)
     assert root and deployment and served  # narrowed by the checks above
