@@ -14,7 +14,7 @@ try:
     from sglang_fleet.advice import failure_block, operator_stopped
     from sglang_fleet.clashes import clash_errors, machine_of
     from sglang_fleet.pd import deployment_errors
-    from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
+    from sglang_fleet.recovery import choose_next, last_ready, previous_roots, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.spec import (
@@ -175,6 +175,13 @@ def running_config(ledger_path, host):
     return {"config_hash": entry.get("config_hash") or "", "settings": entry.get("settings")}
 
 
+def previous_roots_filter(ledger_path, host, root):
+    """ledger | sglang_fleet_previous_roots(inventory_hostname, root): the roots the host's
+    servers became ready from before, other than `root` (see recovery.previous_roots)."""
+    _need_package()
+    return previous_roots(read_jsonl(ledger_path), str(host), str(root))
+
+
 def stored_result(results_path, config_hash, spec):
     """The latest stored measurement of config_hash on the hardware spec describes, or None."""
     _need_package()
@@ -266,6 +273,7 @@ class FilterModule(object):
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,
             "sglang_fleet_running_config": running_config,
+            "sglang_fleet_previous_roots": previous_roots_filter,
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,

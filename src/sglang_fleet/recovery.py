@@ -43,6 +43,22 @@ def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None
     return None
 
 
+def previous_roots(ledger: list[dict[str, Any]], host: str, root: str,
+                   limit: int = 5) -> list[str]:
+    """The roots the host's servers ran from before, newest first, other than `root`: a
+    deploy that moved the root checks each for a server of the host still running there."""
+    found: list[str] = []
+    for entry in reversed(ledger):
+        if entry.get("host") != host or entry.get("kind") != "ready":
+            continue
+        old = (entry.get("settings") or {}).get(PREFIX + "root")
+        if isinstance(old, str) and old.rstrip("/") != root.rstrip("/") and old not in found:
+            found.append(old)
+            if len(found) >= limit:
+                break
+    return found
+
+
 def effective_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Settings with their sglang_server_overrides applied, as the LaunchSpec sees them."""
     out = dict(settings)

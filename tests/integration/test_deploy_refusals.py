@@ -281,3 +281,42 @@ def test_two_example_hosts_on_one_address_are_refused_for_port_and_gpus(tmp_path
             "(192.0.2.11)") in out
     assert "2 of 8 hosts have problems; no node was contacted" in out
     assert "gpu-node-03" not in out.split("result:")[0]
+
+
+def test_a_root_and_port_changed_together_leave_no_server_behind(one_node):
+    """A deploy that moves the root and the port at once would start a second server beside
+    the first, which no longer has files under the new root. The node check finds the
+    host's server still running under its previous root (the ledger's last ready starts) and
+    refuses with the command that stops it; that command stops it."""
+    from sglang_fleet.testfleet.local import free_port_block
+    from sglang_fleet_node import sglang_fleet_procs as procs
+
+    host = "sim-node-1"
+    assert one_node.deploy().rc == 0
+    old_port, old_root = one_node.port(host), str(one_node.host_root(host))
+    old = [p["pid"] for p in one_node.processes(host)]
+    new_port = free_port_block(1)
+    new_marker = f"{host}:Kimi-K2.5-{new_port}"
+    one_node.set_host_vars(host, {"sglang_server_root": str(one_node.root / "moved"),
+                                  "sglang_server_port": new_port})
+    try:
+        run = one_node.deploy()
+        assert run.rc != 0
+        out = " ".join(run.output.split())
+        assert (f"another deployment of {host} still runs under its previous root {old_root}: "
+                f"{host}:Kimi-K2.5-{old_port} (port {old_port}") in out, run.output[-3000:]
+        stop = (f"ansible-playbook playbooks/stop.yml --limit {host} -e "
+                f"sglang_server_deployment_name=Kimi-K2.5-{old_port} -e "
+                f"sglang_server_port={old_port} -e sglang_server_root={old_root}")
+        assert stop in out
+        assert all(procs.process_info(pid) for pid in old), "the old server was left as it was"
+        assert procs.deployment_processes(new_marker) == [], "no second server was started"
+        # The command it names stops the old server.
+        stopped = run_playbook("playbooks/stop.yml", one_node.inventory, {
+            **one_node.extra, "sglang_server_deployment_name": f"Kimi-K2.5-{old_port}",
+            "sglang_server_port": old_port, "sglang_server_root": old_root}, "--limit", host)
+        assert stopped.rc == 0, stopped.output[-3000:]
+        left = [procs.process_info(pid) for pid in old]
+        assert not [p for p in left if p and p["state"] != "Z"], (left, stopped.output[-3000:])
+    finally:
+        procs.stop_deployment(new_marker, term_timeout=5)
