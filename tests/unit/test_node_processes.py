@@ -333,3 +333,14 @@ def test_a_failed_binds_holder_is_named_with_its_pid_and_command():
         # The server's own processes are never named as the holder.
         assert bind_holders(log["cause"], {os.getpid()})["holders"] == []
     assert bind_holders(log["cause"], set())["held"] is False
+
+
+def test_a_kernel_log_the_node_cannot_read_is_said_with_why(monkeypatch):
+    from sglang_fleet_node import sglang_fleet_observe as observe
+
+    def refused(path, flags):
+        raise PermissionError(1, "Operation not permitted", path)
+
+    assert observe.kernel_log_error("/var/sim/kernel.log") is None  # a simulated node's file
+    monkeypatch.setattr(observe.os, "open", refused)
+    assert observe.kernel_log_error("kmsg") == "/dev/kmsg: Operation not permitted"
