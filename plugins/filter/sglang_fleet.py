@@ -24,6 +24,7 @@ try:
         build_identity,
         build_launch_spec,
         gate_module_args,
+        inventory_binds,
         launch_refusals,
         lock_lease,
         start_module_args,
@@ -86,7 +87,7 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
                                      [h for h in run_hosts if h not in routers], serial,
                                      str(canary) if canary else None)
-    errors += machine_clashes(host, hostvars, batch)
+    errors += machine_clashes(host, hostvars, batch, groups)
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
     pd_hosts = list(groups.get(deployment, [])) if deployment else []
@@ -96,18 +97,39 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
                                        hostvars)
 
 
-def machine_clashes(host, hostvars, batch):
-    """Why the host's server cannot share its machine with the batch's other servers: the
-    same port, or the same GPUs (see clashes). Only the host's own machine is compared."""
+def machine_clashes(host, hostvars, batch, groups):
+    """Why the host's server cannot share its machine with the inventory's other servers: the
+    same port, or the same GPUs (see clashes). Only the host's own machine is compared: the
+    batch's servers by their LaunchSpecs, the others (outside the run, or in a later batch)
+    by what their inventory variables build."""
     mine = machine_of(hostvars, host)
     machines, binds = {}, {}
-    for name in batch:
-        launch = hostvars[name].get("sglang_server__launch") or {}
-        if not launch.get("ok") or machine_of(hostvars, name) != mine:
+    for name in groups.get("sglang_servers", []):
+        if machine_of(hostvars, name) != mine:
             continue
-        machines[name] = mine
-        binds[name] = (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
+        if name in batch:
+            launch = hostvars[name].get("sglang_server__launch") or {}
+            if not launch.get("ok"):
+                continue  # refused on its own, and saying why
+            found = (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
+        else:
+            found = _inventory_binds(hostvars, groups, name)
+        machines[name], binds[name] = mine, found
     return clash_errors(host, machines, binds)
+
+
+def _inventory_binds(hostvars, groups, name):
+    """A server's binds from its inventory variables, or None where they do not resolve (an
+    unset key variable, say): that server is checked when a run holds it."""
+    hv = hostvars[name]
+    try:
+        settings = dict((k, hv[k]) for k in hv
+                        if k.startswith("sglang_server_") and not k.startswith("sglang_server__"))
+    except Exception:  # noqa: BLE001 - any templating error leaves the host unchecked here
+        return None
+    group = settings.get("sglang_server_group")
+    members = sorted(groups.get(group, [])) if group else None
+    return inventory_binds(settings, str(name), members)
 
 
 def identity(settings, host, group_members=None):

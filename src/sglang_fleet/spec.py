@@ -1100,6 +1100,15 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
     return errors
 
 
+def inventory_binds(settings: dict[str, Any], host: str,
+                    group_members: list[str] | None = None) -> dict[str, Any] | None:
+    """What a server takes on its machine (the LaunchSpec's `binds`), built from its
+    inventory variables over the settings' defaults, for a server outside the run (--limit,
+    a later batch) whose LaunchSpec the run does not build; None when it does not build."""
+    built = build_launch_spec({**_table().defaults(), **settings}, host, group_members)
+    return built["spec"]["binds"] if built["ok"] else None
+
+
 def launch_refusals(launch: dict[str, Any], launches: dict[str, Any],
                     specs: dict[str, Any]) -> list[str]:
     """What refuses one host's LaunchSpec (`launch`: its build's ok, errors, warnings): its own

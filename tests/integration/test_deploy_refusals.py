@@ -258,6 +258,11 @@ def test_two_servers_on_one_port_of_one_machine_are_refused_before_any_node(tmp_
     assert run.rc == 2
     assert f"sim-node-1 and sim-node-2 would both listen on port {taken}" in \
         " ".join(run.output.split())
+    # A deploy of one of them alone is refused too: the other's port comes from the inventory.
+    alone = fleet.deploy("--limit", "sim-node-2")
+    assert alone.rc == 2
+    assert f"sim-node-2 and sim-node-1 would both listen on port {taken}" in \
+        " ".join(alone.output.split())
     assert not fleet.root.exists(), "nothing may be written to a node"
 
 
