@@ -498,6 +498,8 @@ def _bootstrap_down(verdict, obs):
               % (port, "does not answer" if answered is None else "answered %s" % answered))
     if bind:
         reason += "; it could not bind the port (%s)" % bind[-1].strip()
+        if obs.get("bootstrap_holders"):
+            reason += "; port %d is held by %s" % (port, ", ".join(obs["bootstrap_holders"]))
         advice = ("free port %d (ss -ltnp 'sport = :%d' names the process that holds it), or "
                   "set sglang_server_disaggregation_bootstrap_port to a free port; then "
                   "recover" % (port, port))

@@ -147,6 +147,15 @@ def bind_holders(cause, member_pids):
     return {"port": port, "held": listening, "holders": others}
 
 
+def _bootstrap_holders(obs, members):
+    """A prefill that answers while its KV bootstrap server does not: who holds that port, as
+    far as /proc shows (its own processes left out)."""
+    port = obs.get("bootstrap_port")
+    if port and obs.get("health") == 200 and obs.get("bootstrap_health") != 200:
+        _, _, others = startcheck.port_holders(None, port, set(m["pid"] for m in members))
+        obs["bootstrap_holders"] = others
+
+
 def _read_kmsg(since):
     try:
         with open("/proc/stat") as f:
@@ -322,6 +331,7 @@ def observe(p, health_answered=False):
         obs["port_holders"] = holders
     if probe is not None:
         obs.update(probe.result())
+    _bootstrap_holders(obs, members)
     if obs.get("health") == 200 and main_alive and logphase.fatal_failures(log):
         # The log reads as a failure while /health answers: ask again, generating a token,
         # before anything is judged crashed on a line of text.
