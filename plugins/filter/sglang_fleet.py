@@ -87,7 +87,8 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
                                      [h for h in run_hosts if h not in routers], serial,
                                      str(canary) if canary else None)
-    errors += machine_clashes(host, hostvars, batch, groups)
+    # Two servers of one machine on one port or GPU set (machine_clashes, once per batch).
+    errors += list((hv.get("sglang_server__clashes") or {}).get(host) or [])
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
     pd_hosts = list(groups.get(deployment, [])) if deployment else []
@@ -97,25 +98,37 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
                                        hostvars)
 
 
-def machine_clashes(host, hostvars, batch, groups):
-    """Why the host's server cannot share its machine with the inventory's other servers: the
-    same port, or the same GPUs (see clashes). Only the host's own machine is compared: the
-    batch's servers by their LaunchSpecs, the others (outside the run, or in a later batch)
-    by what their inventory variables build."""
-    mine = machine_of(hostvars, host)
-    machines, binds = {}, {}
+def machine_clashes(batch, hostvars, groups):
+    """ansible_play_batch | sglang_fleet_machine_clashes(hostvars, groups), once per batch
+    (run_once): for each server of the batch, why it cannot share its machine with the
+    inventory's other servers there: the same port, or the same GPUs (see clashes). The
+    batch's servers are compared by their LaunchSpecs, the others (outside the run, or in a
+    later batch) by what their inventory variables build. Each host's variables are read
+    once: reading every host's from every host would grow with the square of the fleet."""
+    _need_package()
+    on = {}
     for name in groups.get("sglang_servers", []):
-        if machine_of(hostvars, name) != mine:
+        on.setdefault(machine_of(hostvars, name), []).append(name)
+    out = {}
+    for machine, names in on.items():
+        if len(names) < 2 or not any(n in batch for n in names):
             continue
-        if name in batch:
-            launch = hostvars[name].get("sglang_server__launch") or {}
-            if not launch.get("ok"):
-                continue  # refused on its own, and saying why
-            found = (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
-        else:
-            found = _inventory_binds(hostvars, groups, name)
-        machines[name], binds[name] = mine, found
-    return clash_errors(host, machines, binds)
+        binds = dict((n, _binds_of(hostvars, groups, batch, n)) for n in names)
+        machines = dict((n, machine) for n in names)
+        for name in names:
+            errors = clash_errors(name, machines, binds) if name in batch else []
+            if errors:
+                out[name] = errors
+    return out
+
+
+def _binds_of(hostvars, groups, batch, name):
+    if name not in batch:
+        return _inventory_binds(hostvars, groups, name)
+    launch = hostvars[name].get("sglang_server__launch") or {}
+    if not launch.get("ok"):
+        return None  # refused on its own, and saying why
+    return (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
 
 
 def _inventory_binds(hostvars, groups, name):
@@ -302,5 +315,6 @@ class FilterModule(object):
             "sglang_fleet_deployment_files": deployment_files_filter,
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
+            "sglang_fleet_machine_clashes": machine_clashes,
             "sglang_fleet_serial_with_routers": serial_with_routers_filter,
         }
