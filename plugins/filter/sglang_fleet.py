@@ -12,8 +12,9 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
+    from sglang_fleet.clashes import clash_errors, machine_of
     from sglang_fleet.pd import deployment_errors
-    from sglang_fleet.recovery import choose_next, last_ready, recent_recoveries
+    from sglang_fleet.recovery import choose_next, last_ready, previous_roots, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
     from sglang_fleet.spec import (
@@ -23,6 +24,7 @@ try:
         build_identity,
         build_launch_spec,
         gate_module_args,
+        inventory_binds,
         launch_refusals,
         lock_lease,
         start_module_args,
@@ -85,6 +87,8 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
                                      [h for h in run_hosts if h not in routers], serial,
                                      str(canary) if canary else None)
+    # Two servers of one machine on one port or GPU set (machine_clashes, once per batch).
+    errors += list((hv.get("sglang_server__clashes") or {}).get(host) or [])
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
     pd_hosts = list(groups.get(deployment, [])) if deployment else []
@@ -92,6 +96,53 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
     specs = {h: hostvars[h].get("sglang_server_launch_spec") for h in batch if h in pd_hosts}
     return errors + pd_refusals_filter(deployment, host, pd_hosts, modes, specs, groups,
                                        hostvars)
+
+
+def machine_clashes(batch, hostvars, groups):
+    """ansible_play_batch | sglang_fleet_machine_clashes(hostvars, groups), once per batch
+    (run_once): for each server of the batch, why it cannot share its machine with the
+    inventory's other servers there: the same port, or the same GPUs (see clashes). The
+    batch's servers are compared by their LaunchSpecs, the others (outside the run, or in a
+    later batch) by what their inventory variables build. Each host's variables are read
+    once: reading every host's from every host would grow with the square of the fleet."""
+    _need_package()
+    on = {}
+    for name in groups.get("sglang_servers", []):
+        on.setdefault(machine_of(hostvars, name), []).append(name)
+    out = {}
+    for machine, names in on.items():
+        if len(names) < 2 or not any(n in batch for n in names):
+            continue
+        binds = dict((n, _binds_of(hostvars, groups, batch, n)) for n in names)
+        machines = dict((n, machine) for n in names)
+        for name in names:
+            errors = clash_errors(name, machines, binds) if name in batch else []
+            if errors:
+                out[name] = errors
+    return out
+
+
+def _binds_of(hostvars, groups, batch, name):
+    if name not in batch:
+        return _inventory_binds(hostvars, groups, name)
+    launch = hostvars[name].get("sglang_server__launch") or {}
+    if not launch.get("ok"):
+        return None  # refused on its own, and saying why
+    return (hostvars[name].get("sglang_server_launch_spec") or {}).get("binds")
+
+
+def _inventory_binds(hostvars, groups, name):
+    """A server's binds from its inventory variables, or None where they do not resolve (an
+    unset key variable, say): that server is checked when a run holds it."""
+    hv = hostvars[name]
+    try:
+        settings = dict((k, hv[k]) for k in hv
+                        if k.startswith("sglang_server_") and not k.startswith("sglang_server__"))
+    except Exception:  # noqa: BLE001 - any templating error leaves the host unchecked here
+        return None
+    group = settings.get("sglang_server_group")
+    members = sorted(groups.get(group, [])) if group else None
+    return inventory_binds(settings, str(name), members)
 
 
 def identity(settings, host, group_members=None):
@@ -157,6 +208,13 @@ def running_config(ledger_path, host):
     _need_package()
     entry = last_ready(read_jsonl(ledger_path), str(host)) or {}
     return {"config_hash": entry.get("config_hash") or "", "settings": entry.get("settings")}
+
+
+def previous_roots_filter(ledger_path, host, root):
+    """ledger | sglang_fleet_previous_roots(inventory_hostname, root): the roots the host's
+    servers became ready from before, other than `root` (see recovery.previous_roots)."""
+    _need_package()
+    return previous_roots(read_jsonl(ledger_path), str(host), str(root))
 
 
 def stored_result(results_path, config_hash, spec):
@@ -250,11 +308,13 @@ class FilterModule(object):
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,
             "sglang_fleet_running_config": running_config,
+            "sglang_fleet_previous_roots": previous_roots_filter,
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_deployment_files": deployment_files_filter,
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
+            "sglang_fleet_machine_clashes": machine_clashes,
             "sglang_fleet_serial_with_routers": serial_with_routers_filter,
         }

@@ -24,6 +24,9 @@ from . import sglang_fleet_vocab as vocab
 # a second from its event pipe; weight loading reads gigabytes.
 READ_PROGRESS_BYTES = 1 << 20
 GPU_MEMORY_PROGRESS_BYTES = 64 << 20
+# Signals that only another process (or the kernel's OOM killer) sends a scheduler: a process
+# that fails by itself ends with SIGSEGV, SIGABRT or SIGBUS, or with an exit code.
+OUTSIDE_SIGNALS = (9, 15)
 SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 2: "SIGINT", 3: "SIGQUIT",
            7: "SIGBUS"}
 
@@ -304,9 +307,13 @@ def _failure_of(obs, member_pids):
         return found, vocab.ENVIRONMENT
     if found is not None:
         if found["kind"] in failures_grammar.ENVIRONMENT_KINDS:
-            return found, vocab.ENVIRONMENT
+            return _with_port_holders(found, obs.get("port_holders")), vocab.ENVIRONMENT
         if found["kind"] in failures_grammar.GPU_FAULT_KINDS:
             return found, vocab.HARDWARE
+        if failures_grammar.exit_signal(found) in OUTSIDE_SIGNALS:
+            # SGLang says a scheduler was killed (exit code -9) and nothing of its own came
+            # before: with no OOM kill in the kernel log, the kill came from outside.
+            return found, vocab.EXTERNAL
         if found["kind"] != "killed" or found.get("after_sglang_failure"):
             return found, vocab.CONFIGURATION
     if any("No space left on device" in e for e in obs.get("launch_errors") or ()):
@@ -316,10 +323,43 @@ def _failure_of(obs, member_pids):
     return found, None
 
 
-def _external_reason(obs):
-    signal = _signal_name(obs.get("exit_status")) or "SIGKILL"
-    return ("killed by %s from outside SGLang: the log has no fatal line from SGLang and the "
-            "kernel log no OOM kill of its processes" % signal)
+def _with_port_holders(failure, holders):
+    """A failed bind said with the program that holds the port, as the node saw it."""
+    if not holders:
+        return failure
+    port = holders["port"]
+    if holders["holders"]:
+        who = "port %d is held by %s" % (port, ", ".join(holders["holders"]))
+    elif holders["held"]:
+        who = ("port %d is held by a process this node check cannot see (another user's or "
+               "another namespace's)" % port)
+    else:
+        who = "nothing holds port %d now: the program that held it has let it go" % port
+    said = failure.get("said") or failures_grammar.said(failure)
+    return dict(failure, said="%s; %s" % (said, who), holders=holders["holders"],
+                hint="stop the program that holds port %d, or give the server a free port "
+                     "(sglang_server_port; sglang_server_dist_init_port for the store's); the "
+                     "configuration is not at fault" % port)
+
+
+def _external_reason(obs, failure=None):
+    """Why a kill is taken to have come from outside SGLang: what the log and the kernel log
+    show, and that an OOM kill cannot be ruled out when the kernel log could not be read."""
+    number = failures_grammar.exit_signal(failure)
+    if number is not None:
+        what = ("a scheduler was killed by %s from outside SGLang in %s (SGLang: %s), with no "
+                "error of its own before it" % (SIGNALS.get(number, "signal %d" % number),
+                                                obs["log"]["phase"],
+                                                failure.get("exception") or failure["message"]))
+    else:
+        what = ("killed by %s from outside SGLang: the log has no fatal line from SGLang"
+                % (_signal_name(obs.get("exit_status")) or "SIGKILL"))
+    unread = obs.get("kernel_log_error")
+    if unread:
+        return ("%s; the kernel log could not be read (%s), so a kill by the kernel's OOM "
+                "killer cannot be told from one by another process" % (what, unread))
+    return "%s%s the kernel log no OOM kill of its processes" % (
+        what, " and" if number is None else ", and in")
 
 
 def _exited(verdict, obs, member_pids):
@@ -332,8 +372,9 @@ def _exited(verdict, obs, member_pids):
         if status is not None else "the server exited (no exit status recorded)")
     if obs.get("boot_changed"):
         what = "the node rebooted since the server started (its boot id changed)"
-    elif cause == vocab.EXTERNAL and (failure is None or failure["kind"] == "killed"):
-        what = _external_reason(obs)
+    elif cause == vocab.EXTERNAL and (failure is None or failure["kind"] == "killed"
+                                      or failures_grammar.exit_signal(failure)):
+        what = _external_reason(obs, failure)
     elif failure is not None:
         what = failure.get("said") or failure["line"]
     elif obs.get("launch_errors"):
@@ -354,7 +395,8 @@ def _exited(verdict, obs, member_pids):
 def _failure_view(failure):
     if failure is None:
         return None
-    keep = ("kind", "said", "hint", "ranks", "line_no", "lines_from", "exception", "line", "at")
+    keep = ("kind", "said", "hint", "ranks", "line_no", "lines_from", "exception", "line", "at",
+            "holders")
     return dict((k, failure.get(k)) for k in keep if k in failure)
 
 
@@ -456,6 +498,8 @@ def _bootstrap_down(verdict, obs):
               % (port, "does not answer" if answered is None else "answered %s" % answered))
     if bind:
         reason += "; it could not bind the port (%s)" % bind[-1].strip()
+        if obs.get("bootstrap_holders"):
+            reason += "; port %d is held by %s" % (port, ", ".join(obs["bootstrap_holders"]))
         advice = ("free port %d (ss -ltnp 'sport = :%d' names the process that holds it), or "
                   "set sglang_server_disaggregation_bootstrap_port to a free port; then "
                   "recover" % (port, port))

@@ -46,6 +46,12 @@ FAILURES = (
      "logged, then raised as RuntimeError in the scheduler loop: the scheduler dies"),
     ("gpu_error", True, None,
      r"(?:CUDA error: )?(?:uncorrectable ECC error encountered|GPU is lost)|"
+     # torch's NCCL watchdog thread (ProcessGroupNCCL.cpp, its glog line and the what() of
+     # the DistBackendError it throws) and the custom all-reduce's CUDACHECK (its printf
+     # then exit) name the GPU's own error: that is the cause, not the abort after it.
+     r"(?:\s*what\(\):\s+)?(?:\[[^\]]*Rank \d+\] )?(?:Process group|NCCL) watchdog thread "
+     r"terminated with exception: CUDA error: (?:uncorrectable ECC error encountered|GPU is "
+     r"lost)|Failed: Cuda error \S+ '(?:uncorrectable ECC error encountered|GPU is lost)'|"
      r"HSA_STATUS_ERROR_\w+|:\d+:rocdevice\.cpp\s*:\d+: .*HSA_STATUS_ERROR",
      "the GPU itself failed (ECC, lost device, a ROCm hardware exception): the rank dies"),
     ("cuda_oom", True, None,
@@ -79,8 +85,11 @@ FAILURES = (
      r"[\w.]*Error: \[Errno 28\] No space left on device|\[Errno 28\] No space left|"
      r"\S+: write error: No space left on device",
      "a write failed for want of disk space: the process that wrote it fails"),
-    ("watchdog_timeout", True, None, r"(?:Scheduler )?[Ww]atchdog timeout \((?!.*soft=True)",
-     "the scheduler's hard watchdog: a forward batch hung; it SIGQUITs the server"),
+    ("watchdog_timeout", True, "starting_http",
+     r"(?:Scheduler )?[Ww]atchdog timeout \((?!.*soft=True)",
+     "the scheduler's hard watchdog: a forward batch hung; it SIGQUITs the server (it is "
+     "made after the model worker's start-up, weights, KV cache and graphs: the server got "
+     "that far)"),
     ("soft_watchdog_timeout", False, None, r"(?:\w+ )?[Ww]atchdog timeout \(.*soft=True",
      "the soft watchdogs (tokenizer, detokenizer, scheduler --soft-watchdog-timeout) only dump "
      "stacks"),
@@ -154,8 +163,23 @@ KV_TRANSFER_KINDS = frozenset(KV_TRANSFER_COUNTERS)
 _KV_PEER = re.compile(r"from (?:bootstrap_addr: )?(?P<addr>\S+?)(?: after \d+ attempts|$|,)|"
                       r"\(bootstrap_addr: (?P<lost>[^)\s]+)\)|"
                       r"host='(?P<host>[^']+)', port=(?P<port>\d+)\)")
-# Faults of the node, not of the configuration (DESIGN.md "Cause").
-ENVIRONMENT_KINDS = frozenset(("disk_full",))
+# Faults of the node, not of the configuration (DESIGN.md "Cause"). A port that another
+# program holds is the node's: two servers of one inventory on one port are refused before
+# anything starts (the fleet-wide clash check), so a bind that fails at start lost the port to
+# a program outside the deployment.
+ENVIRONMENT_KINDS = frozenset(("disk_full", "bind_failed", "dist_store_bind_failed"))
+# A scheduler's end that SGLang reports with the signal that ended it (engine.py's
+# _scheduler_died_error "exit code: -9", the launcher's "crashed with exit code -9", the DP
+# controller's "terminated with -9"): the signal's number.
+_EXIT_SIGNAL = re.compile(r"(?:exit code:? |terminated with )-(\d+)\b")
+
+
+def exit_signal(failure):
+    """The signal number a consequence line says ended a scheduler, or None."""
+    if failure is None or failure["kind"] != "subprocess_exited":
+        return None
+    m = _EXIT_SIGNAL.search(failure.get("exception") or failure["message"])
+    return int(m.group(1)) if m else None
 
 # What to try, for the kinds where SGLang's own message or source says it.
 FAILURE_HINTS = {
@@ -185,7 +209,9 @@ FAILURE_HINTS = {
                     "to its own output); SGLang then killed its whole tree",
     "subprocess_exited": "a scheduler process ended without a Python error: a signal (a "
                          "negative exit code) or the kernel's OOM killer (see the kernel log)",
-    "bind_failed": "another process listens on the port",
+    "bind_failed": "another program took the port while the server loaded: stop it (the "
+                   "verdict names it where the node could see it), or give the server a free "
+                   "port (sglang_server_port); the configuration is not at fault",
     "watchdog_timeout": "a forward batch hung for --watchdog-timeout seconds",
 }
 

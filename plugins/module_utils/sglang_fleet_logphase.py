@@ -121,6 +121,10 @@ _CHAINED = re.compile(r"^(?:The above exception was the direct cause of the foll
                       r"exception|During handling of the above exception, another exception "
                       r"occurred)")
 _ACCESS = re.compile(r'^INFO:\s+\S+ - "')
+# uvicorn's access line for a client's request that the server answered: warm-up posts only
+# /generate (or /encode, or one /v1/chat/completions for a VLM), so an OpenAI endpoint
+# answered 2xx more than once is a client served.
+_CLIENT_ANSWER = re.compile(r'^INFO:\s+\S+ - "POST /v1/\S+ HTTP/[\d.]+" 2\d\d\b')
 _RUN_START = re.compile(r"^server_args=")
 _LAUNCH_FRAME = re.compile(r'launch_server\.py", line \d+,? in <module>$|'
                            r'[/\\]sglang[/\\]cli[/\\]main\.py", line \d+,? in main$')
@@ -450,6 +454,7 @@ class _Parser:
         self.after_request_error = False
         self.stop = None  # the line of a requested stop (SIGTERM), once seen
         self.decode_lines = 0
+        self.client_answers = 0
         self.group = _Group()
         self.lines_from = "file"  # what line numbers count from
         self.error_lines = deque(maxlen=10)
@@ -467,6 +472,8 @@ class _Parser:
                 self._switch(phase, event, line, step, resumed=True)
         elif target > now:
             self._switch(phase, event, line, step)
+        elif phase == self.phase == "serving" and event != "load":
+            self.entered_by = event  # the ready line, or clients answered: it served
         elif phase == self.phase == "capturing_cuda_graph" and step and step != self.step \
                 and step not in self.done_steps:
             self.step = step  # the next sub-step of capture
@@ -512,13 +519,18 @@ class _Parser:
         line = read_line(raw, self.clock, number)
         message = line.message
         if _ACCESS.match(message):
-            return  # uvicorn access lines: health probes are not the server's progress
+            # uvicorn access lines: health probes are not the server's progress, but
+            # clients' answered requests say it serves (a log that shows only those, at
+            # --log-level warning, or a tail that begins after the ready line).
+            if _CLIENT_ANSWER.match(message):
+                self.client_answers += 1
+                if self.client_answers > 1:
+                    self._launch_row(line)
+                    self.enter("serving", "client", line)
+            return
         self.meaningful += 1
         self.last_lines.append(line.raw)
-        if not self.timeline:  # the run's first line starts its launch
-            self.timeline.append({"phase": "launching", "step": None, "at": line.at,
-                                  "line": line.raw[:300], "line_no": number,
-                                  "progress": None})
+        self._launch_row(line)
         if line.at is not None:
             if self.phase_at is None:
                 self.phase_at = line.at
@@ -538,6 +550,12 @@ class _Parser:
         if self.traceback is not None and message.startswith((" ", "\t")):
             return  # a traceback's source line: code, not something the server said
         self.on_message(message, line)
+
+    def _launch_row(self, line):
+        if not self.timeline:  # the run's first line starts its launch
+            self.timeline.append({"phase": "launching", "step": None, "at": line.at,
+                                  "line": line.raw[:300], "line_no": line.number,
+                                  "progress": None})
 
     def on_message(self, message, line):
         self.group.feed(message, line.rank)
@@ -600,16 +618,29 @@ class _Parser:
         else:
             busy = running >= 1  # another request runs beside the one being prefilled
         if busy:
-            self.enter("serving", "enter", line)
+            self.enter("serving", "load", line)
 
     def on_failure(self, message, line):
         """(kind, fatal, phase) of a failure line, or None; enters the phase it shows."""
         found = failures_grammar.match(message, failures_grammar.exception_message(message))
+        if found is not None and found[0] == "warmup_failed":
+            self.never_served()
         if found is not None and found[2] is not None and not self.after_request_error:
             phase = found[2]
             self.enter(phase, "capture" if phase == "capturing_cuda_graph" else "enter",
                        line, self.step)
         return found
+
+    def never_served(self):
+        """A failed warm-up: a server read as serving from its batch lines' load alone never
+        served (warm-up's own requests made that load; its ready line never came)."""
+        if self.phase != "serving" or self.entered_by != "load":
+            return
+        if self.timeline and self.timeline[-1]["phase"] == "serving":
+            self.timeline.pop()
+        previous = self.timeline[-1] if self.timeline else {}
+        self.phase, self.entered_by = "warming_up", "enter"
+        self.phase_at = previous.get("at", self.phase_at)
 
     def on_traceback_line(self, message, line):
         """A line inside an open traceback; True when it was the traceback's."""
@@ -711,6 +742,10 @@ class _Parser:
         if phase is None and not desc and self._before_capture_done():
             phase = "capturing_cuda_graph"  # a capture loop's first draw, before its label
         step = _bar_step(unit) if phase == "capturing_cuda_graph" else None
+        if self._draws_for_step_under_way(step):
+            # A speculative draft model's capture draws the target's "Capturing batches"
+            # bar: it is the progress of the sub-step under way, not a lagging rank's.
+            step = self.step
         if phase == "capturing_cuda_graph" and self._capture_finished(step):
             return  # a lagging rank's bar for a sub-step whose end was logged
         if phase is not None:
@@ -729,6 +764,11 @@ class _Parser:
             self.bar = (shown, total, unit)
             if self.timeline:
                 self.timeline[-1]["progress"] = {"done": shown, "total": total, "unit": unit}
+
+    def _draws_for_step_under_way(self, step):
+        return (step is not None and self.phase == "capturing_cuda_graph"
+                and self.step not in (None, step) and self.step not in self.done_steps
+                and step in self.done_steps and self.step.endswith(step))
 
     def _shown_count(self, done, total, unit):
         """The count a sub-step shows: the highest its bar reached (ranks draw the same bar;

@@ -148,12 +148,18 @@ def _start_server(p, service, status, devices, result, warn):
     result["changed"] = True
 
 
-def _refuse_orphans(svc):
+def _refuse_orphans(svc, previous_roots=()):
     """Another deployment of this host still running under this root (left by a change of
-    port or name) is refused before anything changes."""
+    port or name), or under a root it ran from before (a change of root with it), is refused
+    before anything changes."""
     orphans = other_deployments_running(svc["state_file"], svc["marker"])
     if orphans:
         raise NodeRefused(orphan_refusal(svc["marker"], orphans))
+    name = os.path.basename(svc["state_file"])
+    for root in previous_roots or ():
+        orphans = other_deployments_running(os.path.join(root, "run", name), svc["marker"])
+        if orphans:
+            raise NodeRefused(orphan_refusal(svc["marker"], orphans, root))
 
 
 def _check_model(model, devices):
@@ -239,7 +245,7 @@ def check_node(p, check_mode, warn, want_diff=False, health=None):
     the gate's observation uses when it answered 200."""
     result = dict(changed=False)
     _refuse_early(p)
-    _refuse_orphans(p["service"])
+    _refuse_orphans(p["service"], p.get("previous_roots"))
     _provision_simulated_node(p, check_mode, result)
     service, status = _service_status(p["service"])
     result["service"] = dict(running=status["running"], pid=status["pid"],

@@ -15,6 +15,7 @@ from . import sglang_fleet_gpu as gpu
 from . import sglang_fleet_logphase as logphase
 from . import sglang_fleet_logread as logread
 from . import sglang_fleet_procs as procs
+from . import sglang_fleet_startcheck as startcheck
 from . import sglang_fleet_vocab as vocab
 from .sglang_fleet_files import read_json
 from .sglang_fleet_http import http_status, port_open
@@ -112,6 +113,47 @@ def kernel_lines(source, since):
     except (OSError, IOError):
         pass
     return out
+
+
+def kernel_log_error(source):
+    """Why the kernel log cannot be read ('/dev/kmsg: Permission denied', a container without
+    it), or None: a kill with no OOM line in an unreadable kernel log may still be the OOM
+    killer's."""
+    if source != "kmsg":
+        return None
+    try:
+        os.close(os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK))
+    except (OSError, IOError) as exc:
+        return "/dev/kmsg: %s" % (exc.strerror or exc)
+    return None
+
+
+# The port in SGLang's (uvicorn's) bind failure, and in torch's store's.
+_BIND_PORT = re.compile(r"attempting to bind on address \('[^']*', (\d+)\)|port: (\d+)")
+
+
+def bind_holders(cause, member_pids):
+    """For a start that failed to bind a port: the port and the processes that hold it now,
+    'pid (command)' as far as /proc shows them (an empty list: none that this node check can
+    see). None when the cause is not a failed bind."""
+    if not cause or cause["kind"] not in ("bind_failed", "dist_store_bind_failed"):
+        return None
+    m = _BIND_PORT.search(cause.get("exception") or cause["message"])
+    if m is None:
+        return None
+    port = int(m.group(1) or m.group(2))
+    # Any address: the failed bind's own may be a wildcard the holder shares.
+    listening, _, others = startcheck.port_holders(None, port, member_pids)
+    return {"port": port, "held": listening, "holders": others}
+
+
+def _bootstrap_holders(obs, members):
+    """A prefill that answers while its KV bootstrap server does not: who holds that port, as
+    far as /proc shows (its own processes left out)."""
+    port = obs.get("bootstrap_port")
+    if port and obs.get("health") == 200 and obs.get("bootstrap_health") != 200:
+        _, _, others = startcheck.port_holders(None, port, set(m["pid"] for m in members))
+        obs["bootstrap_holders"] = others
 
 
 def _read_kmsg(since):
@@ -283,8 +325,13 @@ def observe(p, health_answered=False):
         xids, ooms = xids_and_ooms(kernel_lines(p["kernel_log"], started_at),
                                    set(m["pid"] for m in members))
         obs["xids"], obs["oom_kills"] = xids, ooms
+        obs["kernel_log_error"] = kernel_log_error(p["kernel_log"])
+    holders = bind_holders(log.get("cause"), set(m["pid"] for m in members))
+    if holders is not None:
+        obs["port_holders"] = holders
     if probe is not None:
         obs.update(probe.result())
+    _bootstrap_holders(obs, members)
     if obs.get("health") == 200 and main_alive and logphase.fatal_failures(log):
         # The log reads as a failure while /health answers: ask again, generating a token,
         # before anything is judged crashed on a line of text.

@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import json
 import os
+import shlex
 import socket
 import struct
 
@@ -121,21 +122,29 @@ def socket_holders(inodes):
     return holders
 
 
+def port_holders(host, port, member_pids=(), allowed_markers=()):
+    """(whether anything listens on the port at an address that overlaps `host`, whether one
+    of `member_pids` or `allowed_markers` holds it, the others that hold it as 'pid (command)'
+    as far as /proc shows them)."""
+    inodes = listening_inodes(int(port), host)
+    if not inodes:
+        return False, False, []
+    ours, others = False, []
+    for pid in sorted(socket_holders(inodes)):
+        if pid in member_pids or procs.marker_of(pid) in allowed_markers:
+            ours = True
+            continue
+        info = procs.process_info(pid)
+        others.append("%d (%s)" % (pid, (info or {}).get("cmdline", "?")[:160]))
+    return True, ours, others
+
+
 def port_problems(host, port, member_pids, allowed_markers=()):
     """A message when the port is held by a process that is not the server being replaced."""
     if not port:
         return []
-    inodes = listening_inodes(int(port), host)
-    if not inodes:
-        return []
-    holders = socket_holders(inodes)
-    others = []
-    for pid in sorted(holders):
-        if pid in member_pids or procs.marker_of(pid) in allowed_markers:
-            continue
-        info = procs.process_info(pid)
-        others.append("%d (%s)" % (pid, (info or {}).get("cmdline", "?")[:160]))
-    if holders and not others:
+    listening, ours, others = port_holders(host, port, member_pids, allowed_markers)
+    if not listening or (ours and not others):
         return []
     who = ", ".join(others) if others else "a process this check cannot see"
     return ["port %s:%d is held by %s, not by the server being replaced: the new server would "
@@ -238,9 +247,10 @@ def _read_state(path):
     return data if isinstance(data, dict) else {}
 
 
-def orphan_refusal(marker, running):
+def orphan_refusal(marker, running, root=None):
     """The refusal naming each other deployment of this host that still runs, and the exact
-    command that stops it (stop.yml addressed to that deployment's name and port)."""
+    command that stops it (stop.yml addressed to that deployment's name and port, and to the
+    root it runs under when that is not the deployment's root now)."""
     host, _, deployment = marker.partition(":")
     parts = []
     for other in running:
@@ -248,10 +258,18 @@ def orphan_refusal(marker, running):
                 "-e sglang_server_deployment_name=%s" % (host, other["deployment"]))
         if other["port"]:
             stop += " -e sglang_server_port=%s" % other["port"]
+        if root:
+            stop += " -e sglang_server_root=%s" % shlex.quote(root)
         parts.append("%s (port %s, %d process(es), pids %s; state %s). Fix: stop it first: %s"
                      % (other["marker"], other["port"] or "unknown", len(other["pids"]),
                         ", ".join(str(p) for p in other["pids"][:8]), other["state_file"],
                         stop))
+    if root:
+        return ("another deployment of %s still runs under its previous root %s: %s. "
+                "Deploying %s under the new root would leave it running, unmanaged, on the "
+                "same GPUs (a change of root, with the port or deployment name, moves and "
+                "renames the deployment's files). Nothing was changed"
+                % (host, root, "; ".join(parts), deployment))
     return ("another deployment of %s still runs under the same root: %s. Deploying %s beside "
             "it would leave it running, unmanaged, on the same GPUs (a change of port or "
             "deployment name renames the deployment's files). Nothing was changed"

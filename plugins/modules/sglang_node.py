@@ -160,6 +160,13 @@ options:
       node_rank, script, log_file, workdir).
     type: dict
     required: true
+  previous_roots:
+    description: Roots this inventory host's servers ran from before (the controller's
+      ledger). A server of the host still running under one of them (left by a change of
+      root, and of port or name) refuses the check, naming the command that stops it.
+    type: list
+    elements: path
+    default: []
   files:
     description: The launch files (path, mode), in the order of the service's digest.
     type: list
@@ -441,6 +448,7 @@ def main():
             )),
             shm_dir=dict(type="path", default="/dev/shm"),
             service=dict(type="dict", required=True),
+            previous_roots=dict(type="list", elements="path", default=[]),
             files=dict(type="list", elements="dict", default=[]),
             folders=dict(type="list", elements="dict", default=[]),
             expected_digest=dict(type="str"),

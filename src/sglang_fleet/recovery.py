@@ -23,6 +23,8 @@ START_UP = "start_up"  # it never became ready on this configuration
 REPEATED = "repeated"  # it failed on this configuration before, within the window
 # Causes that restart the configuration that ran: only a configuration fault changes it.
 SAME_CONFIGURATION = (AFTER_READY, HARDWARE, ENVIRONMENT, EXTERNAL)
+# A recovery's recorded cause that was not the configuration's fault.
+NOT_THE_CONFIGURATIONS = (HARDWARE, ENVIRONMENT, EXTERNAL)
 
 
 def recent_recoveries(ledger: list[dict[str, Any]], host: str, window_s: float,
@@ -39,6 +41,22 @@ def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None
         if entry.get("host") == host and entry.get("kind") == "ready":
             return entry
     return None
+
+
+def previous_roots(ledger: list[dict[str, Any]], host: str, root: str,
+                   limit: int = 5) -> list[str]:
+    """The roots the host's servers ran from before, newest first, other than `root`: a
+    deploy that moved the root checks each for a server of the host still running there."""
+    found: list[str] = []
+    for entry in reversed(ledger):
+        if entry.get("host") != host or entry.get("kind") != "ready":
+            continue
+        old = (entry.get("settings") or {}).get(PREFIX + "root")
+        if isinstance(old, str) and old.rstrip("/") != root.rstrip("/") and old not in found:
+            found.append(old)
+            if len(found) >= limit:
+                break
+    return found
 
 
 def effective_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -79,8 +97,12 @@ def failure_cause(verdict: dict[str, Any], config_hash: str | None,
                  else "it came from outside SGLang (a signal, a stopped process), not from the "
                       "configuration")
         return cause, f"{whose} ({name} in {phase}: {detail})"
+    # Only the configuration's own failures count against it: an earlier fault of the node,
+    # from outside or of the GPU says nothing about the configuration (the crash-loop guard
+    # still counts every recovery).
     before = [e for e in recent_recoveries(ledger, host, window_s, now)
-              if config_hash and e.get("config_hash") == config_hash]
+              if config_hash and e.get("config_hash") == config_hash
+              and e.get("cause") not in NOT_THE_CONFIGURATIONS]
     if before:
         return REPEATED, (f"{config_hash} failed before within {window_s:.0f} s "
                           f"({len(before) + 1} failures, the last {name} in {phase}), so the "
@@ -176,7 +198,7 @@ def proposed_rules(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for e in ledger:
         if e.get("kind") != "recovery" or not e.get("facts"):
             continue
-        if e.get("cause") in (ENVIRONMENT, EXTERNAL, HARDWARE):
+        if e.get("cause") in NOT_THE_CONFIGURATIONS:
             continue  # the node's fault, not the configuration's: no Rule to learn
         key = json.dumps([e["facts"], e.get("verdict"), e.get("phase")], sort_keys=True)
         counts[key] += 1

@@ -136,12 +136,26 @@ def unit_value(text: Any) -> str:
     return str(text).replace("%", "%%")
 
 
+# Characters systemd refuses in an executable's path ("Executable name contains special
+# characters", its string_is_safe()): the unit would fail only when it is started.
+UNIT_UNSAFE_CHARACTERS = "\"'\\"
+
+
+def unit_path_problem(path: str) -> str | None:
+    """Why systemd cannot run a program under `path`, or None."""
+    bad = sorted(set(c for c in path if c in UNIT_UNSAFE_CHARACTERS))
+    if not bad:
+        return None
+    return (f"holds {' and '.join(repr(c) for c in bad)}, which systemd refuses in the path "
+            f"of the program a unit runs: the unit would fail only when it is started")
+
+
 def unit_command_path(path: str) -> str:
-    """An executable's path as the first word of ExecStart=: specifiers and `$` variables
-    escaped (`%%`, `$$`), and quoted when it holds what would split or end the word (white
-    space, quotes, backslashes, `;`), with C-style escapes inside the quotes
-    (systemd.service(5), "Command lines"). A plain path stays as it is."""
-    text = unit_value(path).replace("$", "$$")
+    """An executable's path as the first word of ExecStart=: specifiers escaped (`%%`; a `$`
+    is taken literally there, so it stays as it is), and quoted when it holds what would split
+    or end the word (white space, `;`) (systemd.service(5), "Command lines"). A plain path
+    stays as it is. Quotes and backslashes are refused before (unit_path_problem)."""
+    text = unit_value(path)
     if not any(c.isspace() or c in "\"'\\;" for c in text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

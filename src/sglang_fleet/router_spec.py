@@ -22,6 +22,7 @@ from typing import Any
 
 from sglang_fleet import router_settings
 from sglang_fleet.catalogue import Catalogue
+from sglang_fleet.render import unit_path_problem
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_NAME, BY_VARIABLE, PREFIX, TABLE
 from sglang_fleet.setting_kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
@@ -226,6 +227,12 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
         if v[name] and not str(v[name]).startswith("/"):
             example = BY_VARIABLE[PREFIX + name].default or "/opt/sglang-router/venv"
             p.error(PREFIX + name, v[name], "must be an absolute path", f"e.g. {example}")
+    unit_problem = unit_path_problem(str(v["root"] or "")) \
+        if v["service_manager"] == "systemd" else None
+    if unit_problem:
+        p.error(PREFIX + "root", v["root"], unit_problem, "choose a root without quotes or "
+                "backslashes (spaces, '$', ';' and '%' are fine: the unit escapes them), or "
+                "set sglang_router_service_manager: supervisor")
     if v["worker_url"] and not re.match(r"^https?://", v["worker_url"]):
         p.error(PREFIX + "worker_url", v["worker_url"], "must be an http:// or https:// URL",
                 "e.g. http://10.0.0.11:30000")

@@ -19,10 +19,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_fleet import pd
+from sglang_fleet import clashes, pd
 from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
+from sglang_fleet.render import unit_path_problem
 from sglang_fleet.reviewed import (
     Release,
     nccl_did_you_mean,
@@ -914,6 +915,12 @@ def build_launch_spec(
     simulated = v["install_mode"] == "simulator"
     connect_host = _connect_host(v["host"])
     gate_spec = gate(v, root or "", deployment or "", connect_host, simulated, p)
+    unit_problem = unit_path_problem(root) if root and v["service_manager"] == "systemd" \
+        else None
+    if unit_problem:
+        p.error("root", root, unit_problem, "choose a root without quotes or backslashes "
+                "(spaces, '$', ';' and '%' are fine: the unit escapes them), or set "
+                "sglang_server_service_manager: supervisor")
     if p.errors:
         return _result(p, None)
     assert root and deployment and served  # narrowed by the checks above
@@ -995,6 +1002,9 @@ def build_launch_spec(
         "group": {"name": topo.group, "nnodes": topo.nnodes, "node_rank": topo.node_rank,
                   "dist_init_addr": topo.dist_init_addr, "serves_http": topo.serves_http},
         "http": {"url": f"http://{connect_host}:{v['port']}", "port": v["port"]},
+        # What it takes on its machine: the fleet-wide check refuses two servers of one
+        # machine whose ports or GPUs overlap.
+        "binds": _binds(v, cmd, topo, f"{root}/sim/gpus" if simulated else None),
         # The server's side of its PD deployment and what the deployment must agree on.
         "pd": pd.pd_view(v.values, cmd.parsed, cmd.env, served),
         "facts": cmd.facts,
@@ -1009,6 +1019,24 @@ def build_launch_spec(
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
     return _result(p, spec)
+
+
+def _binds(v: Validated, cmd: ServerCommand, topo: Topology, sim_gpus: str | None
+           ) -> dict[str, Any]:
+    """The ports the server listens on, each by the variable that sets it, and its GPUs."""
+    parsed = cmd.parsed
+    ports: dict[str, int | None] = {PREFIX + "port": v["port"]}
+    if v["disaggregation_mode"] == "prefill":
+        ports[PREFIX + "disaggregation_bootstrap_port"] = parsed.get(
+            "disaggregation_bootstrap_port")
+    if topo.group and topo.node_rank == 0:
+        ports[PREFIX + "dist_init_port"] = v["dist_init_port"]  # rank 0 hosts the store
+    if parsed.get("nccl_port"):
+        ports["--nccl-port in " + PREFIX + "extra_args"] = parsed["nccl_port"]
+    gpus = clashes.gpu_ids(int(parsed.get("base_gpu_id") or 0),
+                           int(parsed.get("gpu_id_step") or 1), topo.gpus_per_node,
+                           cmd.env.get("CUDA_VISIBLE_DEVICES"))
+    return clashes.server_binds(v["host"], ports, gpus, sim_gpus)
 
 
 def _simulated_node(v: Validated, cmd: ServerCommand, layout: dict[str, Any],
@@ -1084,6 +1112,15 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
                           f"Fix: set the sglang_server_* variables in group_vars/{name}, not "
                           f"per host")
     return errors
+
+
+def inventory_binds(settings: dict[str, Any], host: str,
+                    group_members: list[str] | None = None) -> dict[str, Any] | None:
+    """What a server takes on its machine (the LaunchSpec's `binds`), built from its
+    inventory variables over the settings' defaults, for a server outside the run (--limit,
+    a later batch) whose LaunchSpec the run does not build; None when it does not build."""
+    built = build_launch_spec({**_table().defaults(), **settings}, host, group_members)
+    return built["spec"]["binds"] if built["ok"] else None
 
 
 def launch_refusals(launch: dict[str, Any], launches: dict[str, Any],

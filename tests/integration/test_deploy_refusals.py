@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import secrets
+import shutil
+import subprocess
 
 import pytest
 
-from sglang_fleet.testfleet.local import make_fleet, run_playbook
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -158,10 +161,6 @@ def test_api_key_stays_out_of_output_script_and_log(one_node):
 def test_other_failures_keep_ansibles_own_output(tmp_path):
     """Only messages the project words itself lose ansible-core's [ERROR] block: a template
     error keeps it, with its source excerpt; a rescue that fails again says so in one line."""
-    import subprocess
-
-    from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
-
     playbook = tmp_path / "pb.yml"
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
@@ -233,3 +232,96 @@ def test_a_stop_needs_only_the_deployments_identity(one_node):
     assert run.rc == 0, run.output[-2000:]
     assert "sim-node-1: stopped (Kimi-K2.5-" in " ".join(run.output.split())
     assert one_node.processes("sim-node-1") == []
+
+
+# ---- two servers on one machine: one port, or one GPU set --------------------------------
+
+def test_two_servers_on_one_port_of_one_machine_are_refused_before_any_node(tmp_path):
+    """The default simulated inventory, with sim-node-2 given sim-node-1's port: both run on
+    this controller (ansible_connection=local). `sglang-fleet check` and the deploy refuse
+    the pair, naming both hosts, the variable, the value and the fix; no node is touched."""
+    fleet = make_fleet(tmp_path, hosts=2)
+    taken = fleet.port("sim-node-1")
+    fleet.set_host_vars("sim-node-2", {"sglang_server_port": taken})
+    check = subprocess.run([str(BIN / "sglang-fleet"), "check", "-i", str(fleet.inventory),
+                            "-e", json.dumps(fleet.extra)], cwd=REPO, env=ansible_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 2, check.stdout + check.stderr
+    out = " ".join(check.stdout.split())
+    assert (f"sim-node-2 and sim-node-1 would both listen on port {taken} of one machine "
+            f"(this controller (ansible_connection=local)): sglang_server_port={taken} on "
+            f"sim-node-2 (at 127.0.0.1), sglang_server_port={taken} on sim-node-1 (at "
+            f"127.0.0.1)") in out, check.stdout
+    assert "Fix: give each server on one machine its own port" in out
+    assert "result: refused (exit 2): 2 of 2 hosts have problems; no node was contacted" in out
+    run = fleet.deploy()
+    assert run.rc == 2
+    assert f"sim-node-1 and sim-node-2 would both listen on port {taken}" in \
+        " ".join(run.output.split())
+    # A deploy of one of them alone is refused too: the other's port comes from the inventory.
+    alone = fleet.deploy("--limit", "sim-node-2")
+    assert alone.rc == 2
+    assert f"sim-node-2 and sim-node-1 would both listen on port {taken}" in \
+        " ".join(alone.output.split())
+    assert not fleet.root.exists(), "nothing may be written to a node"
+
+
+def test_two_example_hosts_on_one_address_are_refused_for_port_and_gpus(tmp_path):
+    """inventory/examples/rtxpro6000-fleet with gpu-node-01 and gpu-node-02 given one
+    ansible_host: one machine, one port (30000 on every address) and GPUs 0-7 twice."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "examples" / "rtxpro6000-fleet", inventory)
+    (inventory / "host_vars").mkdir()
+    for host in ("gpu-node-01", "gpu-node-02"):
+        (inventory / "host_vars" / f"{host}.yml").write_text("ansible_host: 192.0.2.11\n")
+    env = dict(ansible_env(), SGLANG_API_KEY=secrets.token_hex(24))
+    check = subprocess.run([str(BIN / "sglang-fleet"), "check", "-i", str(inventory)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 2, check.stdout + check.stderr
+    out = " ".join(check.stdout.split())
+    assert ("gpu-node-01 and gpu-node-02 would both listen on port 30000 of one machine "
+            "(192.0.2.11): sglang_server_port=30000 on gpu-node-01 (at 0.0.0.0), "
+            "sglang_server_port=30000 on gpu-node-02 (at 0.0.0.0)") in out, check.stdout
+    assert ("gpu-node-01 and gpu-node-02 would both use GPU 0,1,2,3,4,5,6,7 of one machine "
+            "(192.0.2.11)") in out
+    assert "2 of 8 hosts have problems; no node was contacted" in out
+    assert "gpu-node-03" not in out.split("result:")[0]
+
+
+def test_a_root_and_port_changed_together_leave_no_server_behind(one_node):
+    """A deploy that moves the root and the port at once would start a second server beside
+    the first, which no longer has files under the new root. The node check finds the
+    host's server still running under its previous root (the ledger's last ready starts) and
+    refuses with the command that stops it; that command stops it."""
+    from sglang_fleet.testfleet.local import free_port_block
+    from sglang_fleet_node import sglang_fleet_procs as procs
+
+    host = "sim-node-1"
+    assert one_node.deploy().rc == 0
+    old_port, old_root = one_node.port(host), str(one_node.host_root(host))
+    old = [p["pid"] for p in one_node.processes(host)]
+    new_port = free_port_block(1)
+    new_marker = f"{host}:Kimi-K2.5-{new_port}"
+    one_node.set_host_vars(host, {"sglang_server_root": str(one_node.root / "moved"),
+                                  "sglang_server_port": new_port})
+    try:
+        run = one_node.deploy()
+        assert run.rc != 0
+        out = " ".join(run.output.split())
+        assert (f"another deployment of {host} still runs under its previous root {old_root}: "
+                f"{host}:Kimi-K2.5-{old_port} (port {old_port}") in out, run.output[-3000:]
+        stop = (f"ansible-playbook playbooks/stop.yml --limit {host} -e "
+                f"sglang_server_deployment_name=Kimi-K2.5-{old_port} -e "
+                f"sglang_server_port={old_port} -e sglang_server_root={old_root}")
+        assert stop in out
+        assert all(procs.process_info(pid) for pid in old), "the old server was left as it was"
+        assert procs.deployment_processes(new_marker) == [], "no second server was started"
+        # The command it names stops the old server.
+        stopped = run_playbook("playbooks/stop.yml", one_node.inventory, {
+            **one_node.extra, "sglang_server_deployment_name": f"Kimi-K2.5-{old_port}",
+            "sglang_server_port": old_port, "sglang_server_root": old_root}, "--limit", host)
+        assert stopped.rc == 0, stopped.output[-3000:]
+        left = [procs.process_info(pid) for pid in old]
+        assert not [p for p in left if p and p["state"] != "Z"], (left, stopped.output[-3000:])
+    finally:
+        procs.stop_deployment(new_marker, term_timeout=5)

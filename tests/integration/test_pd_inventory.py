@@ -5,6 +5,7 @@ only while its KV bootstrap server answers too."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -118,7 +119,7 @@ def test_a_prefill_whose_bootstrap_port_is_taken_is_unhealthy_with_the_cause(tmp
         assert (f"port {port} does not answer: no decode server can fetch this prefill's KV "
                 f"cache; it could not bind the port (OSError: [Errno 98] error while "
                 f"attempting to bind on address ('127.0.0.1', {port}): address already in "
-                f"use)") in out, out[-3000:]
+                f"use); port {port} is held by {os.getpid()} (") in out, out[-3000:]
         assert f"free port {port} (ss -ltnp 'sport = :{port}'" in out
         assert "sim-node-2: ready at" in run.output
         assert (f"Server error: [Errno 98] error while attempting to bind on address "

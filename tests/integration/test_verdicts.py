@@ -116,3 +116,94 @@ def test_the_oom_killer_at_start_up_restarts_the_same_configuration(one_node):
     assert recovery["next"]["source"] == "restart" and recovery["next"]["overrides"] == {}
     assert "restart on the same configuration" in out
     assert "sglang_server_cuda_graph" not in json.dumps(recovery["next"])
+
+
+# ---- faults from outside at start-up are not the configuration's ------------------------
+
+def _deploy_in_background(fleet, settings):
+    import threading
+
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.update(
+        run=run_playbook("deploy.yml", fleet.inventory, settings)), daemon=True)
+    thread.start()
+    return thread, done
+
+
+def _loading(fleet, host="sim-node-1"):
+    log = fleet.host_root(host) / "logs" / f"Kimi-K2.5-{fleet.port(host)}.log"
+    return log.exists() and "Load weight begin" in log.read_text(errors="replace")
+
+
+def test_a_scheduler_killed_from_outside_while_loading_keeps_the_configuration(one_node):
+    """A kill -9 of a scheduler while the weights load, with no OOM kill in the kernel log:
+    SGLang's main process says the scheduler died (exit code -9). Not the configuration's
+    fault: the verdict says external, and recovery restarts the same configuration (never the
+    fallback's cuda_graph=False) and offers nothing to keep."""
+    import os
+    import signal
+
+    from sglang_fleet.testfleet.local import wait_for
+
+    settings = {**one_node.extra, **FAST_GATE, "sglang_recover_on_failure": True,
+                "sglang_server_sim_time_factor": 0.05,
+                "sglang_recover_fallback_chain": [{"sglang_server_cuda_graph": False}]}
+    thread, done = _deploy_in_background(one_node, settings)
+    wait_for(lambda: _loading(one_node), timeout=240)
+    scheduler = wait_for(lambda: next(
+        (p["pid"] for p in one_node.server_processes("sim-node-1")
+         if p["cmdline"].startswith("sglang::scheduler")), None), timeout=60)
+    os.kill(scheduler, signal.SIGKILL)
+    thread.join(600)
+    run = done["run"]
+    out = words(run.output)
+    assert ("sim-node-1: crashed in loading_weights: a scheduler was killed by SIGKILL from "
+            "outside SGLang in loading_weights (SGLang: RuntimeError: Rank 0 scheduler died "
+            "during initialization (exit code: -9)") in out, run.output[-4000:]
+    assert "Cause: external" in out
+    recovery = next(e for e in ledger(one_node) if e["kind"] == "recovery")
+    assert recovery["cause"] == "external"
+    assert recovery["next"]["source"] == "restart" and recovery["next"]["overrides"] == {}
+    assert "Keep it" not in out and "sglang_server_cuda_graph" not in json.dumps(
+        recovery["next"])
+    assert "Now " in out and " is ready." in out
+
+
+def test_a_port_taken_while_loading_is_the_nodes_fault_naming_its_holder(one_node):
+    """Another program takes the HTTP port while the server loads (here: this test, bound
+    to it). The start dies on [Errno 98]: the verdict says environment and names the
+    holder's pid and command; recovery restarts the same configuration once the port is
+    free, with nothing to keep."""
+    import os
+    import socket
+
+    from sglang_fleet.testfleet.local import wait_for
+
+    port = one_node.port("sim-node-1")
+    settings = {**one_node.extra, **FAST_GATE, "sglang_server_sim_time_factor": 0.05,
+                "sglang_recover_fallback_chain": [{"sglang_server_cuda_graph": False}]}
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        thread, done = _deploy_in_background(one_node, settings)
+        wait_for(lambda: _loading(one_node), timeout=240)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        thread.join(600)
+        run = done["run"]
+        assert run.rc != 0
+        out = words(run.output)
+        assert f"[Errno 98] error while attempting to bind on address ('127.0.0.1', {port})" \
+            in out, run.output[-4000:]
+        assert f"port {port} is held by {os.getpid()} (" in out, run.output[-4000:]
+        assert "Cause: environment" in out and "Cause: configuration" not in out
+    finally:
+        holder.close()
+    recover = run_playbook("playbooks/recover.yml", one_node.inventory,
+                           {**settings, "sglang_recover_on_failure": True})
+    assert recover.rc == 0, recover.output[-4000:]
+    out = words(recover.output)
+    assert "Path: restart, because it is the node's fault, not the configuration's" in out
+    assert "Keep it" not in out
+    recovery = [e for e in ledger(one_node) if e["kind"] == "recovery"][-1]
+    assert recovery["cause"] == "environment" and recovery["next"]["overrides"] == {}

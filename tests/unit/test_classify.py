@@ -507,3 +507,50 @@ def test_a_503_at_once_while_the_log_shows_requests_is_still_starting_not_unheal
     # Serving's window (300 s by default) still holds a server that never comes Up.
     stuck = [(t, early) for t in range(0, 400, 10)]
     assert replay(stuck)[-1]["verdict"] == "stalled"
+
+
+# ---- faults that are not the configuration's at start-up ----------------------------------
+
+def test_a_scheduler_sigkilled_while_loading_without_an_oom_line_is_external():
+    # SGLang 0.5.23's main process reports the scheduler's death with its exit code; with no
+    # OOM kill in the kernel log the kill came from outside, not from the configuration.
+    dead = obs(alive=False, exit_status=1)
+    dead["log"] = parse_log(SCHEDULER_DIED_AT_INIT)
+    v = replay([(5, dead)])[-1]
+    assert v["verdict"] == "crashed" and v["cause"] == "external"
+    assert v["reason"].startswith("a scheduler was killed by SIGKILL from outside SGLang in "
+                                  "loading_weights (SGLang: RuntimeError: Rank 0 scheduler died")
+    assert "the kernel log no OOM kill of its processes" in v["reason"]
+    assert "find who sent it" in v["advice"]
+
+
+def test_an_unreadable_kernel_log_is_said_and_the_kill_is_not_the_configurations():
+    # A container without /dev/kmsg: a real OOM kill leaves no line the node can read.
+    dead = obs(alive=False, exit_status=1)
+    dead["log"] = parse_log(SCHEDULER_DIED_AT_INIT)
+    dead["kernel_log_error"] = "/dev/kmsg: No such file or directory"
+    v = replay([(5, dead)])[-1]
+    assert v["cause"] == "external"
+    assert ("the kernel log could not be read (/dev/kmsg: No such file or directory), so a "
+            "kill by the kernel's OOM killer cannot be told from one by another process"
+            in v["reason"])
+
+
+def test_a_port_taken_while_loading_is_the_nodes_fault_naming_the_holder():
+    o = obs(alive=False, exit_status=1)
+    o["log"] = parse_log((LOGS / "bind-failed.log").read_text())
+    o["port_holders"] = {"port": 30000, "held": True,
+                         "holders": ["4242 (python3 -m http.server 30000)"]}
+    v = replay([(0, o)])[-1]
+    assert v["verdict"] == "crashed" and v["cause"] == "environment"
+    assert "address already in use (log line 5); port 30000 is held by 4242 (python3 -m " \
+           "http.server 30000)" in v["reason"]
+    assert v["failure"]["holders"] == ["4242 (python3 -m http.server 30000)"]
+    assert "stop the program that holds port 30000" in v["advice"]
+    assert "configuration" not in v["cause"]
+
+
+def test_an_ecc_error_through_nccls_watchdog_is_a_gpu_fault_not_a_process_abort():
+    v = exited("ecc-nccl-watchdog-custom-allreduce.log", status=134)
+    assert v["verdict"] == "gpu_fault" and v["cause"] == "hardware"
+    assert "uncorrectable ECC error encountered" in v["reason"]

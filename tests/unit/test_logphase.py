@@ -500,3 +500,50 @@ def test_startup_warning_timings_and_queue_full_503s_are_not_failures():
     parsed = parse_log(read("queue-full-overload-0523.log"))
     assert parsed["phase"] == "serving" and parsed["failures"] == []
     assert not parsed["fatal"]
+
+
+# ---- four shapes of real public logs -------------------------------------------------------
+
+def test_a_watchdog_timeout_after_clients_were_answered_is_serving_not_launching():
+    parsed = parse_log(read("watchdog-serving-access-only.log"))
+    assert parsed["phase"] == "serving"
+    assert parsed["cause"]["kind"] == "watchdog_timeout"
+    # A health probe alone, or a single answer, says nothing of serving.
+    assert parse_log('[2026-01-01 10:00:00] INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" '
+                     '200 OK\n')["phase"] == "launching"
+    # The hard watchdog exists only once the model worker started: at least starting_http.
+    alone = parse_log("[2026-01-01 10:00:00 TP0] Watchdog timeout "
+                      "(self.watchdog_timeout=300)\n")
+    assert alone["phase"] == "starting_http"
+
+
+def test_an_ecc_error_said_through_nccls_watchdog_and_custom_all_reduce_is_the_cause():
+    parsed = parse_log(read("ecc-nccl-watchdog-custom-allreduce.log"))
+    assert parsed["cause"]["kind"] == "gpu_error"
+    assert "uncorrectable ECC error encountered" in parsed["cause"]["said"]
+    assert "nvidia-smi -q -d ECC" in parsed["cause"]["hint"]
+    # An illegal memory access through the same watchdog is not the GPU's fault.
+    other = parse_log("[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:2057] [PG ID 2 "
+                      "PG GUID 3 Rank 1] Process group watchdog thread terminated with "
+                      "exception: CUDA error: an illegal memory access was encountered\n")
+    assert [f["kind"] for f in other["failures"]] != ["gpu_error"]
+
+
+def test_a_draft_models_own_capture_keeps_its_progress():
+    parsed = parse_log(read("speculative-draft-capture-glued-jit.log"))
+    assert (parsed["phase"], parsed["step"]) == ("capturing_cuda_graph", "draft decode")
+    assert parsed["progress"] == {"done": 12, "total": 36, "unit": "batches"}
+    assert parsed["capture"] == [12, 36]
+
+
+def test_a_failed_warm_up_after_a_first_batch_never_served():
+    parsed = parse_log(read("warmup-error-after-first-batch.log"))
+    assert parsed["phase"] == "warming_up"
+    assert [r["phase"] for r in parsed["timeline"]][-1] == "warming_up"
+    assert parsed["cause"]["kind"] == "warmup_failed"
+    # The ready line before a failure keeps it serving: it did serve.
+    served = read("warmup-error-after-first-batch.log").replace(
+        "[2026-12-05 16:11:25] Initialization failed.",
+        "[2026-12-05 16:01:26] The server is fired up and ready to roll!\n"
+        "[2026-12-05 16:11:25] Initialization failed.")
+    assert parse_log(served)["phase"] == "serving"

@@ -313,3 +313,34 @@ def test_supervisor_runs_the_server_as_the_service_user(marker):
     finally:
         procs.stop_deployment(marker, 1, uid=65534)
         shutil.rmtree(folder)
+
+
+def test_a_failed_binds_holder_is_named_with_its_pid_and_command():
+    import socket
+
+    from sglang_fleet_node.sglang_fleet_logphase import parse_log
+    from sglang_fleet_node.sglang_fleet_observe import bind_holders
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        log = parse_log("[2026-12-03 10:00:04] ERROR:    [Errno 98] error while attempting to "
+                        f"bind on address ('127.0.0.1', {port}): address already in use\n")
+        found = bind_holders(log["cause"], set())
+        assert found["port"] == port and found["held"]
+        assert found["holders"] and found["holders"][0].startswith(f"{os.getpid()} (")
+        # The server's own processes are never named as the holder.
+        assert bind_holders(log["cause"], {os.getpid()})["holders"] == []
+    assert bind_holders(log["cause"], set())["held"] is False
+
+
+def test_a_kernel_log_the_node_cannot_read_is_said_with_why(monkeypatch):
+    from sglang_fleet_node import sglang_fleet_observe as observe
+
+    def refused(path, flags):
+        raise PermissionError(1, "Operation not permitted", path)
+
+    assert observe.kernel_log_error("/var/sim/kernel.log") is None  # a simulated node's file
+    monkeypatch.setattr(observe.os, "open", refused)
+    assert observe.kernel_log_error("kmsg") == "/dev/kmsg: Operation not permitted"

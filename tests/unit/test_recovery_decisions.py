@@ -263,3 +263,30 @@ def test_faults_of_the_node_or_from_outside_restart_the_same_configuration():
     verdict = {"verdict": "stalled", "phase": "capturing_cuda_graph", "cause": "configuration"}
     choice = choose_next(settings, INCIDENT_FACTS, [], "n1", chain, verdict=verdict)
     assert choice["source"] == "rule"
+
+
+def test_faults_not_the_configurations_never_count_as_failing_before():
+    # A kill from outside, a fault of the node or of the GPU earlier within the hour says
+    # nothing about the configuration: a second hang after it is that configuration's first.
+    for cause in ("external", "environment", "hardware"):
+        earlier = {"kind": "recovery", "host": "n1", "config_hash": GOOD_HASH,
+                   "at": NOW - 600, "verdict": "crashed", "phase": "serving", "cause": cause}
+        choice = choose(verdict("unhealthy", "serving"), running(), [ready_entry(), earlier])
+        assert choice["cause"] == "after_ready", (cause, choice)
+        assert choice["source"] == "restart" and choice["overrides"] == {}
+        # Nor is it a start-up's "failed before": the Rule or fallback comes only from the
+        # start-up failure itself, never from counting the outside kill.
+        start = choose(verdict("crashed", "loading_weights"), running(),
+                       [ready_entry(), earlier])
+        assert start["cause"] == "start_up", (cause, start)
+
+
+def test_a_bind_lost_to_another_program_restarts_the_same_configuration():
+    # The EADDRINUSE crash as the gate now judges it: the node's fault, never cuda_graph=False.
+    v = {"verdict": "crashed", "phase": "starting_http", "cause": "environment",
+         "failure": {"said": "[Errno 98] error while attempting to bind on address "
+                             "('127.0.0.1', 30001): address already in use; port 30001 is "
+                             "held by 4242 (python3 -m http.server 30001)"}}
+    choice = choose(v, running(), [ready_entry()])
+    assert choice["source"] == "restart" and choice["overrides"] == {}
+    assert "held by 4242" in choice["why"]

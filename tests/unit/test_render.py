@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from sglang_fleet.render import render_files
 from sglang_fleet.spec import build_launch_spec
@@ -237,5 +241,48 @@ def test_unit_command_paths_are_quoted_only_when_they_must_be():
     assert unit_command_path("/opt/sglang-fleet/conf/K-30000.launch.sh") == \
         "/opt/sglang-fleet/conf/K-30000.launch.sh"
     assert unit_command_path("/a b/x") == '"/a b/x"'
-    assert unit_command_path('/a"b\\c/$HOME%n') == '"/a\\"b\\\\c/$$HOME%%n"'
-    assert unit_command_path("/a/$X") == "/a/$$X"
+    # systemd takes a `$` in the program's path literally: doubling it names another file.
+    assert unit_command_path("/a/$X%n") == "/a/$X%%n"
+    assert unit_command_path("/a b/$X;y") == '"/a b/$X;y"'
+
+
+@pytest.mark.parametrize("root", ["/opt/a$b", "/opt/a b$c;d", "/opt/sglang-fleet"])
+def test_a_root_with_dollar_or_semicolon_renders_a_unit_systemd_can_start(tmp_path, root):
+    """Trial: a root with `$` rendered ExecStart=.../a$$b/..., which systemd does not undouble
+    in a program's path: the unit failed at start ("is not executable")."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    s = role_defaults()
+    s.update(sglang_server_attention_backend="triton", sglang_server_service_manager="systemd",
+             sglang_server_root=str(tmp_path) + root,
+             sglang_server_model_path="/models/Kimi-K2.5")
+    result = build_launch_spec(s, "node1")
+    assert result["ok"], result["errors"]
+    paths = result["spec"]["paths"]
+    script = Path(paths["script"])
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    Path(paths["log_file"]).parent.mkdir(parents=True)
+    unit = tmp_path / "sglang-trial.service"
+    unit.write_text(render_files(result["spec"], {})["unit"])
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                            text=True, timeout=60)
+    said = [line for line in verify.stderr.splitlines() if "sglang-trial" in line]
+    assert said == [], said
+
+
+@pytest.mark.parametrize("root", ['/opt/a"b', "/opt/a'b", "/opt/a\\b"])
+def test_a_root_systemd_cannot_run_is_refused_naming_the_variable(root):
+    s = role_defaults()
+    s.update(sglang_server_attention_backend="triton", sglang_server_service_manager="systemd",
+             sglang_server_root=root)
+    result = build_launch_spec(s, "node1")
+    assert not result["ok"]
+    (error,) = result["errors"]
+    assert error.startswith(f"host node1: sglang_server_root={root!r}: holds ")
+    assert "which systemd refuses in the path of the program a unit runs" in error
+    assert "Fix: choose a root without quotes or backslashes" in error
+    # Under supervisor there is no unit: the root is fine.
+    s.update(sglang_server_service_manager="supervisor")
+    assert build_launch_spec(s, "node1")["ok"]
