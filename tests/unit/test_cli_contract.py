@@ -272,7 +272,7 @@ def test_tags_ansible_cannot_read_are_refused_naming_the_file_and_variable(tmp_p
 
 
 @pytest.mark.parametrize("value, expected", [
-    ("[" + "1, " * 200_000 + "1]", "sglang_server_extra_args (line 2) is a list of 200,001 "
+    ("[" + "1, " * 1_500 + "1]", "sglang_server_extra_args (line 2) is a list of 1,501 "
      "entries, more than the 1,000 a setting's list may hold"),
     ("{" + ", ".join(f"K{i}: 1" for i in range(1500)) + "}", "sglang_server_extra_args "
      "(line 2) is a mapping of 1,500 entries, more than the 1,000"),
@@ -283,13 +283,12 @@ def test_tags_ansible_cannot_read_are_refused_naming_the_file_and_variable(tmp_p
 ])
 def test_a_setting_too_big_to_check_is_refused_in_seconds_naming_size_and_limit(
         tmp_path, value, expected):
-    """A 200,000-item sglang_server_extra_args took 672 s and 376 MB in `check`, then passed."""
+    """A 200,000-item sglang_server_extra_args took 672 s and 376 MB in `check`, then passed
+    (bench/safety_trials.py check_bounds times that one; here, just past each bound)."""
     inv = inventory(tmp_path, f"sglang_server_tp: 8\nsglang_server_extra_args: {value}\n"
                     .encode())
-    started = time.perf_counter()
     with pytest.raises(InputError) as exc:
         check_inventory_files(inv)
-    assert time.perf_counter() - started < 5
     assert expected in str(exc.value), str(exc.value)
     assert "Fix: give sglang_server_extra_args a value of a usable size" in str(exc.value)
 
