@@ -228,6 +228,8 @@ def _show_rendered(msg: dict[str, Any]) -> None:
     print(files["script"], end="")
     say(f"# ---- {spec['paths']['env_file']} (mode 0600, secrets masked)")
     print(files["env"], end="")
+    say(f"# ---- {spec['paths']['config_file']} (mode 0600, secrets masked)")
+    print(files["config"], end="")
     if files.get("unit"):
         say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")

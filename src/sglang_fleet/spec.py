@@ -412,8 +412,9 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
         elif s.render == "switch" and value:
             args.append(s.flag)
         elif s.render == "secret" and value:
-            # A reference, expanded by the launch script from the 0600 env file: the value
-            # never appears in the script, the spec, Ansible output or the runner artifacts.
+            # A reference: the option moves to the 0600 config file (config_file_options), so
+            # its value never appears in the command line, the script, the spec, Ansible
+            # output or the runner artifacts.
             args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
@@ -500,6 +501,11 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
 
 def _options_of_release(v: Validated, p: Problems) -> None:
     """A setting that is set, whose option the pinned release does not have."""
+    if any(s.render == "secret" and v[s.name] for s in _table()) and \
+            CONFIG_FLAG not in v.catalogue.by_flag:
+        p.error("sglang_version", v.release.version, f"SGLang {v.release.version} has no "
+                f"{CONFIG_FLAG}, through which the server's secret options reach it (never its "
+                "command line)", "pin a release that has it, or unset the secret settings")
     for s in _table():
         if s.flag and v[s.name] and s.flag not in v.catalogue.by_flag:
             p.error(s.variable, None if s.secret else v[s.name], f"SGLang {v.release.version} "
@@ -619,6 +625,26 @@ def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
             f"sglang_server_allow_rules: [{rule.id}]")
 
 
+# ---- the secret options' way in ----------------------------------------------------------
+
+CONFIG_FLAG = "--config"
+
+
+def config_file_options(args: list[Any], config_file: str) -> tuple[list[Any], list[list[str]]]:
+    """The server's command line without its secret options, which go to `config_file`
+    instead (SGLang's `--config`: a YAML file whose keys are option names, merged before the
+    command line), and those options as [option, env file variable] pairs. The command line,
+    which every local user reads in /proc/PID/cmdline, then holds only the file's path."""
+    kept: list[Any] = []
+    options: list[list[str]] = []
+    for item in args:
+        if isinstance(item, dict):  # a secret reference follows its option
+            options.append([kept.pop(), item["env"]])
+        else:
+            kept.append(item)
+    return (kept + [CONFIG_FLAG, config_file] if options else kept), options
+
+
 # ---- stage 4: paths ----------------------------------------------------------------------
 
 def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, Any]:
@@ -630,6 +656,8 @@ def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, A
         "log_dir": f"{root}/logs",
         "script": f"{root}/conf/{deployment}.launch.sh",
         "env_file": f"{root}/conf/{deployment}.env",
+        # The server's secret options (mode 0600), read by SGLang's `--config`.
+        "config_file": f"{root}/conf/{deployment}.config.yaml",
         "pid_file": f"{root}/run/{deployment}.pid",
         # The LaunchSpec last started, copied there by the service at each start (0600).
         "running_spec": f"{root}/run/{deployment}.running-spec.json",
@@ -846,7 +874,7 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
     on a shared machine."""
     paths, argv = spec["paths"], spec["argv"]
     return {
-        "config_files": [paths["script"], paths["env_file"]]
+        "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
         + ([paths["unit_file"]] if paths["unit_file"] else []),
         "config_hash": spec["config_hash"],
         "launch_spec": spec,
@@ -936,7 +964,8 @@ def build_launch_spec(
             "SGLANG_SIM_VERSION": v.release.version,
         })
     service = _service(v, deployment)
-    core = {"argv": launch + cmd.args, "env": env, "secret_env_names": cmd.secret_env_names,
+    server_argv, config_options = config_file_options(cmd.args, layout["config_file"])
+    core = {"argv": launch + server_argv, "env": env, "secret_env_names": cmd.secret_env_names,
             "service": service}
     chash = config_hash(core)
     env[CONFIG_VAR] = chash
@@ -946,8 +975,11 @@ def build_launch_spec(
         "marker": marker,
         "config_hash": chash,
         "sglang_version": v.release.version,
-        "argv": launch + cmd.args,
-        # The server's own arguments with secrets masked: for parsing checks and display.
+        "argv": launch + server_argv,
+        # The secret options the config file holds: [option, env file variable].
+        "config_options": config_options,
+        # The server's own arguments as SGLang reads them once the config file is merged,
+        # secrets masked: for parsing checks and display.
         "server_args": [a if isinstance(a, str) else "********" for a in cmd.args],
         "env": env,
         "secret_env_names": cmd.secret_env_names,

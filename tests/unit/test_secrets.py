@@ -41,13 +41,15 @@ def test_a_secret_option_is_masked_on_any_command_line():
                                     "--admin-api-key=********", "--port", "1"]
 
 
-def test_a_secret_option_reaches_the_server_only_from_the_env_file():
+def test_a_secret_option_reaches_the_server_only_from_its_config_file():
     values = dict(role_defaults(), sglang_server_attention_backend="triton",
                   sglang_server_ssl_keyfile_password="pw-0123456789abcdef")
     spec = build_launch_spec(values, "n1")["spec"]
     argv = spec["argv"]
-    assert argv[argv.index("--ssl-keyfile-password") + 1] == {
-        "env": "SGLANG_FLEET_SSL_KEYFILE_PASSWORD"}
+    assert "--ssl-keyfile-password" not in argv
+    assert argv[-2:] == ["--config", spec["paths"]["config_file"]]
+    assert spec["config_options"] == [["--ssl-keyfile-password",
+                                       "SGLANG_FLEET_SSL_KEYFILE_PASSWORD"]]
     assert "pw-0123456789abcdef" not in repr(spec)
     assert spec["secret_env_names"] == ["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"]
     assert spec["secret_fingerprints"]["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"].startswith(
