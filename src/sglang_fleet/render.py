@@ -133,7 +133,8 @@ def config_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = Fa
     command line holds only this file's path. Written whole at every deploy (an empty mapping
     when there is no secret option), so a key dropped from the inventory leaves no copy
     behind."""
-    options = {flag.removeprefix("--"): MASK if masked else secrets[env]
+    # str(): Ansible hands its variables over as tagged str subclasses, which YAML refuses.
+    options = {flag.removeprefix("--"): MASK if masked else str(secrets[env])
                for flag, env in spec["config_options"]}
     body = yaml.safe_dump(options, default_flow_style=False, sort_keys=False, width=1 << 16,
                           allow_unicode=True) if options else "{}\n"

@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from sglang_fleet.render import render_files
 from sglang_fleet.spec import build_launch_spec
@@ -78,7 +79,7 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     assert key not in received and "--api-key" not in received, "no key on the command line"
     assert received[received.index("--config") + 1] == spec["paths"]["config_file"]
     import yaml
-    config = yaml.safe_load(open(spec["paths"]["config_file"]))
+    config = yaml.safe_load(Path(spec["paths"]["config_file"]).read_text())
     assert config == {"api-key": key}, "the key reaches the server verbatim, from its file"
     assert key not in out and repr(key) not in out, "and never reaches its log"
     assert f"server_args={{'model_path': {evil_path!r}, 'api_key': '********', " in out
