@@ -45,7 +45,7 @@ from sglang_fleet.settings import (
 from sglang_fleet.sglang_checks import refusals, resolved
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 from sglang_fleet_node.sglang_fleet_lock import lease_for
-from sglang_fleet_node.sglang_fleet_secrets import mask_argv
+from sglang_fleet_node.sglang_fleet_secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
@@ -61,8 +61,6 @@ HF_TOKEN_VAR = SECRET_ENV[PREFIX + "hf_token"]
 API_KEY_MIN_LENGTH = 16
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-# Environment names that carry secrets: they have one way in, their own settings.
-_SECRET_ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)$")
 # NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
 _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -483,7 +481,7 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
         elif text.startswith("NCCL_"):
             p.error("extra_env", name, f"{name} belongs in the NCCL profile",
                     "move it to sglang_server_nccl_profile")
-        elif text in _table().secret_env.values() or _SECRET_ENV_NAME.search(text):
+        elif text in _table().secret_env.values() or is_secret_name(text):
             p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
                     "and extra_env is written into facts, ledgers and reports",
                     f"use the secret settings ({', '.join(_table().secret_variables)}), kept in "
@@ -891,8 +889,9 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 # ---- assembly ----------------------------------------------------------------------------
 
 def secret_fingerprint(secret: str) -> str:
-    """A secret's fingerprint: enough to tell two keys apart, never the key."""
-    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+    """A secret's fingerprint: enough to tell two keys apart, never the key (the one the runner's
+    artifacts are scrubbed by, sglang_fleet_secrets.fingerprint)."""
+    return fingerprint(secret)
 
 
 def config_hash(spec_core: dict[str, Any]) -> str:
