@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sglang_fleet import refenv
 
 VERSION = "0.5.23"
