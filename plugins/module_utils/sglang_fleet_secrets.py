@@ -35,25 +35,33 @@ SECRET_PREFIXES = (
 # Names that look like secrets but hold none: the LaunchSpec's list of secret variable names.
 NOT_SECRET = frozenset(("secret_env_names", "secret_variables", "secret_fingerprints",
                         "secret_drops"))
-# Words that make a name secret, wherever they stand in it (`hf_token`, `MY_SERVICE_TOKEN`,
-# `db_password`, `SGL_BEARER`, `MY_PASSPHRASE`), and the last word `...key`/`...keys` (`api_key`,
-# `RKEY`, `ADMIN_KEY`, `private_key`, `control_plane_api_keys`).
-_SECRET_WORDS = frozenset(("token", "secret", "password", "passwd", "passphrase", "credential",
-                           "credentials", "cookie", "apikey", "bearer", "auth", "authorization"))
+# Words that make a name secret wherever they stand in it (`db_password`, `MY_PASSPHRASE`,
+# `SGL_BEARER`), words that do only as its last word (`hf_token`, `MY_SERVICE_TOKEN`, `GITHUB_AUTH`:
+# not `SGLANG_INIT_NEW_TOKEN_RATIO` or `auth_level`), and a last word ending in `key`/`keys`
+# (`api_key`, `RKEY`, `ADMIN_KEY`, `private_key`, `control_plane_api_keys`).
+_SECRET_WORDS = frozenset(("secret", "password", "passwd", "passphrase", "credential",
+                           "credentials", "apikey", "bearer"))
+_SECRET_LAST_WORDS = frozenset(("token", "auth", "authorization", "cookie"))
+_COUNTED = frozenset(("per", "first", "next", "last"))
 
 
 def is_secret_name(name):
     """The one rule for a name (a record's key, an environment variable, a setting) whose value
-    is a secret: the toolkit's own names, and names made of words such as token, secret,
-    password, passphrase or bearer, or whose last word is a key (`RKEY`, `admin_key`), but not
-    `tokenizer_path` or `max_tokens`. Case does not matter."""
+    is a secret: the toolkit's own names, names with a word such as secret, password,
+    passphrase or bearer, and names whose last word is token, auth or cookie, or ends in key
+    (`RKEY`, `admin_key`); not `tokenizer_path`, `max_tokens` or `SGLANG_INIT_NEW_TOKEN_RATIO`.
+    Case does not matter."""
     if not isinstance(name, str) or name in NOT_SECRET:
         return False
     if name in SECRET_NAMES or name.startswith(SECRET_PREFIXES):
         return True
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    return bool(set(words) & _SECRET_WORDS) or bool(words) and words[-1].endswith(
-        ("key", "keys"))
+    if not words:
+        return False
+    if words[-1] == "token" and len(words) > 1 and words[-2] in _COUNTED:
+        return bool(set(words) & _SECRET_WORDS)  # `per_token`, `time_to_first_token`: a count
+    return bool(set(words) & _SECRET_WORDS) or words[-1] in _SECRET_LAST_WORDS or \
+        words[-1].endswith(("key", "keys"))
 
 
 def fingerprint(secret):

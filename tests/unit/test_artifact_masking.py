@@ -19,11 +19,29 @@ SECRETS = (BEARER, PASSPHRASE, RKEY, UNNAMED)
 def test_one_rule_names_secrets_of_any_spelling():
     for name in ("SGL_BEARER", "MY_PASSPHRASE", "RKEY", "ADMIN_KEY", "api_key", "key",
                  "db_password", "hf_token", "MY_SERVICE_TOKEN", "GITHUB_AUTH", "apikey",
-                 "control_plane_api_keys", "sglang_server_api_key"):
+                 "control_plane_api_keys", "sglang_server_api_key", "AWS_SECRET_ACCESS_KEY",
+                 "password_file_contents"):
         assert is_secret_name(name), name
+    # SGLang's own names that hold counts and switches stay readable (and usable in extra_env).
     for name in ("tokenizer_path", "max_tokens", "secret_env_names", "PATH", "HOME",
-                 "monkeypatch_level", "keyfile", "ssl_keyfile", "PWD"):
+                 "monkeypatch_level", "keyfile", "ssl_keyfile", "PWD", "auth_level",
+                 "SGLANG_INIT_NEW_TOKEN_RATIO", "SGLANG_USE_AITER_FP8_PER_TOKEN",
+                 "bucket_time_to_first_token", "speculative_token_map"):
         assert not is_secret_name(name), name
+
+
+def test_extra_env_refuses_secret_names_by_the_same_rule():
+    from sglang_fleet.spec import build_launch_spec
+    from sglang_fleet.testfleet.local import role_defaults
+
+    def errors(env):
+        values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                      sglang_server_extra_env=env)
+        return "\n".join(build_launch_spec(values, "n1")["errors"])
+
+    assert "looks like a secret" in errors({"SGL_BEARER": "x"})
+    assert "looks like a secret" in errors({"RKEY": "x"})
+    assert errors({"SGLANG_INIT_NEW_TOKEN_RATIO": "0.7"}) == ""
 
 
 def make_run(tmp_path):
