@@ -445,9 +445,16 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
         token = mask_argv(problem.token.split(" ", 1))
         p.error("extra_args", None, problem.problem, problem.fix,
                 described=describe_value(" ".join(token)))
+    secret_options = any(s.render == "secret" and v[s.name] for s in _table())
     for dest, flag in check.dests.items():
         owner = owners.get(dest)
-        if owner is not None:
+        if dest == "config" and secret_options:
+            # SGLang takes one --config file ("Multiple config files specified!").
+            p.error("extra_args", None, f"{flag} names a config file, but the server's secret "
+                    "options reach it through the toolkit's own --config file, and SGLang "
+                    "takes only one", "give those options as flags in sglang_server_extra_args "
+                    "instead", described=describe_value(flag))
+        elif owner is not None:
             p.error("extra_args", None, f"{flag} sets SGLang's {dest}, which the toolkit "
                     f"renders from {owner.variable}", f"set {owner.variable} instead",
                     described=describe_value(flag))

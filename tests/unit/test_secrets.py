@@ -69,3 +69,13 @@ def test_a_secret_option_a_release_lacks_is_refused_there():
     text = "\n".join(build_launch_spec(values, "n1")["errors"])
     assert "sglang_server_admin_api_key=<secret>: SGLang 0.5.4.post3 has no --admin-api-key" \
         in text
+
+
+def test_a_config_file_of_ones_own_beside_a_secret_option_is_refused():
+    """SGLang 0.5.23 takes one --config: the toolkit's carries the secrets."""
+    values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                  sglang_server_extra_args=["--config", "/etc/mine.yaml"])
+    assert build_launch_spec(values, "n1")["ok"], "alone it is the operator's"
+    refused = build_launch_spec(dict(values, sglang_server_api_key="sk-0123456789abcdef"), "n1")
+    text = "\n".join(refused["errors"])
+    assert "--config names a config file" in text and "SGLang takes only one" in text
