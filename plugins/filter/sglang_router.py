@@ -13,6 +13,7 @@ try:
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
         admin_key,
+        build_router_identity,
         build_router_spec,
         router_secrets,
         worker_url,
@@ -42,10 +43,20 @@ def router_spec(host_vars, host, address=None):
                              str(address) if address else None)
 
 
-def routers_of(server, groups, hostvars):
-    """The routers that front `server`: [{name, spec}] for each host of the sglang_routers
-    group whose sglang_router_workers_group holds it. A router whose settings are refused
-    fails here with every refusal, as the router's own deploy does."""
+def router_identity(host_vars, host, address=None):
+    """hostvars[router] | sglang_fleet_router_identity(router, address): the RouterSpec a stop
+    needs, built without the secrets when only they are refused (its `refused` says why)."""
+    _need_package()
+    return build_router_identity(_router_vars(host_vars), str(host),
+                                 str(address) if address else None)
+
+
+def routers_of(server, groups, hostvars, identity=False):
+    """The routers that front `server`: [{name, spec, refused}] for each host of the
+    sglang_routers group whose sglang_router_workers_group holds it. A router whose settings
+    are refused fails here with every refusal, as the router's own deploy does; with
+    identity=True (a stop) one whose secrets alone are refused is given by its identity, and
+    `refused` lists the refusals."""
     _need_package()
     out = []
     for name in sorted(groups.get("sglang_routers", [])):
@@ -54,14 +65,15 @@ def routers_of(server, groups, hostvars):
         if server not in groups.get(workers_group, []):
             continue
         # Published by the router's own spec step (deploy.yml's validation) when it ran.
-        spec = hv.get("sglang_router__spec")
+        spec, refused = hv.get("sglang_router__spec"), []
         if not spec:
-            built = build_router_spec(_router_vars(hv), name,
-                                      str(hv["ansible_host"]) if "ansible_host" in hv else name)
+            build = build_router_identity if identity else build_router_spec
+            built = build(_router_vars(hv), name,
+                          str(hv["ansible_host"]) if "ansible_host" in hv else name)
             if not built["ok"]:
                 raise AnsibleFilterError("\n".join(built["errors"]))
-            spec = built["spec"]
-        out.append({"name": name, "spec": spec})
+            spec, refused = built["spec"], built.get("refused") or []
+        out.append({"name": name, "spec": spec, "refused": refused})
     return out
 
 
@@ -225,6 +237,7 @@ class FilterModule(object):
         return {
             "sglang_fleet_router_spec": router_spec,
             "sglang_fleet_routers_of": routers_of,
+            "sglang_fleet_router_identity": router_identity,
             "sglang_fleet_routers_to_call": routers_to_call,
             "sglang_fleet_membership_due": membership_due,
             "sglang_fleet_router_report_current": report_current,

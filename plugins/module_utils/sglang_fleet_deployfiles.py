@@ -51,13 +51,18 @@ def _short(content):
 
 
 def masked_env(content):
-    """An env file as a diff shows it: every line as it is, but a secret's value, which shows
-    only as its fingerprint (a changed key is seen to change, never read)."""
+    """A secret file (an env file, `NAME=value`, or a YAML config file, `name: value`) as a
+    diff shows it: every line as it is, but a secret's value, which shows only as its
+    fingerprint (a changed key is seen to change, never read)."""
     lines = []
     for line in content.decode("utf-8", "replace").splitlines(True):
-        name, eq, value = line.partition("=")
-        if eq and is_secret_name(name.strip()):
-            line = "%s=******** (sha256:%s)\n" % (name, _short(value.strip().encode("utf-8")))
+        for sep in ("=", ": "):
+            name, found, value = line.partition(sep)
+            key = name.strip() if sep == "=" else name.strip().replace("-", "_")
+            if found and not name.startswith("#") and is_secret_name(key):
+                line = "%s%s******** (sha256:%s)\n" % (name, sep, _short(
+                    value.strip().encode("utf-8")))
+                break
         lines.append(line)
     return "".join(lines)
 

@@ -215,19 +215,32 @@ def _running_spec(p):
 
 def setting_changes(before, after, most=6):
     """What differs between two LaunchSpecs' public settings, one `name: old -> new` each,
-    nested mappings by key (`sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple`)."""
-    out = []
+    nested mappings by key (`sglang_server_nccl_profile.NCCL_PROTO: LL -> Simple`). Beyond
+    `most`, the rest are named without their values (`3 more: a.x, a.y, b`), and the ones
+    shown with values are each setting's first change before any setting's second: six keys
+    of one mapping never hide a change of another setting."""
+    changes = []  # (setting, name, text), in name order
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name), after.get(name)
         if old == new:
             continue
         if isinstance(old, dict) and isinstance(new, dict):
-            out += ["%s.%s: %s -> %s" % (name, key, _shown(old.get(key)), _shown(new.get(key)))
-                    for key in sorted(set(old) | set(new), key=str)
-                    if old.get(key) != new.get(key)]
+            changes += [(name, "%s.%s" % (name, key), "%s.%s: %s -> %s" % (
+                name, key, _shown(old.get(key)), _shown(new.get(key))))
+                for key in sorted(set(old) | set(new), key=str) if old.get(key) != new.get(key)]
         else:
-            out.append("%s: %s -> %s" % (name, _shown(old), _shown(new)))
-    return out[:most] + (["%d more" % (len(out) - most)] if len(out) > most else [])
+            changes.append((name, name, "%s: %s -> %s" % (name, _shown(old), _shown(new))))
+    if len(changes) <= most:
+        return [text for _, _, text in changes]
+    # Rank each change by how many changes of its setting come before it: first changes first.
+    seen, ranked = {}, []
+    for i, (setting, _, _) in enumerate(changes):
+        seen[setting] = seen.get(setting, 0) + 1
+        ranked.append((seen[setting], i))
+    shown = set(i for _, i in sorted(ranked)[:most])
+    hidden = [name for i, (_, name, _) in enumerate(changes) if i not in shown]
+    return [text for i, (_, _, text) in enumerate(changes) if i in shown] + [
+        "%d more: %s" % (len(hidden), ", ".join(hidden))]
 
 
 def _shown(value):

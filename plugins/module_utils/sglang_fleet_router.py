@@ -11,6 +11,7 @@ __metaclass__ = type
 
 import json
 import re
+import shlex
 import time
 
 try:  # Python 3
@@ -19,10 +20,36 @@ try:  # Python 3
 except ImportError:  # pragma: no cover - Python 2 has no place on a fleet node
     raise
 
+from .sglang_fleet_secrets import SECRET_PREFIXES
+
 WORKER_INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 ROUTER_ACTIVE_METRIC = "smg_worker_requests_active"
 _SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def recorded_admin_key(env_file):
+    """The admin key a router was started with, as its env file on its host records it (each
+    control-plane key `PREFIX<n>='id:name:role:key'`, shell-quoted), or "" when the file is
+    missing, unreadable or holds no admin key: what a stop leaves the router with when the
+    inventory's key is unset or refused."""
+    try:
+        with open(env_file) as f:
+            lines = f.read().splitlines()
+    except (IOError, OSError):
+        return ""
+    for line in lines:
+        name, eq, value = line.partition("=")
+        if not eq or not name.startswith(SECRET_PREFIXES):
+            continue
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        parts = words[0].split(":", 3) if len(words) == 1 else []
+        if len(parts) == 4 and parts[2] == "admin" and parts[3]:
+            return parts[3]
+    return ""
 
 
 class RouterError(Exception):

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import re
 
 MASK = "********"
@@ -34,33 +35,39 @@ SECRET_PREFIXES = (
 # Names that look like secrets but hold none: the LaunchSpec's list of secret variable names.
 NOT_SECRET = frozenset(("secret_env_names", "secret_variables", "secret_fingerprints",
                         "secret_drops"))
-_SECRET_WORDS = frozenset(("token", "secret", "password", "passwd", "credential",
-                           "credentials", "cookie", "apikey"))
-_SECRET_SUFFIXES = ("api_key", "private_key", "access_key", "secret_key")
+# Words that make a name secret wherever they stand in it (`db_password`, `MY_PASSPHRASE`,
+# `SGL_BEARER`), words that do only as its last word (`hf_token`, `MY_SERVICE_TOKEN`, `GITHUB_AUTH`:
+# not `SGLANG_INIT_NEW_TOKEN_RATIO` or `auth_level`), and a last word ending in `key`/`keys`
+# (`api_key`, `RKEY`, `ADMIN_KEY`, `private_key`, `control_plane_api_keys`).
+_SECRET_WORDS = frozenset(("secret", "password", "passwd", "passphrase", "credential",
+                           "credentials", "apikey", "bearer"))
+_SECRET_LAST_WORDS = frozenset(("token", "auth", "authorization", "cookie"))
+_COUNTED = frozenset(("per", "first", "next", "last"))
 
 
 def is_secret_name(name):
-    """True for a key whose value is a secret: the toolkit's own names, and names made of
-    words such as token, secret or password (`hf_token`, `MY_SERVICE_TOKEN`, `db_password`),
-    but not `tokenizer_path`."""
+    """The one rule for a name (a record's key, an environment variable, a setting) whose value
+    is a secret: the toolkit's own names, names with a word such as secret, password,
+    passphrase or bearer, and names whose last word is token, auth or cookie, or ends in key
+    (`RKEY`, `admin_key`); not `tokenizer_path`, `max_tokens` or `SGLANG_INIT_NEW_TOKEN_RATIO`.
+    Case does not matter."""
     if not isinstance(name, str) or name in NOT_SECRET:
         return False
     if name in SECRET_NAMES or name.startswith(SECRET_PREFIXES):
         return True
-    lower = name.lower()
-    words = set(re.split(r"[^a-z0-9]+", lower))
-    return bool(words & _SECRET_WORDS) or lower.endswith(_SECRET_SUFFIXES)
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if not words:
+        return False
+    if words[-1] == "token" and len(words) > 1 and words[-2] in _COUNTED:
+        return bool(set(words) & _SECRET_WORDS)  # `per_token`, `time_to_first_token`: a count
+    return bool(set(words) & _SECRET_WORDS) or words[-1] in _SECRET_LAST_WORDS or \
+        words[-1].endswith(("key", "keys"))
 
 
-# Environment variable names that carry credentials in general (a controller's environment,
-# recorded by ansible-runner): broader than record keys, where `_key` alone means little.
-_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE|AUTH|_KEY$|COOKIE)",
-                         re.I)
-
-
-def is_secret_env_name(name):
-    """True for an environment variable whose value must not be kept."""
-    return is_secret_name(name) or bool(isinstance(name, str) and _SECRET_ENV.search(name))
+def fingerprint(secret):
+    """A secret's fingerprint: enough to tell two values apart (and to recognise a value as one
+    the run used as a secret), never the value."""
+    return "sha256:" + hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def mask_argv(args):

@@ -40,6 +40,11 @@ options:
       when the router runs without one.
     type: str
     default: ""
+  admin_key_file:
+    description: The router's env file on its host. When I(admin_key) is empty, the admin key
+      the router was started with is read from it (a stop whose inventory key is unset or
+      refused still leaves the router); when it holds none, the call goes without a key.
+    type: path
   worker_url:
     description: URL the router reaches the server at.
     type: str
@@ -201,6 +206,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router i
     mode_refusal,
     normalize,
     read_inflight,
+    recorded_admin_key,
     server_mode,
     view_of,
 )
@@ -211,6 +217,7 @@ def main():
         argument_spec=dict(
             router_url=dict(type="str", required=True),
             admin_key=dict(type="str", default="", no_log=True),
+            admin_key_file=dict(type="path"),
             worker_url=dict(type="str", required=True),
             worker_api_key=dict(type="str", default="", no_log=True),
             state=dict(type="str", default="present", choices=["present", "absent", "query"]),
@@ -229,7 +236,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    router = Router(p["router_url"], p["admin_key"], p["timeout"])
+    key = p["admin_key"] or (recorded_admin_key(p["admin_key_file"]) if p["admin_key_file"]
+                             else "")
+    if key and key != p["admin_key"]:
+        module.no_log_values.add(key)
+    router = Router(p["router_url"], key, p["timeout"])
     worker = normalize(p["worker_url"])
     result = dict(changed=False, action="none", finding=None, router_reachable=True)
     try:

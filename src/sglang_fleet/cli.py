@@ -18,6 +18,7 @@ import yaml
 
 from sglang_fleet import diagnose, experiments, slices
 from sglang_fleet.bisect import find_culprit
+from sglang_fleet.extra_vars import replacement_warnings
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
 from sglang_fleet.metrics import prometheus_text, write_textfile
 from sglang_fleet.outcomes import REFUSED_RUN_TASK, HostOutcome, host_outcomes
@@ -98,6 +99,11 @@ def check_inventory(args: argparse.Namespace) -> None:
     inventory = Path(args.inventory) if args.inventory else default_inventory()
     if inventory and inventory.exists():
         check_inventory_files(inventory)
+        # A mapping setting given with -e replaces the inventory's whole mapping: say what
+        # it drops before the run.
+        given = parse_extra_vars(getattr(args, "extra_vars", None))
+        for line in replacement_warnings(inventory, given, getattr(args, "limit", None)):
+            say(line)
 
 
 def _parse_problems(run: Any) -> list[str]:
@@ -228,6 +234,8 @@ def _show_rendered(msg: dict[str, Any]) -> None:
     print(files["script"], end="")
     say(f"# ---- {spec['paths']['env_file']} (mode 0600, secrets masked)")
     print(files["env"], end="")
+    say(f"# ---- {spec['paths']['config_file']} (mode 0600, secrets masked)")
+    print(files["config"], end="")
     if files.get("unit"):
         say(f"# ---- {spec['paths']['unit_file']}")
         print(files["unit"], end="")

@@ -1,9 +1,12 @@
-"""Render a LaunchSpec into the files a node runs: launch script, env file (0600), systemd unit."""
+"""Render a LaunchSpec into the files a node runs: launch script, env file and config file
+(both 0600), systemd unit."""
 
 from __future__ import annotations
 
 import shlex
 from typing import Any
+
+import yaml
 
 from sglang_fleet.settings import SETTINGS
 
@@ -58,19 +61,12 @@ while True:
         break
 """
 
-def _argv_word(item: Any) -> str:
-    if isinstance(item, dict) and "env" in item:
-        # Secret reference: expanded at exec time from the env file, never written literally.
-        return f'"${{{item["env"]}}}"'
-    return shlex.quote(str(item))
-
-
 def launch_script(spec: dict[str, Any]) -> str:
     paths = spec["paths"]
     # One line per flag with its value(s), so a reviewer reads the command as SGLang sees it.
     lines_of_argv: list[str] = []
     for item in spec["argv"]:
-        word = _argv_word(item)
+        word = shlex.quote(str(item))
         starts_flag = isinstance(item, str) and item.startswith("--")
         if lines_of_argv and not starts_flag and (len(lines_of_argv) == 1 or
                                                   lines_of_argv[-1].startswith("--")):
@@ -84,7 +80,8 @@ def launch_script(spec: dict[str, Any]) -> str:
         f"SGLang {spec['sglang_version']}.",
         "set -euo pipefail",
         "# The env file holds the environment and the secrets (mode 0600); both service",
-        "# managers run this script, so it loads the file itself.",
+        "# managers run this script, so it loads the file itself. The server reads its",
+        "# secret options from its --config file (mode 0600), never from its command line.",
         "set -a",
         f". {shlex.quote(paths['env_file'])}",
         "set +a",
@@ -108,9 +105,8 @@ def _secret_guards(spec: dict[str, Any]) -> list[str]:
 
 
 def _redaction(spec: dict[str, Any]) -> list[str]:
-    logged = [f"{item['env']}:{SECRET_FIELDS[flag]}" for flag, item in
-              zip(spec["argv"], spec["argv"][1:], strict=False)
-              if isinstance(item, dict) and flag in SECRET_FIELDS]
+    logged = [f"{env}:{SECRET_FIELDS[flag]}" for flag, env in spec["config_options"]
+              if flag in SECRET_FIELDS]
     if not logged:
         return []
     python = shlex.quote(spec["install"]["server_python"])
@@ -128,6 +124,22 @@ def env_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False
         value = MASK if masked else secrets[name]
         lines.append(f"{name}={shlex.quote(value)}")
     return "\n".join(lines) + "\n"
+
+
+def config_file(spec: dict[str, Any], secrets: dict[str, str], masked: bool = False) -> str:
+    """The YAML file SGLang reads with `--config` (mode 0600): the secret options, each under
+    its option's spelling without the dashes (`api-key: ...`: SGLang 0.5.23 turns a key back
+    into `--KEY` as written, so `api_key` would be an unrecognized argument), so that the
+    command line holds only this file's path. Written whole at every deploy (an empty mapping
+    when there is no secret option), so a key dropped from the inventory leaves no copy
+    behind."""
+    # str(): Ansible hands its variables over as tagged str subclasses, which YAML refuses.
+    options = {flag.removeprefix("--"): MASK if masked else str(secrets[env])
+               for flag, env in spec["config_options"]}
+    body = yaml.safe_dump(options, default_flow_style=False, sort_keys=False, width=1 << 16,
+                          allow_unicode=True) if options else "{}\n"
+    return (f"{HEADER}\n# The server's secret options, read by SGLang with --config (the "
+            f"command line holds only\n# this file's path).\n{body}")
 
 
 def unit_value(text: Any) -> str:
@@ -212,6 +224,7 @@ def render_files(spec: dict[str, Any], secrets: dict[str, str] | None = None,
     return {
         "script": launch_script(spec),
         "env": env_file(spec, secrets, masked=masked),
+        "config": config_file(spec, secrets, masked=masked),
         "unit": systemd_unit(spec) if spec["service"]["manager"] == "systemd" else None,
     }
 
@@ -229,11 +242,13 @@ def deployment_files(spec: dict[str, Any], secrets: dict[str, str]) -> dict[str,
                {"path": paths["run_dir"], "mode": "0755"},
                {"path": paths["log_dir"], "mode": "0755"}]
     files = [{"path": paths["script"], "content": rendered["script"], "mode": "0755"}]
-    secret_files = [{"path": paths["env_file"], "content": rendered["env"], "mode": "0600"}]
+    secret_files = [{"path": paths["env_file"], "content": rendered["env"], "mode": "0600"},
+                    {"path": paths["config_file"], "content": rendered["config"],
+                     "mode": "0600"}]
     if rendered["unit"] is not None:
         files.append({"path": paths["unit_file"], "content": rendered["unit"], "mode": "0644"})
-    # The service's digest covers script, env file and unit, in that order.
-    ordered = [files[0], secret_files[0], *files[1:]]
+    # The service's digest covers script, env file, config file and unit, in that order.
+    ordered = [files[0], *secret_files, *files[1:]]
     return {
         "folders": folders,
         "files": files,

@@ -192,6 +192,11 @@ MEMBERSHIP_ENTRY = {
         "sglang_router_membership_verdict": {
             "type": "str", "default": "",
             "description": "The gate's verdict, to compare the routers' view with."},
+        "sglang_router_membership_identity": {
+            "type": "bool", "default": False,
+            "description": "A stop: a router whose secret settings alone are refused is "
+                           "reached by its identity, with the admin key it was started with "
+                           "(read from its env file on its host)."},
     },
 }
 

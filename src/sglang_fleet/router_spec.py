@@ -243,6 +243,25 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     return _result(p, _assemble(v, cat, cp_keys, host, address or host))
 
 
+def build_router_identity(settings: dict[str, Any], host: str, address: str | None = None
+                          ) -> dict[str, Any]:
+    """The router's identity for a stop, or for a server leaving it: its name, marker, paths,
+    service and URLs, which no secret setting changes. Its settings are built whole when they
+    can be; when only the secrets are refused (a key unset, too short), it is built again
+    without them, and `refused` lists why: a broken key never keeps an operator from stopping
+    a fleet. Returns build_router_spec's answer, plus `refused`."""
+    built = build_router_spec(settings, host, address)
+    if built["ok"]:
+        return {**built, "refused": []}
+    secrets = {s.variable for s in _table() if s.secret}
+    bare = {k: v for k, v in settings.items() if k not in secrets}
+    bare[PREFIX + "allow_unauthenticated"] = True  # the identity serves no one
+    identity = build_router_spec(bare, host, address)
+    if not identity["ok"]:
+        return {**built, "refused": built["errors"]}
+    return {**identity, "refused": built["errors"]}
+
+
 def _warn_pd_breaker(v: dict[str, Any], p: Problems) -> None:
     """In PD mode the router charges a request's failure to its prefill and its decode alike
     (sglang-router 0.3.2, measured: bench/zero_drop.py --pd --api chat). One decode that dies

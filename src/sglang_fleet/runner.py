@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from ansible.config.manager import ConfigManager
 
 from sglang_fleet.reasons import ansible_cause
 from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_secrets import MASK, is_secret_env_name, mask_secrets
+from sglang_fleet_node.sglang_fleet_secrets import MASK, fingerprint, is_secret_name, mask_secrets
 
 COLLECTION = ("ansible_collections", "sglang", "fleet")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -119,7 +120,7 @@ def _rewrite_json(path: Path, change: Callable[[Any], Any]) -> None:
 def _mask_command(record: dict[str, Any]) -> dict[str, Any]:
     env = record.get("env") or {}
     # ansible-runner records the whole environment of ansible-playbook (the `command` file).
-    out = dict(record, env={k: (MASK if is_secret_env_name(k) and v else v)
+    out = dict(record, env={k: (MASK if is_secret_name(k) and v else v)
                             for k, v in env.items()})
     args = []
     for arg in record.get("command") or []:
@@ -132,16 +133,88 @@ def _mask_command(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Shorter values are not masked by value: a secret-named variable set to `1` or `yes` would
+# blank every such word of every record. Secret settings are refused below 16 characters.
+MIN_MASKED_VALUE = 6
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{12}")
+
+
+def _secret_values_of_names(value: Any) -> set[str]:
+    """The string values under secret names, at any depth."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if is_secret_name(k) and isinstance(v, str | int | float) and not isinstance(
+                    v, bool):
+                found.add(str(v))
+            else:
+                found |= _secret_values_of_names(v)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _secret_values_of_names(v)
+    return found
+
+
+def secret_values(root: Path) -> set[str]:
+    """Every value that a run's records must not hold, by name and by value: the values of the
+    environment variables (of ansible-playbook, as runner recorded it) and of the extra
+    variables whose names are secret (the one rule, sglang_fleet_secrets.is_secret_name), and
+    the value of every environment variable, whatever its name (`SGL_BEARER`, `RKEY`), whose
+    fingerprint the run recorded as a secret's (the LaunchSpecs and RouterSpecs record each
+    secret they were given as its fingerprint)."""
+    recorded: set[str] = set()
+    envs: list[dict[str, Any]] = []
+    values: set[str] = set()
+    for path in root.glob("artifacts/*/command"):
+        with contextlib.suppress(OSError, ValueError):
+            envs.append(json.loads(path.read_text()).get("env") or {})
+    for path in [root / "env" / "extravars", *root.glob("artifacts/*/job_events/*.json")]:
+        with contextlib.suppress(OSError, ValueError):
+            text = path.read_text()
+            recorded.update(_FINGERPRINT.findall(text))
+            if path.name == "extravars":
+                values |= _secret_values_of_names(json.loads(text))
+    for env in envs:
+        for name, value in env.items():
+            if isinstance(value, str) and (is_secret_name(name) or (
+                    recorded and fingerprint(value) in recorded)):
+                values.add(value)
+    return {v for v in values if len(v) >= MIN_MASKED_VALUE and v != MASK}
+
+
+def _mask_values(path: Path, values: set[str]) -> None:
+    """Every occurrence of each value in the file masked, as written and as JSON escapes it."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return
+    masked = text
+    for value in sorted(values, key=len, reverse=True):
+        for form in {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
+            masked = masked.replace(form, MASK)
+    if masked != text:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(masked, encoding="utf-8", errors="surrogateescape")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
 def scrub_artifacts(private_data_dir: str) -> None:
     """Keep the runner's records private and free of secrets: every file 0600 (folders
-    0700); secret-looking environment values masked in the `command` records; values under
-    secret names masked, at any depth, in the extra variables and every job event."""
+    0700); secret-named environment values masked in the `command` records; values under
+    secret names masked, at any depth, in the extra variables and every job event; then every
+    secret value (secret_values) masked by value in every file of the run, whatever name or
+    text holds it."""
     root = Path(private_data_dir)
+    values = secret_values(root)
     for path in root.glob("artifacts/*/command"):
         _rewrite_json(path, _mask_command)
     for path in [root / "env" / "extravars", *root.glob("artifacts/*/job_events/*.json")]:
         if path.is_file():
             _rewrite_json(path, mask_secrets)
+    if values:
+        for path in [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]:
+            _mask_values(path, values)
     for path in [root, *root.rglob("*")]:
         with contextlib.suppress(OSError):
             os.chmod(path, 0o700 if path.is_dir() else 0o600)

@@ -46,7 +46,7 @@ from sglang_fleet.settings import (
 from sglang_fleet.sglang_checks import refusals, resolved
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 from sglang_fleet_node.sglang_fleet_lock import lease_for
-from sglang_fleet_node.sglang_fleet_secrets import mask_argv
+from sglang_fleet_node.sglang_fleet_secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
@@ -62,8 +62,6 @@ HF_TOKEN_VAR = SECRET_ENV[PREFIX + "hf_token"]
 API_KEY_MIN_LENGTH = 16
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-# Environment names that carry secrets: they have one way in, their own settings.
-_SECRET_ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)$")
 # NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
 _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -413,8 +411,9 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
         elif s.render == "switch" and value:
             args.append(s.flag)
         elif s.render == "secret" and value:
-            # A reference, expanded by the launch script from the 0600 env file: the value
-            # never appears in the script, the spec, Ansible output or the runner artifacts.
+            # A reference: the option moves to the 0600 config file (config_file_options), so
+            # its value never appears in the command line, the script, the spec, Ansible
+            # output or the runner artifacts.
             args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
@@ -447,9 +446,16 @@ def _check_extra_args(v: Validated, p: Problems) -> list[str]:
         token = mask_argv(problem.token.split(" ", 1))
         p.error("extra_args", None, problem.problem, problem.fix,
                 described=describe_value(" ".join(token)))
+    secret_options = any(s.render == "secret" and v[s.name] for s in _table())
     for dest, flag in check.dests.items():
         owner = owners.get(dest)
-        if owner is not None:
+        if dest == "config" and secret_options:
+            # SGLang takes one --config file ("Multiple config files specified!").
+            p.error("extra_args", None, f"{flag} names a config file, but the server's secret "
+                    "options reach it through the toolkit's own --config file, and SGLang "
+                    "takes only one", "give those options as flags in sglang_server_extra_args "
+                    "instead", described=describe_value(flag))
+        elif owner is not None:
             p.error("extra_args", None, f"{flag} sets SGLang's {dest}, which the toolkit "
                     f"renders from {owner.variable}", f"set {owner.variable} instead",
                     described=describe_value(flag))
@@ -483,7 +489,7 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
         elif text.startswith("NCCL_"):
             p.error("extra_env", name, f"{name} belongs in the NCCL profile",
                     "move it to sglang_server_nccl_profile")
-        elif text in _table().secret_env.values() or _SECRET_ENV_NAME.search(text):
+        elif text in _table().secret_env.values() or is_secret_name(text):
             p.error("extra_env", name, f"{name} looks like a secret: a secret has one way in, "
                     "and extra_env is written into facts, ledgers and reports",
                     f"use the secret settings ({', '.join(_table().secret_variables)}), kept in "
@@ -501,6 +507,11 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
 
 def _options_of_release(v: Validated, p: Problems) -> None:
     """A setting that is set, whose option the pinned release does not have."""
+    if any(s.render == "secret" and v[s.name] for s in _table()) and \
+            CONFIG_FLAG not in v.catalogue.by_flag:
+        p.error("sglang_version", v.release.version, f"SGLang {v.release.version} has no "
+                f"{CONFIG_FLAG}, through which the server's secret options reach it (never its "
+                "command line)", "pin a release that has it, or unset the secret settings")
     for s in _table():
         if s.flag and v[s.name] and s.flag not in v.catalogue.by_flag:
             p.error(s.variable, None if s.secret else v[s.name], f"SGLang {v.release.version} "
@@ -620,6 +631,26 @@ def _refuse_rule(rule: Rule, v: Validated, p: Problems) -> None:
             f"sglang_server_allow_rules: [{rule.id}]")
 
 
+# ---- the secret options' way in ----------------------------------------------------------
+
+CONFIG_FLAG = "--config"
+
+
+def config_file_options(args: list[Any], config_file: str) -> tuple[list[Any], list[list[str]]]:
+    """The server's command line without its secret options, which go to `config_file`
+    instead (SGLang's `--config`: a YAML file whose keys are option names, merged before the
+    command line), and those options as [option, env file variable] pairs. The command line,
+    which every local user reads in /proc/PID/cmdline, then holds only the file's path."""
+    kept: list[Any] = []
+    options: list[list[str]] = []
+    for item in args:
+        if isinstance(item, dict):  # a secret reference follows its option
+            options.append([kept.pop(), item["env"]])
+        else:
+            kept.append(item)
+    return (kept + [CONFIG_FLAG, config_file] if options else kept), options
+
+
 # ---- stage 4: paths ----------------------------------------------------------------------
 
 def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, Any]:
@@ -631,6 +662,8 @@ def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, A
         "log_dir": f"{root}/logs",
         "script": f"{root}/conf/{deployment}.launch.sh",
         "env_file": f"{root}/conf/{deployment}.env",
+        # The server's secret options (mode 0600), read by SGLang's `--config`.
+        "config_file": f"{root}/conf/{deployment}.config.yaml",
         "pid_file": f"{root}/run/{deployment}.pid",
         # The LaunchSpec last started, copied there by the service at each start (0600).
         "running_spec": f"{root}/run/{deployment}.running-spec.json",
@@ -860,7 +893,7 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
     on a shared machine."""
     paths, argv = spec["paths"], spec["argv"]
     return {
-        "config_files": [paths["script"], paths["env_file"]]
+        "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
         + ([paths["unit_file"]] if paths["unit_file"] else []),
         "config_hash": spec["config_hash"],
         "launch_spec": spec,
@@ -877,8 +910,9 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 # ---- assembly ----------------------------------------------------------------------------
 
 def secret_fingerprint(secret: str) -> str:
-    """A secret's fingerprint: enough to tell two keys apart, never the key."""
-    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+    """A secret's fingerprint: enough to tell two keys apart, never the key (the one the runner's
+    artifacts are scrubbed by, sglang_fleet_secrets.fingerprint)."""
+    return fingerprint(secret)
 
 
 def config_hash(spec_core: dict[str, Any]) -> str:
@@ -957,7 +991,8 @@ def build_launch_spec(
             "SGLANG_SIM_VERSION": v.release.version,
         })
     service = _service(v, deployment)
-    core = {"argv": launch + cmd.args, "env": env, "secret_env_names": cmd.secret_env_names,
+    server_argv, config_options = config_file_options(cmd.args, layout["config_file"])
+    core = {"argv": launch + server_argv, "env": env, "secret_env_names": cmd.secret_env_names,
             "service": service}
     chash = config_hash(core)
     env[CONFIG_VAR] = chash
@@ -967,8 +1002,11 @@ def build_launch_spec(
         "marker": marker,
         "config_hash": chash,
         "sglang_version": v.release.version,
-        "argv": launch + cmd.args,
-        # The server's own arguments with secrets masked: for parsing checks and display.
+        "argv": launch + server_argv,
+        # The secret options the config file holds: [option, env file variable].
+        "config_options": config_options,
+        # The server's own arguments as SGLang reads them once the config file is merged,
+        # secrets masked: for parsing checks and display.
         "server_args": [a if isinstance(a, str) else "********" for a in cmd.args],
         "env": env,
         "secret_env_names": cmd.secret_env_names,

@@ -69,7 +69,8 @@ def test_files_have_the_right_modes(fleet):
     port = fleet.port("sim-node-1")
     env_mode = stat.S_IMODE((conf / f"Kimi-K2.5-{port}.env").stat().st_mode)
     script_mode = stat.S_IMODE((conf / f"Kimi-K2.5-{port}.launch.sh").stat().st_mode)
-    assert env_mode == 0o600 and script_mode == 0o755
+    config_mode = stat.S_IMODE((conf / f"Kimi-K2.5-{port}.config.yaml").stat().st_mode)
+    assert env_mode == 0o600 and script_mode == 0o755 and config_mode == 0o600
     assert stat.S_IMODE(conf.stat().st_mode) == 0o750
 
 

@@ -90,3 +90,33 @@ def test_a_router_key_that_resolves_to_nothing_never_restarts_the_router_open(ro
     assert f"{host} crashed" in watch.stdout and "removed it" in watch.stdout, \
         watch.stdout[-3000:]
     assert routed.url(host) not in registered(routed.router_url, ADMIN_KEY)
+
+
+def test_a_broken_router_secret_never_keeps_the_fleet_running(routed):
+    """A stop needs only identities: with the router's keys too short in the inventory, the
+    server still leaves the router (with the admin key the router was started with, read on
+    its host) and stops; with them unset, the router stops too."""
+    from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+
+    host = routed.hosts[0]
+    wait_for(lambda: registered(routed.router_url, ADMIN_KEY).get(routed.url(host)), timeout=60)
+    short = {**routed.extra, "sglang_router_api_key": "short",
+             "sglang_router_control_plane_api_keys": [
+                 {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": "short"}]}
+    run = run_playbook("playbooks/stop.yml", routed.inventory, short, "--limit", host)
+    assert run.rc == 0, run.output[-3000:]
+    text = " ".join(run.output.split())
+    assert "router sim-router's settings are refused" in text and "too short" in text, text
+    assert "leaving it with the admin key it was started with" in text
+    assert "could not be changed" not in text
+    assert routed.url(host) not in registered(routed.router_url, ADMIN_KEY), "it left the router"
+    wait_for(lambda: routed.processes(host) == [], timeout=60)
+    assert deployment_processes(routed.router_marker()), "the router was not asked to stop"
+    assert ADMIN_KEY not in run.output and ROUTER_KEY not in run.output
+
+    unset = {**routed.extra, "sglang_router_api_key": "",
+             "sglang_router_control_plane_api_keys": [], "sglang_router_host": "0.0.0.0"}
+    run = run_playbook("playbooks/stop.yml", routed.inventory, unset)
+    assert run.rc == 0, run.output[-3000:]
+    assert "stopping by the router's identity" in " ".join(run.output.split())
+    wait_for(lambda: deployment_processes(routed.router_marker()) == [], timeout=60)

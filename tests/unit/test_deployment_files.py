@@ -126,7 +126,8 @@ def test_the_node_line_names_each_changed_setting_with_its_old_and_new_value():
         "sglang_server_tp: 8 -> 4"]
     assert setting_changes(before, dict(before)) == []
     many = {f"sglang_server_x{i}": i for i in range(9)}
-    assert setting_changes({}, many, most=6)[-1] == "3 more"
+    assert setting_changes({}, many, most=6)[-1] == (
+        "3 more: sglang_server_x6, sglang_server_x7, sglang_server_x8")
     assert setting_changes({"a": "x" * 60}, {"a": "y"}) == [f"a: {'x' * 37}... -> y"]
 
 
@@ -145,3 +146,25 @@ def test_the_argument_record_is_private_and_never_written_through_a_link(tmp_pat
     assert list(target.iterdir()) == []
     record_args_checked(str(tmp_path / "run" / "x.argcheck.json"), {"args": ["--a"]})
     assert stat.S_IMODE(os.stat(tmp_path / "run" / "x.argcheck.json").st_mode) == 0o600
+
+
+def test_the_change_summary_never_hides_a_setting_behind_the_keys_of_another():
+    """Six stall windows changed beside an injected fault: the fault is shown with its values,
+    and every change beyond six is named."""
+    from sglang_fleet_node.sglang_fleet_nodecheck import setting_changes
+
+    phases = ("allocating_kv_cache", "capturing_cuda_graph", "launching", "loading_weights",
+              "starting_http", "warming_up")
+    before = {"sglang_server_gate_stall_windows": {p: 10 for p in phases},
+              "sglang_server_sim_fault": ""}
+    after = {"sglang_server_gate_stall_windows": {p: 20 for p in phases},
+             "sglang_server_sim_fault": "hang:loading_weights"}
+    lines = setting_changes(before, after)
+    assert len(lines) == 7
+    assert "sglang_server_sim_fault:  -> hang:loading_weights" in lines
+    assert lines[-1] == "1 more: sglang_server_gate_stall_windows.warming_up"
+    shown = [line for line in lines[:-1] if "gate_stall_windows" in line]
+    assert shown[0] == "sglang_server_gate_stall_windows.allocating_kv_cache: 10 -> 20"
+    # Every change is either shown with its values or named.
+    text = "\n".join(lines)
+    assert all(p in text for p in phases)

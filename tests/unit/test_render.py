@@ -31,6 +31,8 @@ def materialise(tmp_path, spec, secrets):
     os.makedirs(spec["paths"]["conf_dir"], exist_ok=True)
     with open(spec["paths"]["env_file"], "w") as f:
         f.write(files["env"])
+    with open(spec["paths"]["config_file"], "w") as f:
+        f.write(files["config"])
     with open(spec["paths"]["script"], "w") as f:
         f.write(files["script"])
     os.chmod(spec["paths"]["script"], 0o755)
@@ -53,9 +55,10 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     # arguments as SGLang 0.5.23 does (`server_args={...}`, values as Python repr); called as
     # the log filter (-u -c CODE VAR) it runs the real interpreter.
     fake = tmp_path / "fakepython"
-    logger = ("import sys; a = sys.argv[1:]; "
+    logger = ("import sys, yaml; a = sys.argv[1:]; "
+              "c = yaml.safe_load(open(a[a.index('--config') + 1])); "
               "print('server_args=' + repr({'model_path': a[a.index('--model-path') + 1], "
-              "'api_key': a[a.index('--api-key') + 1], 'admin_api_key': None}))")
+              "'api_key': c['api-key'], 'admin_api_key': None}))")
     fake.write_text("#!/bin/bash\n"
                     f'if [ "$1" = "-u" ]; then exec {sys.executable} "$@"; fi\n'
                     f"printf '%s\\n' \"$@\" > {argv_file}\n"
@@ -76,7 +79,11 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
     assert not pwned.exists()
     received = argv_file.read_text().splitlines()
     assert evil_path in received
-    assert key in received, "the key reaches the server verbatim, expanded at exec time"
+    assert key not in received and "--api-key" not in received, "no key on the command line"
+    assert received[received.index("--config") + 1] == spec["paths"]["config_file"]
+    import yaml
+    config = yaml.safe_load(Path(spec["paths"]["config_file"]).read_text())
+    assert config == {"api-key": key}, "the key reaches the server verbatim, from its file"
     assert key not in out and repr(key) not in out, "and never reaches its log"
     assert f"server_args={{'model_path': {evil_path!r}, 'api_key': '********', " in out
 
@@ -174,7 +181,7 @@ def test_an_empty_key_is_never_masked_between_every_byte():
     assert b"********" not in out
 
 
-def test_secrets_only_in_the_env_file(tmp_path):
+def test_secrets_only_in_the_env_and_config_files(tmp_path):
     spec = spec_for(tmp_path, api_key="sk-live-abc-0123456789", hf_token="hf_xyz")
     secrets = {"SGLANG_FLEET_API_KEY": "sk-live-abc-0123456789", "HF_TOKEN": "hf_xyz"}
     files = render_files(spec, secrets)
@@ -183,7 +190,35 @@ def test_secrets_only_in_the_env_file(tmp_path):
     assert "SGLANG_FLEET_API_KEY=sk-live-abc-0123456789" in files["env"]
     masked = render_files(spec, masked=True)
     assert "sk-live-abc" not in masked["env"] and "********" in masked["env"]
-    assert '--api-key "${SGLANG_FLEET_API_KEY}"' in files["script"]
+    assert "sk-live-abc" not in masked["config"] and "api-key: '********'" in masked["config"]
+    # The command line names the config file, never a secret option.
+    assert "--api-key" not in files["script"] and "--api-key" not in spec["argv"]
+    assert f"--config {spec['paths']['config_file']}" in files["script"]
+    assert spec["argv"][-2:] == ["--config", spec["paths"]["config_file"]]
+
+
+def test_every_secret_option_is_in_the_config_file_and_none_on_the_command_line(tmp_path):
+    """The API key, the admin key, the SSL key's password and the watermark configuration,
+    each read back by the simulator's (SGLang 0.5.23's) --config merge with any characters,
+    as SGLang parses them; none of them on the rendered command line."""
+    import yaml
+
+    from sglang_fleet.sim.server_args import prepare_server_args
+
+    values = {"api_key": "~sk-0123456789+/..==", "admin_api_key": "yes",
+              "ssl_keyfile_password": "0123456789012345", "watermark_config": "{\"a\": 1}"}
+    spec = spec_for(tmp_path, **values)
+    env_of = dict(spec["config_options"])
+    secrets = {env_of["--" + k.replace("_", "-")]: v for k, v in values.items()}
+    files = materialise(tmp_path, spec, secrets)
+    assert yaml.safe_load(files["config"]) == {k.replace("_", "-"): v for k, v in values.items()}
+    argv = spec["argv"][3:]
+    assert not any(v in " ".join(argv) for v in values.values())
+    args = prepare_server_args(argv)
+    assert {k: getattr(args, k) for k in values} == values
+    bare = spec_for(tmp_path / "none")
+    empty = render_files(bare, {})
+    assert yaml.safe_load(empty["config"]) == {} and "--config" not in bare["argv"]
 
 
 def test_systemd_unit_is_a_kill_boundary_without_restart_loop(tmp_path):

@@ -41,13 +41,15 @@ def test_a_secret_option_is_masked_on_any_command_line():
                                     "--admin-api-key=********", "--port", "1"]
 
 
-def test_a_secret_option_reaches_the_server_only_from_the_env_file():
+def test_a_secret_option_reaches_the_server_only_from_its_config_file():
     values = dict(role_defaults(), sglang_server_attention_backend="triton",
                   sglang_server_ssl_keyfile_password="pw-0123456789abcdef")
     spec = build_launch_spec(values, "n1")["spec"]
     argv = spec["argv"]
-    assert argv[argv.index("--ssl-keyfile-password") + 1] == {
-        "env": "SGLANG_FLEET_SSL_KEYFILE_PASSWORD"}
+    assert "--ssl-keyfile-password" not in argv
+    assert argv[-2:] == ["--config", spec["paths"]["config_file"]]
+    assert spec["config_options"] == [["--ssl-keyfile-password",
+                                       "SGLANG_FLEET_SSL_KEYFILE_PASSWORD"]]
     assert "pw-0123456789abcdef" not in repr(spec)
     assert spec["secret_env_names"] == ["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"]
     assert spec["secret_fingerprints"]["SGLANG_FLEET_SSL_KEYFILE_PASSWORD"].startswith(
@@ -67,3 +69,13 @@ def test_a_secret_option_a_release_lacks_is_refused_there():
     text = "\n".join(build_launch_spec(values, "n1")["errors"])
     assert "sglang_server_admin_api_key=<secret>: SGLang 0.5.4.post3 has no --admin-api-key" \
         in text
+
+
+def test_a_config_file_of_ones_own_beside_a_secret_option_is_refused():
+    """SGLang 0.5.23 takes one --config: the toolkit's carries the secrets."""
+    values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                  sglang_server_extra_args=["--config", "/etc/mine.yaml"])
+    assert build_launch_spec(values, "n1")["ok"], "alone it is the operator's"
+    refused = build_launch_spec(dict(values, sglang_server_api_key="sk-0123456789abcdef"), "n1")
+    text = "\n".join(refused["errors"])
+    assert "--config names a config file" in text and "SGLang takes only one" in text

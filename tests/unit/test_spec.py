@@ -190,7 +190,7 @@ def test_secrets_never_enter_the_spec():
     blob = json.dumps(result)
     assert "sk-very-secret" not in blob and "hf_tok_123" not in blob
     spec = result["spec"]
-    assert {"env": "SGLANG_FLEET_API_KEY"} in spec["argv"]
+    assert ["--api-key", "SGLANG_FLEET_API_KEY"] in spec["config_options"]
     assert spec["secret_env_names"] == ["SGLANG_FLEET_API_KEY", "HF_TOKEN"]
     assert "********" in spec["server_args"]
     # The key changes what runs, not the configuration's name.

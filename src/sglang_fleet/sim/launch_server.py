@@ -398,7 +398,7 @@ class Engine:
         if getattr(args, "disaggregation_mode", "null") == "decode":
             st.prefill_info = PrefillInfoTable(self.replicas[0].prefix)
         st.detokenizer_pid = self.detokenizer.pid if self.detokenizer else None
-        st.launch_command = " ".join(self.argv)
+        st.launch_command = self.rt.args._launch_command
         # SIGUSR1 makes the schedulers' batches hang from now on (the running ones included),
         # as a stuck forward does, watchdog and all; a second one ends the hang: for the tests
         # of watch mode and of /health's recovery. Real servers have no such switch.

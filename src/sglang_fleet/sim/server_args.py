@@ -15,6 +15,7 @@ import os
 
 from sglang_fleet.catalogue import catalogue
 from sglang_fleet.sglang_checks import refusals
+from sglang_fleet.sim.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.failures import refusal_error
 
 DEFAULT_VERSION = "0.5.23"
@@ -45,9 +46,15 @@ class SimServerArgs(argparse.Namespace):
 
 def prepare_server_args(argv: list[str]) -> SimServerArgs:
     """Same name and contract as sglang.srt.server_args.prepare_server_args: parse, then fill
-    the defaults SGLang derives after parsing that the simulator relies on. Which CUDA graphs
+    the defaults SGLang derives after parsing that the simulator relies on. A `--config` YAML
+file is merged first, by SGLang's rules (sglang_fleet.sim.config_file). Which CUDA graphs
     the flags leave on is sglang_fleet.sim.graphs' business."""
-    args = build_parser().parse_args(argv, namespace=SimServerArgs())
+    parser = build_parser()
+    if FLAG in argv:  # SGLang merges only on the exact word; `--config=FILE` is ignored
+        argv = ConfigMerger(parser).merge(argv)
+    args = parser.parse_args(argv, namespace=SimServerArgs())
+    # As SGLang's `_launch_command`: the merged words, the config file's included.
+    args._launch_command = " ".join(argv)
     if args.served_model_name is None:
         args.served_model_name = args.model_path
     return args
