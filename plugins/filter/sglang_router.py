@@ -186,6 +186,11 @@ def membership_text(results, host, worker_url, pd_wait_reason=""):
         if pd_wait_reason and not (r.get("changed") and r.get("action") == "removed"):
             parts.append("stays out of router %s" % r["item"]["name"])
             continue
+        if r.get("action") == "kept":
+            # The router lists this host's URL, but another deployment serves it.
+            parts.append("left %s in router %s: %s" % (worker_url, r["item"]["name"],
+                                                       r.get("kept_because")))
+            continue
         if not r.get("changed") or r.get("action") not in ("added", "removed"):
             continue
         verb = "joined" if r["action"] == "added" else "left"
