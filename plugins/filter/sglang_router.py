@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_fleet.pd import prefill_wait
+    from sglang_fleet.router_rejoin import unseen_servers
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
@@ -148,6 +149,13 @@ def report_current(router, groups, hostvars):
     return True
 
 
+def unseen_servers_filter(router, groups, hostvars):
+    """router | sglang_fleet_router_unseen_servers(groups, hostvars): the servers behind the
+    router that this run neither deployed nor observed (sglang_fleet.router_rejoin)."""
+    _need_package()
+    return unseen_servers(str(router), groups, hostvars)
+
+
 def admin_key_filter(control_plane_keys):
     _need_package()
     return admin_key(list(control_plane_keys or []))
@@ -240,4 +248,5 @@ class FilterModule(object):
             "sglang_fleet_membership_text": membership_text,
             "sglang_fleet_pd_wait": pd_wait,
             "sglang_fleet_router_view_text": view_text,
+            "sglang_fleet_router_unseen_servers": unseen_servers_filter,
         }
