@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_fleet.pd import prefill_wait
-    from sglang_fleet.router_rejoin import unseen_servers
+    from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
@@ -156,6 +156,13 @@ def unseen_servers_filter(router, groups, hostvars):
     return unseen_servers(str(router), groups, hostvars)
 
 
+def ready_to_add_filter(observed, hostvars):
+    """results | sglang_fleet_router_ready_to_add(hostvars): of those servers' observations,
+    the ones to add back (sglang_fleet.router_rejoin: a decode only beside a ready prefill)."""
+    _need_package()
+    return ready_to_add(list(observed or []), hostvars)
+
+
 def admin_key_filter(control_plane_keys):
     _need_package()
     return admin_key(list(control_plane_keys or []))
@@ -249,4 +256,5 @@ class FilterModule(object):
             "sglang_fleet_pd_wait": pd_wait,
             "sglang_fleet_router_view_text": view_text,
             "sglang_fleet_router_unseen_servers": unseen_servers_filter,
+            "sglang_fleet_router_ready_to_add": ready_to_add_filter,
         }

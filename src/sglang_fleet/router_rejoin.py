@@ -55,10 +55,29 @@ def unseen_servers(router: str, groups: Mapping[str, list[str]],
             continue  # a non-zero rank of a multi-node server: its rank 0 joins
         pd = spec.get("pd") or None
         out.append({
-            "name": server, "spec": spec,
+            "name": server, "spec": spec, "pd_deployment": pd["deployment"] if pd else None,
             "url": worker_url(spec, str(hv.get("ansible_host", server)),
                               hv.get("sglang_router_worker_url")),
             "worker_type": pd["mode"] if pd else "regular",
             "bootstrap_port": pd["bootstrap_port"] if pd and pd["mode"] == "prefill" else None,
         })
     return sorted(out, key=lambda s: _JOIN_ORDER.get(s.get("worker_type", ""), 1))
+
+
+def ready_to_add(observed: list[dict[str, Any]],
+                 hostvars: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Of the observations of unseen_servers' servers (the loop's results: `item` and
+    `verdict`), those to add back: the ready ones, a decode only beside a ready prefill of its
+    PD deployment (judged ready by this run, or observed ready here), as a server's own
+    membership step decides (sglang_fleet.pd.prefill_wait)."""
+    ready = [r for r in observed if isinstance(r, dict) and r.get("verdict") == "ready"]
+    prefills = {r["item"].get("pd_deployment") for r in ready
+                if r["item"].get("worker_type") == "prefill"}
+    for hv in hostvars.values():
+        verdict, spec = hv.get("sglang_server_verdict"), hv.get("sglang_server_launch_spec")
+        pd = (spec or {}).get("pd") if isinstance(spec, Mapping) else None
+        if pd and pd.get("mode") == "prefill" and isinstance(verdict, Mapping) \
+                and verdict.get("verdict") == "ready":
+            prefills.add(pd.get("deployment"))
+    return [r for r in ready if r["item"].get("worker_type") != "decode"
+            or r["item"].get("pd_deployment") in prefills]

@@ -8,7 +8,7 @@ import io
 from sglang_fleet.metrics import prometheus_text
 from sglang_fleet.outcomes import host_outcomes
 from sglang_fleet.progress import Progress
-from sglang_fleet.router_rejoin import unseen_servers
+from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
 from sglang_fleet.summary import EXIT_HOSTS_FAILED, EXIT_OK, exit_code, judge_readiness
 from sglang_fleet_node.sglang_fleet_router import router_verdict
 
@@ -136,3 +136,19 @@ def test_a_router_killed_mid_roll_is_named_not_one_or_more_items_failed():
     Progress(stream=out, tty=False)(failed)
     assert "router sim-router stopped answering" in out.getvalue()
     assert "One or more items failed" not in out.getvalue()
+
+
+def test_a_router_deployed_alone_adds_back_a_decode_only_beside_a_ready_prefill():
+    def seen(name, side, verdict, deployment="dsv3"):
+        return {"item": {"name": name, "worker_type": side, "pd_deployment": deployment},
+                "verdict": verdict}
+    prefill_down = [seen("p1", "prefill", "crashed"), seen("d1", "decode", "ready"),
+                    seen("n1", "regular", "ready")]
+    assert [r["item"]["name"] for r in ready_to_add(prefill_down, {})] == ["n1"]
+    prefill_up = [seen("p1", "prefill", "ready"), seen("d1", "decode", "ready"),
+                  seen("d2", "decode", "ready", deployment="other")]
+    assert [r["item"]["name"] for r in ready_to_add(prefill_up, {})] == ["p1", "d1"]
+    judged = {"p2": {"sglang_server_verdict": {"verdict": "ready"},
+                     "sglang_server_launch_spec": {"pd": {"mode": "prefill",
+                                                          "deployment": "other"}}}}
+    assert [r["item"]["name"] for r in ready_to_add(prefill_up, judged)] == ["p1", "d1", "d2"]
