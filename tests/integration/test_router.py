@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ import yaml
 from sglang_fleet.loadgen import Load, summarize
 from sglang_fleet.runner import playbook_run
 from sglang_fleet.testfleet.local import (
+    BIN,
+    REPO,
+    ansible_env,
+    loopback_http_server,
     make_fleet,
     run_playbook,
     sglang_fleet,
@@ -568,3 +573,43 @@ def test_the_routers_first_install_says_what_it_does_and_how_long_it_took(tmp_pa
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+class _RouterDyingOnRemoval(BaseHTTPRequestHandler):
+    """A router that lists one worker, then dies as the worker's removal reaches it."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        body = json.dumps({"workers": [{"id": "w1", "url": "http://10.0.0.1:30000",
+                                        "is_healthy": True, "worker_type": "regular"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def do_DELETE(self):  # noqa: N802
+        self.close_connection = True  # no answer: the router is gone
+        self.connection.close()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_router_killed_mid_roll_is_named_with_what_to_do():
+    """A router that stops answering while a server leaves it fails the membership step with
+    the router's name and the fix, not with a bare "One or more items failed"."""
+    args = {"router_url": "", "router_name": "sim-router", "worker_url": "http://10.0.0.1:30000",
+            "state": "absent", "timeout": 5}
+    with loopback_http_server(_RouterDyingOnRemoval) as url:
+        proc = subprocess.run(
+            [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+             "-e", f"ansible_python_interpreter={sys.executable}", "-m",
+             "sglang.fleet.sglang_router_member", "-a", json.dumps({**args, "router_url": url})],
+            cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, said[-2000:]
+    assert ("router sim-router stopped answering while http://10.0.0.1:30000 left it (DELETE "
+            f"{url}/workers/w1") in said, said[-2000:]
+    assert ("no client reaches the fleet through it. Fix: start it again with ansible-playbook "
+            "deploy.yml --limit sim-router (it adds back every ready server), then re-run this "
+            "deploy") in said
