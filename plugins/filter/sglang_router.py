@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_fleet.pd import prefill_wait
+    from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
@@ -160,6 +161,20 @@ def report_current(router, groups, hostvars):
     return True
 
 
+def unseen_servers_filter(router, groups, hostvars):
+    """router | sglang_fleet_router_unseen_servers(groups, hostvars): the servers behind the
+    router that this run neither deployed nor observed (sglang_fleet.router_rejoin)."""
+    _need_package()
+    return unseen_servers(str(router), groups, hostvars)
+
+
+def ready_to_add_filter(observed, hostvars):
+    """results | sglang_fleet_router_ready_to_add(hostvars): of those servers' observations,
+    the ones to add back (sglang_fleet.router_rejoin: a decode only beside a ready prefill)."""
+    _need_package()
+    return ready_to_add(list(observed or []), hostvars)
+
+
 def admin_key_filter(control_plane_keys):
     _need_package()
     return admin_key(list(control_plane_keys or []))
@@ -197,6 +212,11 @@ def membership_text(results, host, worker_url, pd_wait_reason=""):
             continue
         if pd_wait_reason and not (r.get("changed") and r.get("action") == "removed"):
             parts.append("stays out of router %s" % r["item"]["name"])
+            continue
+        if r.get("action") == "kept":
+            # The router lists this host's URL, but another deployment serves it.
+            parts.append("left %s in router %s: %s" % (worker_url, r["item"]["name"],
+                                                       r.get("kept_because")))
             continue
         if not r.get("changed") or r.get("action") not in ("added", "removed"):
             continue
@@ -248,4 +268,6 @@ class FilterModule(object):
             "sglang_fleet_membership_text": membership_text,
             "sglang_fleet_pd_wait": pd_wait,
             "sglang_fleet_router_view_text": view_text,
+            "sglang_fleet_router_unseen_servers": unseen_servers_filter,
+            "sglang_fleet_router_ready_to_add": ready_to_add_filter,
         }

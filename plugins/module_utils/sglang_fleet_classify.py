@@ -602,8 +602,9 @@ def stall_advice(phase, processes, frozen=None):
     pids = _scheduler_pids(processes)
     parts = ["%s waits on %s" % (phase, vocab.WAITS_ON.get(phase, "its next step"))]
     if pids:
+        # Every rank: the one that hangs a collective may be any of them, the last included.
         parts.append("see where each rank is: py-spy dump --pid %d%s" % (
-            pids[0], " (and %s)" % ", ".join(str(p) for p in pids[1:6]) if len(pids) > 1
+            pids[0], " (and %s)" % ", ".join(str(p) for p in pids[1:]) if len(pids) > 1
             else ""))
     if phase in vocab.COLLECTIVE_PHASES:
         parts.append("for a collective hang, set %s in sglang_server_extra_env and start "

@@ -365,3 +365,38 @@ def report_failure(router, seen):
             "`playbooks/health.yml` shows each one's verdict beside the router's view"
             % (router["name"], router["url"], seen["status"] or "nothing",
                str(seen["error"])[:200], len(seen["workers"])))
+
+
+def router_verdict(router, seen):
+    """The router's own verdict, from one visit (ask()): `ready` when it lists a healthy worker
+    and answers a request through it, `unhealthy` when it answers but serves nothing (no healthy
+    worker, or the request failed), `absent` when nothing answers at its URL. Clients reach the
+    fleet only through it: health fails on anything but ready. Shaped as a server's verdict
+    (verdict, reason, headline, progress_text, advice) with its worker counts under `router`."""
+    workers = seen["workers"]
+    healthy = len([w for w in workers if w.get("is_healthy")])
+    counts = "%d of %d workers healthy" % (healthy, len(workers))
+    redeploy = ("ansible-playbook deploy.yml --limit %s (it re-adds every ready server of its "
+                "fleet)" % router["name"])
+    if seen["status"] is None and seen["workers_error"] and not workers:
+        verdict = "absent"
+        reason = ("nothing answers at %s (%s): no client reaches the fleet"
+                  % (router["url"], seen["error"] or seen["workers_error"]))
+        advice = "start it: " + redeploy
+    elif not healthy:
+        verdict = "unhealthy"
+        reason = ("it answers but lists no healthy worker (%d registered): every request "
+                  "through it fails (%s %s)" % (len(workers), seen["status"],
+                                                str(seen["error"])[:160]))
+        advice = ("`sglang-fleet health` shows each server's verdict: deploy or recover the "
+                  "servers, or " + redeploy)
+    elif seen["status"] != 200:
+        verdict = "unhealthy"
+        reason = ("%s, but a request through it answered %s (%s)"
+                  % (counts, seen["status"] or "nothing", str(seen["error"])[:160]))
+        advice = "its log says why; " + redeploy
+    else:
+        verdict, reason, advice = "ready", counts + "; one request answered through it", None
+    return {"verdict": verdict, "phase": None, "reason": reason, "progress_text": counts,
+            "headline": "%s: %s" % (verdict, reason), "cause": None, "advice": advice,
+            "router": {"registered": len(workers), "healthy": healthy}}

@@ -24,7 +24,7 @@ from .sglang_fleet_argcheck import (
 )
 from .sglang_fleet_files import read_json
 from .sglang_fleet_procs import describe_foreign
-from .sglang_fleet_router import RouterUnreachable, ask, http, report_line
+from .sglang_fleet_router import RouterUnreachable, ask, http, report_line, router_verdict
 from .sglang_fleet_secrets import vanished_secret
 from .sglang_fleet_startcheck import server_start_blockers
 
@@ -323,8 +323,11 @@ def _visit(name, r, result):
                request=lambda workers: any(w.get("is_healthy") for w in workers))
     result["workers"] = None if seen["workers_error"] else _workers_of(seen["workers"])
     if seen["status"] == 200:
-        result["report"] = report_line({"name": name, "url": r["url"] or r["admin_url"],
-                                        "version": r["version"], "policy": r["policy"]}, seen)
+        router = {"name": name, "url": r["url"] or r["admin_url"], "version": r["version"],
+                  "policy": r["policy"]}
+        result["report"] = report_line(router, seen)
+        # The router's verdict when that report stands: its row in the run's table says it.
+        result["gate"] = router_verdict(router, seen)
 
 
 def listed_workers(r):

@@ -274,3 +274,29 @@ def orphan_refusal(marker, running, root=None):
             "it would leave it running, unmanaged, on the same GPUs (a change of port or "
             "deployment name renames the deployment's files). Nothing was changed"
             % (host, "; ".join(parts), deployment))
+
+
+def port_owner(host, port, marker):
+    """Who serves `port` on this node, for a removal from a router: {owner: own | other | free,
+    holder: a description of another holder}. `own` when the processes that listen on it carry
+    the deployment's marker; when they cannot be seen (another user's, without root), when
+    the deployment has processes running. A router lists servers by URL only: a URL this
+    host's server was configured for may be served by another host's server."""
+    inodes = listening_inodes(int(port), host)
+    if not inodes:
+        return {"owner": "free", "holder": None}
+    holders = socket_holders(inodes)
+    if not holders:
+        own = procs.deployment_processes(marker)
+        return {"owner": "own" if own else "other",
+                "holder": None if own else "a process this check cannot see"}
+    others = [pid for pid in sorted(holders) if procs.marker_of(pid) != marker]
+    if not others:
+        return {"owner": "own", "holder": None}
+    pid = others[0]
+    info = procs.process_info(pid) or {}
+    other_marker = procs.marker_of(pid)
+    return {"owner": "other",
+            "holder": "pid %d (%s%s)" % (pid, ("deployment %s, " % other_marker)
+                                         if other_marker else "",
+                                         str(info.get("cmdline", "?"))[:120])}

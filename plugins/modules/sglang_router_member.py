@@ -45,6 +45,10 @@ options:
       the router was started with is read from it (a stop whose inventory key is unset or
       refused still leaves the router); when it holds none, the call goes without a key.
     type: path
+  router_name:
+    description: The router's inventory name, for the messages (its URL when empty).
+    type: str
+    default: ""
   worker_url:
     description: URL the router reaches the server at.
     type: str
@@ -93,6 +97,14 @@ options:
     description: Seconds to wait for the router to list an added worker healthy.
     type: float
     default: 60
+  served_by_other:
+    description:
+      - With I(state=absent), the process (not of this server's deployment) that its node
+        found serving the worker URL's port (sglang_port_owner), else empty. A router lists
+        workers by URL only, and a URL served by another deployment (another host's server that
+        took the port) is that deployment's worker, and stays (I(action=kept)).
+    type: str
+    default: ""
   verdict:
     description: The gate's verdict of the server, compared with the router's view.
     type: str
@@ -160,7 +172,8 @@ after:
   type: dict
   sample: {registered: false, healthy: null, load: null, id: null}
 action:
-  description: What was done, one of none, added, removed.
+  description: What was done, one of none, added, removed; C(kept) when the router lists the
+    URL but another deployment serves it (I(served_by_other)).
   returned: always
   type: str
   sample: removed
@@ -186,6 +199,10 @@ before_text:
 view_text:
   description: The router's view after the call in one line.
   returned: always
+  type: str
+kept_because:
+  description: With I(action=kept), who serves the URL instead of this server.
+  returned: when kept
   type: str
 router_reachable:
   description: Whether the router answered.
@@ -218,6 +235,7 @@ def main():
             router_url=dict(type="str", required=True),
             admin_key=dict(type="str", default="", no_log=True),
             admin_key_file=dict(type="path"),
+            router_name=dict(type="str", default=""),
             worker_url=dict(type="str", required=True),
             worker_api_key=dict(type="str", default="", no_log=True),
             state=dict(type="str", default="present", choices=["present", "absent", "query"]),
@@ -230,6 +248,7 @@ def main():
             worker_metrics_url=dict(type="str", default=""),
             router_metrics_url=dict(type="str", default=""),
             join_timeout=dict(type="float", default=60),
+            served_by_other=dict(type="str", default=""),
             verdict=dict(type="str", default=""),
             timeout=dict(type="float", default=10),
         ),
@@ -249,8 +268,10 @@ def main():
         result.update(router_reachable=False, view_text="router unreachable")
         if p["state"] == "present":
             module.fail_json(msg="router %s is unreachable (%s): %s is ready but serves nothing "
-                                 "through it. Fix: start it (playbooks/router.yml)"
-                                 % (p["router_url"], exc, worker), **result)
+                                 "through it. Fix: start it with ansible-playbook deploy.yml "
+                                 "--limit %s (it adds back every ready server)"
+                                 % (p["router_name"] or p["router_url"], exc, worker,
+                                    p["router_name"] or "<the router's host>"), **result)
         if p["state"] == "absent":
             module.warn("router %s is unreachable: nothing is routed to %s through it"
                         % (p["router_url"], worker))
@@ -269,11 +290,22 @@ def main():
             _join(module, router, worker, result)
         elif p["state"] == "present" and not before["registered"]:
             _join(module, router, worker, result)
+        elif p["state"] == "absent" and before["registered"] and p["served_by_other"]:
+            # Listed by URL, but not this server: removing it would take another host's
+            # healthy server out of the router.
+            result.update(action="kept", kept_because="another deployment serves that URL "
+                                                      "(%s)" % p["served_by_other"])
         elif p["state"] == "absent" and before["registered"]:
             _leave(module, router, worker, before, result)
     except RouterUnreachable as exc:
-        module.fail_json(msg="router %s stopped answering: %s" % (p["router_url"], exc),
-                         **result)
+        # The router went down while this server's membership changed (killed mid-roll).
+        name = p["router_name"] or "at " + p["router_url"]
+        module.fail_json(
+            msg="router %s stopped answering while %s %s it (%s): no client reaches the fleet "
+                "through it. Fix: start it again with ansible-playbook deploy.yml --limit %s "
+                "(it adds back every ready server), then re-run this deploy"
+                % (name, worker, "joined" if p["state"] == "present" else "left", exc,
+                   p["router_name"] or "<the router's host>"), **result)
     except RouterError as exc:
         module.fail_json(msg=str(exc), **result)
     if p["verdict"]:

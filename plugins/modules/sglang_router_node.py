@@ -332,6 +332,10 @@ report:
     through it), when the router ran unchanged and answered the request.
   returned: when the router ran unchanged and answered one request
   type: str
+gate:
+  description: The router's verdict from that visit (as sglang_router_probe returns it).
+  returned: with report
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

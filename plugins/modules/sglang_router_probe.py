@@ -55,6 +55,14 @@ options:
         description: The routing policy.
         type: str
         required: true
+  judge:
+    description:
+      - With I(report), return the router's verdict as C(gate) (as a server's gate returns
+        one) instead of failing; C(ready) when it lists a healthy worker and answers a request
+        through it, C(unhealthy) when it answers but serves nothing, C(absent) when nothing
+        answers. C(playbooks/health.yml) fails the router's host on anything but C(ready).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -102,6 +110,13 @@ error:
   description: The router's error, or why nothing answered, when the status is not 200.
   returned: always
   type: str
+gate:
+  description: With I(report), the router's verdict (verdict, reason, headline, progress_text,
+    advice, and its worker counts under C(router)).
+  returned: with report
+  type: dict
+  sample: {verdict: ready, headline: "ready: 2 of 2 workers healthy; one request answered through
+           it", progress_text: 2 of 2 workers healthy, router: {registered: 2, healthy: 2}}
 msg:
   description: The report line (its URL, workers, and the request answered through it).
   returned: with report, when the router answered
@@ -113,6 +128,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router i
     ask,
     report_failure,
     report_line,
+    router_verdict,
 )
 
 
@@ -127,12 +143,18 @@ def main():
                 name=dict(type="str", required=True), url=dict(type="str", required=True),
                 version=dict(type="str", required=True),
                 policy=dict(type="str", required=True))),
+            judge=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     seen = ask(p["url"].rstrip("/"), p["admin_key"] or None, p["api_key"] or None,
                p["timeout"])
+    if p["report"]:
+        # The router's verdict: its row in the run's table says it, as a server's says its own.
+        seen["gate"] = router_verdict(p["report"], seen)
+    if p["report"] and p["judge"]:
+        module.exit_json(changed=False, **seen)
     if p["report"] and seen["status"] != 200:
         module.fail_json(msg=report_failure(p["report"], seen), **seen)
     if p["report"]:

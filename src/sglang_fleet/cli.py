@@ -20,7 +20,7 @@ from sglang_fleet import diagnose, experiments, slices
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.extra_vars import replacement_warnings
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
-from sglang_fleet.metrics import prometheus_text, write_textfile
+from sglang_fleet.metrics import is_router, prometheus_text, write_textfile
 from sglang_fleet.outcomes import REFUSED_RUN_TASK, HostOutcome, host_outcomes
 from sglang_fleet.progress import Progress
 from sglang_fleet.reasons import counted, group_by_reason, host_order, hosts_text
@@ -131,14 +131,15 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
                          extra: dict[str, Any], require_ready: bool = False
                          ) -> tuple[int, dict[str, HostOutcome], dict[str, Any]]:
     """Run one playbook with live progress; write summary.json and junit.xml; print the
-    host table. Returns the exit code, the outcomes and the summary."""
+    host table. Returns the exit code, the outcomes and the summary. A command that only
+    observes (require_ready: health) says one line per host, its verdict, then the table."""
     check_inventory(args)
     folder = run_folder(args, command)
     started = time.time()
     interrupted: Interrupted | None = None
     problems: list[str] = []
     try:
-        with Progress() as progress, playbook_run(
+        with Progress(final_only=require_ready) as progress, playbook_run(
                 playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
                 private_data_dir=str(folder / "runner"), event_handler=progress) as run:
             events, stats, rc = list(run.events), run.stats, run.rc
@@ -340,8 +341,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
             events = list(run.events)
             outcomes = host_outcomes(events, run.stats)
             rc = run.rc
+        # A router is not recovered as a server is: its own verdict says what to do.
         failed = sorted(h for h, o in outcomes.items()
-                        if o.verdict_name in args.recover_verdicts)
+                        if o.verdict_name in args.recover_verdicts and not is_router(o))
         stamp = time.strftime("%H:%M:%S")
         say(f"[{stamp}] #{number} " + "; ".join(
             f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))

@@ -14,8 +14,38 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def is_router(o: HostOutcome) -> bool:
+    """A router's outcome carries its own verdict, with its worker counts (health.yml)."""
+    return bool((o.verdict or {}).get("router"))
+
+
+def router_metric_lines(routers: dict[str, HostOutcome]) -> list[str]:
+    """Each router's verdict, readiness and workers: clients reach the fleet only through it."""
+    lines = ["# HELP sglang_fleet_router_verdict 1 for the router's current verdict, 0 for others.",
+             "# TYPE sglang_fleet_router_verdict gauge"]
+    for host, o in sorted(routers.items()):
+        for verdict in VERDICTS:
+            lines.append(f'sglang_fleet_router_verdict{{router="{_label(host)}",'
+                         f'verdict="{verdict}"}} {int(o.verdict_name == verdict)}')
+    lines += ["# HELP sglang_fleet_router_ready 1 when the router lists a healthy worker and "
+              "answered a request through it.",
+              "# TYPE sglang_fleet_router_ready gauge"]
+    lines += [f'sglang_fleet_router_ready{{router="{_label(h)}"}} '
+              f'{int(o.verdict_name == "ready")}' for h, o in sorted(routers.items())]
+    lines += ["# HELP sglang_fleet_router_workers The router's workers, as it lists them.",
+              "# TYPE sglang_fleet_router_workers gauge"]
+    for host, o in sorted(routers.items()):
+        counts = (o.verdict or {}).get("router") or {}
+        for state in ("registered", "healthy"):
+            lines.append(f'sglang_fleet_router_workers{{router="{_label(host)}",'
+                         f'state="{state}"}} {int(counts.get(state) or 0)}')
+    return lines
+
+
 def prometheus_text(outcomes: dict[str, HostOutcome], observed_at: float, observations: int,
                     recoveries: dict[str, int]) -> str:
+    routers = {h: o for h, o in outcomes.items() if is_router(o)}
+    outcomes = {h: o for h, o in outcomes.items() if h not in routers}
     lines = [
         "# HELP sglang_fleet_server_verdict 1 for the server's current verdict, 0 for others.",
         "# TYPE sglang_fleet_server_verdict gauge",
@@ -50,6 +80,7 @@ def prometheus_text(outcomes: dict[str, HostOutcome], observed_at: float, observ
               "observation ended.",
               "# TYPE sglang_fleet_watch_last_observation_timestamp_seconds gauge",
               f"sglang_fleet_watch_last_observation_timestamp_seconds {observed_at:.3f}"]
+    lines += router_metric_lines(routers) if routers else []
     return "\n".join(lines) + "\n"
 
 

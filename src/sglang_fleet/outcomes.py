@@ -22,22 +22,25 @@ _STAGE_OF_FILE = {"main.yml": "spec", "spec.yml": "spec", "identity.yml": "spec"
                   "ready.yml": "health",
                   "verdict.yml": "health"}
 # The router role: refused settings fail at "spec" (exit 2, like a server's); the router's view
-# beside a verdict is "health"; install, service, membership and drain steps are "deploy".
-_ROUTER_STAGE_OF_FILE = {"spec.yml": "spec", "view.yml": "health"}
+# beside a verdict, and its own verdict, are "health"; install, service, membership and drain
+# steps are "deploy".
+_ROUTER_STAGE_OF_FILE = {"spec.yml": "spec", "view.yml": "health", "health.yml": "health"}
 
 
 def gate_result(action: str, res: dict[str, Any]) -> dict[str, Any] | None:
-    """The gate's result a task event carries: an sglang_health observation's, or the one the
-    node check (sglang_node) took when nothing was to change; None for any other event."""
+    """The gate's result a task event carries: an sglang_health observation's, the one the
+    node check (sglang_node) took when nothing was to change, or a router's own verdict (its
+    report's visit: sglang_router_probe, or its check's, sglang_router_node); None for any
+    other event."""
     found = res if action == "sglang_health" else (res.get("gate") or {}) \
-        if action == "sglang_node" else {}
+        if action in ("sglang_node", "sglang_router_node", "sglang_router_probe") else {}
     return found if found.get("verdict") else None
 
 
 def _verdict(res: dict[str, Any]) -> dict[str, Any]:
     return {k: res.get(k) for k in ("verdict", "phase", "reason", "progress_text", "headline",
                                     "evidence", "cause", "failure", "advice", "stopped_by",
-                                    "stopped_at")}
+                                    "stopped_at", "router")}
 
 
 def stage_of(data: dict[str, Any]) -> str | None:
@@ -107,7 +110,14 @@ class HostOutcome:
         return (self.recovery or {}).get("evidence")
 
 
-def _message(res: dict[str, Any]) -> str:
+def failure_message(res: dict[str, Any]) -> str:
+    """A failure's message; a loop's (a router's membership, one item per router) is its
+    failed items' own, not Ansible's "One or more items failed"."""
+    items = res.get("results") if isinstance(res.get("results"), list) else []
+    said = [str(r["msg"]).strip() for r in items
+            if isinstance(r, dict) and r.get("failed") and r.get("msg")]
+    if said:
+        return "; ".join(dict.fromkeys(said))
     msg = res.get("msg")
     if msg is None:
         msg = res.get("stderr") or res.get("module_stderr") or ""
@@ -172,7 +182,7 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         if not host:
             continue
         if data.get("task") == REFUSED_RUN_TASK and kind == "runner_on_failed":
-            refused_run.append(_message(data.get("res") or {}))
+            refused_run.append(failure_message(data.get("res") or {}))
             continue
         res = data.get("res") or {}
         # Modules by their short names: the playbooks call them as sglang.fleet.<module>.
@@ -184,15 +194,16 @@ def host_outcomes(events: list[dict[str, Any]], stats: dict[str, Any] | None,
         if stage and kind in _RAN:
             stages = get(host).stages
             if kind != "runner_on_ok" and not data.get("ignore_errors"):
-                stages[stage] = _message(res) or data.get("task", "failed")
+                stages[stage] = failure_message(res) or data.get("task", "failed")
             else:
                 stages.setdefault(stage, None)
         if kind == "runner_on_unreachable":
             o = get(host)
-            o.status, o.message, o.failed_task = "unreachable", _message(res), data.get("task", "")
+            o.status, o.message = "unreachable", failure_message(res)
+            o.failed_task = data.get("task", "")
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             o = get(host)
-            o.message, o.failed_task = _message(res), data.get("task", "")
+            o.message, o.failed_task = failure_message(res), data.get("task", "")
         _read_result(get(host), kind, action, res)
     _apply_recap(out, stats or {}, interrupted, refused_run[0] if refused_run else None)
     return out

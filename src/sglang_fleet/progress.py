@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sglang_fleet.outcomes import REFUSED_RUN_TASK, gate_result, stage_of
+from sglang_fleet.outcomes import REFUSED_RUN_TASK, failure_message, gate_result, stage_of
 from sglang_fleet.reasons import group_by_reason, hosts_text, without_host
 from sglang_fleet_node.sglang_fleet_classify import progressing_reason
 from sglang_fleet_node.sglang_fleet_text import inert
@@ -80,13 +80,17 @@ class Progress:
 
     def __init__(self, stream: TextIO | None = None, tty: bool | None = None,
                  heartbeat_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, indent: str = ""):
+                 clock: Callable[[], float] = time.monotonic, indent: str = "",
+                 final_only: bool = False):
         self.out = stream or sys.stdout
         self.tty = self.out.isatty() if tty is None else tty
         self.heartbeat_s = heartbeat_s or float(
             os.environ.get("SGLANG_FLEET_PROGRESS_INTERVAL") or HEARTBEAT_S)
         self.clock = clock
         self.indent = indent
+        # For a command that only observes (health): in plain mode, one line per host, its
+        # last state, said when the run ends (a heartbeat still says that it runs).
+        self.final_only = final_only and not self.tty
         self.hosts: dict[str, HostLine] = {}
         self.drawn = 0
         self.started = clock()
@@ -131,11 +135,13 @@ class Progress:
         host = data.get("host")
         if self.refusals and data.get("task_uuid") != self.refusals[0][0]:
             self._flush_refusals()  # the refusing task is over: say each reason once
-        if kind == "playbook_on_play_start" and not self.tty:
+        if kind == "playbook_on_play_start" and not self.tty and not self.final_only:
             self.play = str(data.get("play", ""))  # said with its first host's line
         if kind == "playbook_on_stats":
             for line in self.hosts.values():
                 line.busy = False
+            if self.final_only:
+                self._show_final()
         if not host:
             return
         stage = stage_of(data) or ""
@@ -177,7 +183,7 @@ class Progress:
             self._flush_refusals()
             self.emit(_first_line(res.get("msg")))
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            message = str(res.get("msg") or res.get("stderr") or res.get("module_stderr") or "")
+            message = failure_message(res)
             if stage == "spec" and message:
                 self.refusals.append((data.get("task_uuid") or "", host, message))
                 return
@@ -208,9 +214,14 @@ class Progress:
         line.text = text
         if self.tty:
             self.redraw()
-        elif changed:
+        elif changed and not self.final_only:
             line.named = False
             self._show(host, line)
+
+    def _show_final(self) -> None:
+        for host, line in sorted(self.hosts.items()):
+            if line.text:
+                self._show(host, line)
 
     def _show(self, host: str, line: HostLine, suffix: str = "") -> None:
         line.shown_at = self.clock()
@@ -237,7 +248,7 @@ class Progress:
                 # What keeps a busy host quiet (a task, a gate phase) is said once after a
                 # third of the heartbeat, then every heartbeat.
                 early = not line.named and quiet >= self.heartbeat_s / 3
-                if line.busy and (quiet >= self.heartbeat_s or early):
+                if line.busy and (quiet >= self.heartbeat_s or early) and not self.final_only:
                     line.named = True
                     line.text = self._current(line, now)
                     line.prefix = "GATE" if line.gate is not None else ""

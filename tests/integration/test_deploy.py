@@ -7,7 +7,7 @@ import stat
 import pytest
 import requests
 
-from sglang_fleet.testfleet.local import http_status, make_fleet
+from sglang_fleet.testfleet.local import http_status, make_fleet, run_playbook
 from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 # Task banners name the role by its collection name.
@@ -84,6 +84,19 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet):
     # The node check's one module run asked each server; no gate poll was needed.
     assert all(f"GATE [{h}]: ready: /health answered 200" in run.output for h in fleet.hosts)
     assert "TASK [sglang.fleet.sglang_server : Observe the server" not in run.output
+
+
+def test_a_fleet_without_a_router_gets_no_host_pattern_warning(fleet):
+    """An inventory without a sglang_routers group runs every playbook without Ansible's
+    "Could not match supplied host pattern" (a --limit that matches nothing still warns)."""
+    assert "Could not match supplied host pattern" not in fleet.first_run.output
+    for playbook in ("playbooks/health.yml", "playbooks/router.yml"):
+        run = run_playbook(playbook, fleet.inventory, fleet.extra)
+        assert "Could not match supplied host pattern" not in run.output, (playbook, run.output)
+    assert run.rc == 0, run.output[-3000:]
+    typo = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra, "--limit",
+                        "sim-node-9")
+    assert "Could not match supplied host pattern" in typo.output
 
 
 def test_check_mode_with_diff_shows_the_change_and_touches_nothing(fleet):

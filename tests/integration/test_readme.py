@@ -171,3 +171,15 @@ def test_the_readme_stays_an_operators_page():
     defaults = yaml.safe_load((REPO / "roles/sglang_server/defaults/main.yml").read_text())
     for name in set(re.findall(r"\b(sglang_server_[a-z_]+[a-z])\b", text)):
         assert name in defaults or name in ("sglang_server_launch_spec",), name
+
+
+def test_every_relative_link_and_image_of_the_docs_resolves():
+    """A link or image in docs/*.md is relative to docs/, as a Markdown viewer reads it."""
+    broken = []
+    for page in sorted((REPO / "docs").glob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.name}: {target}")
+    assert not broken, broken

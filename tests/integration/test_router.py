@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ import yaml
 from sglang_fleet.loadgen import Load, summarize
 from sglang_fleet.runner import playbook_run
 from sglang_fleet.testfleet.local import (
+    BIN,
+    REPO,
+    ansible_env,
+    loopback_http_server,
     make_fleet,
     run_playbook,
     sglang_fleet,
@@ -325,6 +330,104 @@ def test_membership_follows_the_verdict_and_health_reports_the_disagreement(flee
     assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
 
 
+def _router_metrics(fleet, folder: Path) -> str:
+    prom = folder / "fleet.prom"
+    watched = cli(fleet, "watch", "--count", "1", "--run-dir", str(folder),
+                  "--metrics-file", str(prom))
+    assert prom.is_file(), watched.stdout[-3000:]
+    return prom.read_text()
+
+
+def test_health_judges_the_router_and_a_router_deployed_alone_takes_its_servers_back(
+        fleet, tmp_path):
+    """health (the CLI and the playbook) and watch give the router a row, a verdict and
+    metrics, with one line per host before the table; a router that is down fails health;
+    deployed alone (`deploy.yml --limit sim-router`) it observes the servers the run did not
+    deploy and adds the ready ones back before it reports ok."""
+    hosts = [*fleet.hosts, "sim-router"]
+    run = cli(fleet, "health", "--run-dir", str(tmp_path / "up"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    lines = run.stdout.strip().splitlines()
+    for host in hosts:
+        assert len([x for x in lines if f"[{host}]" in x]) == 1, (host, run.stdout)
+    # One line per host, a blank line, the table's header and rows, the result line.
+    assert len(lines) == len(hosts) + 1 + 1 + len(hosts) + 1, run.stdout
+    assert not [x for x in lines if "deploy:" in x or x.startswith("PLAY ")], run.stdout
+    assert (f"[{fleet.hosts[0]}] ready: /health answered 200; router sim-router: registered, "
+            "healthy") in run.stdout
+    assert re.search(r"^sim-router +ok +ready +2 of 2 workers healthy$", run.stdout, re.M)
+
+    stopped = fleet.stop("--limit", "sim-router")
+    fleet.outputs.append(stopped.output)
+    assert stopped.rc == 0, stopped.output[-3000:]
+    down = cli(fleet, "health", "--run-dir", str(tmp_path / "down"))
+    assert down.returncode == 1, down.stdout[-3000:]
+    summary = json.loads((tmp_path / "down" / "summary.json").read_text())
+    assert {h: r["verdict"] for h, r in summary["hosts"].items()} == {
+        **{h: "ready" for h in fleet.hosts}, "sim-router": "absent"}
+    said = " ".join(down.stdout.split())
+    assert f"nothing answers at {fleet.router_url}" in said and "no client reaches the fleet" \
+        in said
+    assert "Fix: start it: ansible-playbook deploy.yml --limit sim-router" in said
+    playbook = run_playbook("playbooks/health.yml", fleet.inventory, fleet.extra)
+    fleet.outputs.append(playbook.output)
+    assert playbook.rc != 0 and playbook.failed_hosts() == {"sim-router"}, playbook.output[-3000:]
+    metrics = _router_metrics(fleet, tmp_path / "watch-down")
+    assert 'sglang_fleet_router_ready{router="sim-router"} 0' in metrics
+    assert 'sglang_fleet_router_verdict{router="sim-router",verdict="absent"} 1' in metrics
+
+    alone = fleet.deploy("--limit", "sim-router")
+    fleet.outputs.append(alone.output)
+    assert alone.rc == 0, alone.output[-3000:]
+    text = " ".join(alone.output.split())
+    assert (f"sim-router: 2 ready server(s) this run did not deploy added back "
+            f"({', '.join(fleet.hosts)})") in text
+    assert "2 workers registered, 2 healthy; one request answered through it" in text
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+    metrics = _router_metrics(fleet, tmp_path / "watch-up")
+    assert 'sglang_fleet_router_ready{router="sim-router"} 1' in metrics
+    assert 'sglang_fleet_router_workers{router="sim-router",state="healthy"} 2' in metrics
+    again = fleet.deploy("--limit", "sim-router")
+    fleet.outputs.append(again.output)
+    assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
+
+
+def test_a_deploy_of_one_host_never_takes_another_hosts_server_out_of_the_router(fleet):
+    """The router lists workers by URL only. When another host's server serves the URL a host
+    was configured for, that host's deploy leaves the URL in the router: its node says the
+    port is served by another deployment (by the marker its processes carry)."""
+    first, second = fleet.hosts
+    taken = fleet.url(first)
+    stopped = fleet.stop("--limit", f"{first},{second}")
+    fleet.outputs.append(stopped.output)
+    assert stopped.rc == 0, stopped.output[-3000:]
+    # The second host's server moves to the port the first host is configured for.
+    fleet.set_host_vars(second, {"sglang_server_port": fleet.port(first)})
+    try:
+        moved = fleet.deploy("--limit", second)
+        fleet.outputs.append(moved.output)
+        assert moved.rc == 0, moved.output[-3000:]
+        assert view(fleet) == {taken: True}, "the second host's server now serves that URL"
+
+        clash = fleet.deploy("--limit", first)
+        fleet.outputs.append(clash.output)
+        text = " ".join(clash.output.split())
+        assert f"{first}: left router sim-router ({taken})" not in text
+        assert (f"{first}: left {taken} in router sim-router: another deployment serves that "
+                f"URL (pid ") in text
+        assert f"deployment {second}:Kimi-K2.5-{fleet.port(first)}, " in text
+        assert view(fleet) == {taken: True}, "the other host's healthy server stays in"
+        moved_back = fleet.stop("--limit", second)
+        fleet.outputs.append(moved_back.output)
+        assert moved_back.rc == 0, moved_back.output[-3000:]
+    finally:
+        (fleet.inventory / "host_vars" / f"{second}.yml").unlink()
+    back = fleet.deploy()
+    fleet.outputs.append(back.output)
+    assert back.rc == 0, back.output[-3000:]
+    assert view(fleet) == {fleet.url(h): True for h in fleet.hosts}
+
+
 def _node_state(fleet) -> dict[str, tuple[int, int]]:
     """Every file of the nodes and the router, with its size and modification time."""
     return {str(path): (path.stat().st_size, path.stat().st_mtime_ns)
@@ -446,3 +549,67 @@ def test_a_router_beside_a_server_on_one_host_is_checked_in_the_same_task(tmp_pa
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def test_the_routers_first_install_says_what_it_does_and_how_long_it_took(tmp_path):
+    """A router host without the pinned release installs it with pip (about a minute from the
+    package index): the run says so before pip starts and how long it took after. A re-run
+    finds it installed and says nothing of it."""
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005, router=tmp_path / "fresh-venv")
+    try:
+        first = fleet.deploy()
+        text = " ".join(first.output.split())
+        assert first.rc == 0, first.output[-3000:]
+        said = (f"sim-router: installing sglang-router==0.3.2 with pip into {tmp_path}/fresh-venv "
+                "(about a minute, from the package index; docs/router.md says how to "
+                "pre-install it)")
+        assert said in text
+        took = re.search(r"sim-router: installed sglang-router==0.3\.2 in (\d+) s", text)
+        assert took and text.index(said) < took.start() < text.index("sim-router: router "
+                                                                     "started at"), text[-3000:]
+        assert (tmp_path / "fresh-venv" / "bin" / "sglang-router").exists()
+        again = fleet.deploy()
+        assert again.rc == 0 and "installing sglang-router" not in again.output
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+class _RouterDyingOnRemoval(BaseHTTPRequestHandler):
+    """A router that lists one worker, then dies as the worker's removal reaches it."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        body = json.dumps({"workers": [{"id": "w1", "url": "http://10.0.0.1:30000",
+                                        "is_healthy": True, "worker_type": "regular"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def do_DELETE(self):  # noqa: N802
+        self.close_connection = True  # no answer: the router is gone
+        self.connection.close()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_router_killed_mid_roll_is_named_with_what_to_do():
+    """A router that stops answering while a server leaves it fails the membership step with
+    the router's name and the fix, not with a bare "One or more items failed"."""
+    args = {"router_url": "", "router_name": "sim-router", "worker_url": "http://10.0.0.1:30000",
+            "state": "absent", "timeout": 5}
+    with loopback_http_server(_RouterDyingOnRemoval) as url:
+        proc = subprocess.run(
+            [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+             "-e", f"ansible_python_interpreter={sys.executable}", "-m",
+             "sglang.fleet.sglang_router_member", "-a", json.dumps({**args, "router_url": url})],
+            cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, said[-2000:]
+    assert ("router sim-router stopped answering while http://10.0.0.1:30000 left it (DELETE "
+            f"{url}/workers/w1") in said, said[-2000:]
+    assert ("no client reaches the fleet through it. Fix: start it again with ansible-playbook "
+            "deploy.yml --limit sim-router (it adds back every ready server), then re-run this "
+            "deploy") in said

@@ -33,6 +33,12 @@ def test_a_stall_says_what_it_waits_on_the_rank_to_dump_the_nccl_variables_and_t
     assert block[5] == "Evidence: /ev/n1/x"
 
 
+def test_a_stall_of_eight_ranks_names_every_rank_to_dump():
+    ranks = [{"pid": 5000 + r, "cmdline": f"sglang::scheduler_TP{r}"} for r in range(8)]
+    advice = stall_advice("capturing_cuda_graph", ranks)
+    assert "py-spy dump --pid 5000 (and 5001, 5002, 5003, 5004, 5005, 5006, 5007);" in advice
+
+
 def test_a_fault_of_the_node_says_fix_the_node_and_names_no_rule():
     verdict = {"verdict": "crashed", "phase": "loading_weights", "cause": "environment",
                "headline": "crashed in loading_weights: the kernel's OOM killer killed pid 7"}
