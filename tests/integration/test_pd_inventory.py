@@ -5,6 +5,7 @@ only while its KV bootstrap server answers too."""
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -247,3 +248,18 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def test_the_pd_example_holds_its_router_and_passes_check_with_its_keys_set(monkeypatch):
+    """The example's clients come in through its router in PD mode, whose keys come from the
+    controller's environment as the servers' key does."""
+    for name in ("SGLANG_API_KEY", "SGLANG_ROUTER_API_KEY", "SGLANG_ROUTER_ADMIN_KEY"):
+        monkeypatch.setenv(name, secrets.token_hex(24))
+    example = "inventory/examples/pd-deepseek-v3"
+    check = sglang_fleet("check", "-i", example)
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert "result: ok (exit 0): 3 hosts checked" in flat(check.stdout), check.stdout[-3000:]
+    monkeypatch.delenv("SGLANG_ROUTER_ADMIN_KEY")
+    unset = sglang_fleet("check", "-i", example)
+    assert unset.returncode == 2 and "SGLANG_ROUTER_ADMIN_KEY is not set on the controller" \
+        in flat(unset.stdout), unset.stdout[-3000:]
