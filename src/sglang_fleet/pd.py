@@ -221,3 +221,45 @@ def prefill_wait(deployment: str, prefills: dict[str, str | None]) -> str:
     judged = ", ".join(f"{host} {verdict}" for host, verdict in sorted(prefills.items()))
     return (f"no prefill of PD deployment {deployment} is ready ({judged}): every request "
             f"through the router would fail, so the decode stays out until one is back")
+
+
+SIDE_GROUP_PREFIX = "sglang_fleet__pd_side__"
+
+
+def held_side(host: str, members: dict[str, dict[str, Any]], run_hosts: Sequence[str]) -> str:
+    """The in-memory group (SIDE_GROUP_PREFIX + deployment + side) that names `host` as one
+    server of a PD side a deploy must not take out whole; '' when it is none. `members` maps
+    each host of its deployment's group to its `mode`, `unit` (its multi-node group, or the
+    host) and `keep` (sglang_server_pd_keep_side_serving); `run_hosts` are the play's hosts in
+    order. A side qualifies when it has two servers or more, all of them in this run (one
+    outside it keeps serving), and none of its hosts lets it go whole; a multi-node server
+    counts once, by its first host of the run, so that a cut never splits its nodes."""
+    me = members.get(host) or {}
+    if me.get("mode") not in ("prefill", "decode"):
+        return ""
+    side = {h: m for h, m in members.items() if m.get("mode") == me["mode"]}
+    units = {m["unit"] for m in side.values()}
+    in_run = [h for h in run_hosts if h in side]
+    if (len(units) < 2 or len(in_run) < len(side)
+            or not all(m.get("keep", True) for m in side.values())):
+        return ""
+    first = next(h for h in in_run if side[h]["unit"] == me["unit"])
+    return f"{SIDE_GROUP_PREFIX}{me['deployment']}__{me['mode']}" if first == host else ""
+
+
+def keep_sides_serving(batches: Sequence[Sequence[str]],
+                       sides: Sequence[set[str]]) -> list[list[str]]:
+    """`batches` cut so that none holds every server of a side: a batch ends before the
+    server that would complete one (`sides`: the first host of each server of a side, as
+    held_side groups them); the nodes after it, its own included, start the next batch."""
+    out: list[list[str]] = []
+    for batch in batches:
+        current: list[str] = []
+        for host in batch:
+            if current and any(host in side and side <= {*current, host} for side in sides):
+                out.append(current)
+                current = []
+            current.append(host)
+        out.append(current)
+    return [b for b in out if b]
+

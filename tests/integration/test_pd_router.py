@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -246,3 +247,46 @@ def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_req
         holder.close()
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def whole_sides_out(output: str, sides: list[list[str]]) -> list[list[str]]:
+    """The sides whose servers were all out of the router at once during a run, read from
+    its membership lines in the order it printed them."""
+    out: set[str] = set()
+    seen = []
+    for host, verb in re.findall(r"(sim-node-\d+): (left|joined) router", output):
+        (out.add if verb == "left" else out.discard)(host)
+        seen += [side for side in sides if set(side) <= out and side not in seen]
+    return seen
+
+
+def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_path, venv):
+    """Two prefills and two decodes changed by one deploy without sglang_fleet_serial: one
+    batch would restart them all (both decodes out of the router at once: a full outage).
+    The batches hold one server of each side back, and no request through the router fails."""
+    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2)
+    prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
+                    prefix="whole").start()
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        run = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 2})
+        done = sum(r.completed for r in load.requests)
+        wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=30)
+        load.stop()
+        rolled = summarize(load.wait())
+        assert run.rc == 0 and run.changed_hosts() == set(fleet.hosts), run.output[-3000:]
+        assert rolled["failed"] == 0, rolled["failures"][:5]
+        assert flat(run.output).count("; drained in ") == 4, run.output[-3000:]
+        assert whole_sides_out(run.output, [prefills, decodes]) == [], run.output[-3000:]
+        # An inventory that lets the sides go whole: one batch, as it says.
+        whole = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 1,
+                                    "sglang_server_pd_keep_side_serving": False})
+        assert whole.rc == 0, whole.output[-3000:]
+        assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+

@@ -6,7 +6,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from sglang_fleet.pd import deployment_errors, prefill_wait
+from sglang_fleet.pd import (
+    deployment_errors,
+    held_side,
+    keep_sides_serving,
+    prefill_wait,
+)
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
@@ -199,3 +204,34 @@ def test_a_decode_kept_out_says_why_whether_or_not_it_was_in():
     assert filters.view_text(removed, "d1", "ready", "no prefill ...") == (
         "d1: router r1: registered as decode, healthy, load 0 (gate: ready); removed it: "
         "no prefill ...")
+
+
+def _members(**hosts):
+    """deployment d's hosts: name -> (mode, unit, keep)."""
+    return {h: {"deployment": "d", "mode": m, "unit": u or h, "keep": k}
+            for h, (m, u, k) in hosts.items()}
+
+
+def test_a_side_of_two_servers_in_the_run_is_held_by_the_first_host_of_each_server():
+    members = _members(p1=("prefill", None, True), p2=("prefill", None, True),
+                       d1=("decode", "dg1", True), d1b=("decode", "dg1", True),
+                       d2=("decode", "dg2", True), d2b=("decode", "dg2", True))
+    run = ["p1", "p2", "d1", "d1b", "d2", "d2b"]
+    assert [held_side(h, members, run) for h in run] == [
+        "sglang_fleet__pd_side__d__prefill", "sglang_fleet__pd_side__d__prefill",
+        "sglang_fleet__pd_side__d__decode", "", "sglang_fleet__pd_side__d__decode", ""]
+    # The cut falls before the second decode's first node: its nodes stay together.
+    sides = [{"p1", "p2"}, {"d1", "d2"}]
+    assert keep_sides_serving([run], sides) == [["p1"], ["p2", "d1", "d1b"], ["d2", "d2b"]]
+
+
+def test_a_side_that_cannot_or_may_go_whole_is_not_held():
+    one = _members(p1=("prefill", None, True), d1=("decode", None, True))
+    assert held_side("p1", one, ["p1", "d1"]) == ""  # one server: nothing to keep serving
+    two = _members(p1=("prefill", None, True), p2=("prefill", None, True),
+                   d1=("decode", None, True))
+    assert held_side("p1", two, ["p1", "d1"]) == ""  # p2 is outside the run: it serves
+    let_go = _members(p1=("prefill", None, True), p2=("prefill", None, False))
+    assert held_side("p1", let_go, ["p1", "p2"]) == ""  # the inventory says so
+    assert held_side("x", {"x": {"mode": None}}, ["x"]) == ""
+
