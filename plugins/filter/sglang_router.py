@@ -8,7 +8,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_fleet.pd import prefill_wait
+    from sglang_fleet.pd import prefill_wait, router_side_gap
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
     from sglang_fleet.router_spec import (
@@ -176,6 +176,18 @@ def pd_wait(server, groups, hostvars):
     return prefill_wait(pd["deployment"], prefills)
 
 
+def pd_router_gaps(results, host, deployment, groups, run_hosts):
+    """A recovered PD server's routers (sglang_router_probe's results, one per router) that
+    still list no healthy server of one side of its deployment, one line each ('' when
+    none; see pd.router_side_gap)."""
+    _need_package()
+    outside = [h for h in groups.get(str(deployment), []) if h not in set(run_hosts or [])]
+    lines = [router_side_gap(str(host), r["item"]["name"], str(deployment),
+                             r.get("workers") or [], outside)
+             for r in results or [] if not r.get("skipped") and not r.get("workers_error")]
+    return "\n".join(line for line in lines if line)
+
+
 def membership_text(results, host, worker_url, pd_wait_reason=""):
     """One line per server for what its membership tasks changed ('' when nothing did); a
     decode kept out for want of a ready prefill (pd_wait) says so whether or not it was in."""
@@ -227,6 +239,7 @@ class FilterModule(object):
             "sglang_fleet_routers_of": routers_of,
             "sglang_fleet_routers_to_call": routers_to_call,
             "sglang_fleet_membership_due": membership_due,
+            "sglang_fleet_pd_router_gaps": pd_router_gaps,
             "sglang_fleet_router_report_current": report_current,
             "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_host_view": router_host_view,

@@ -29,6 +29,8 @@ KV_AGREEMENT: tuple[tuple[str, str], ...] = (
 )
 # ... and the environment variable that sets the DSv4 KV layout beside them.
 KV_LAYOUT_ENV = "SGLANG_DSV4_KV_LAYOUT"
+# The inventory variables that make a server one side of a PD deployment.
+PD_SIDE_VARS = ("sglang_server_pd_deployment", "sglang_server_disaggregation_mode")
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
@@ -262,4 +264,37 @@ def keep_sides_serving(batches: Sequence[Sequence[str]],
             current.append(host)
         out.append(current)
     return [b for b in out if b]
+
+
+def decodes_beside(selected: Sequence[str], sides: dict[str, tuple[Any, Any]],
+                   groups: dict[str, list[str]]) -> list[str]:
+    """The decodes a recovery of `selected` holds beside them: each selected prefill's
+    deployment's decodes that it did not select. A decode leaves the routers while no prefill
+    of its deployment is ready, so the run that brings a prefill back must put them back too.
+    `sides` maps each server to its (pd_deployment, disaggregation_mode)."""
+    chosen = set(selected)
+    out: list[str] = []
+    for host in selected:
+        deployment, mode = sides.get(host, (None, None))
+        if mode != "prefill" or not deployment:
+            continue
+        out += [h for h in groups.get(str(deployment), []) if h not in chosen
+                and h not in out and sides.get(h, (None, None))[1] == "decode"]
+    return out
+
+
+def router_side_gap(host: str, router: str, deployment: str,
+                    workers: Sequence[dict[str, Any]], outside: Sequence[str]) -> str:
+    """Why a PD server's recovery did not bring its deployment back through `router`: the
+    sides its worker list (GET /workers) holds no healthy worker of; '' when it holds both.
+    `outside`: the deployment's hosts this run did not hold."""
+    healthy = {w.get("worker_type") for w in workers if w.get("is_healthy")}
+    missing = [side for side in ("prefill", "decode") if side not in healthy]
+    if not missing:
+        return ""
+    held = (f"; {', '.join(outside)} {'was' if len(outside) == 1 else 'were'} outside this "
+            f"run" if outside else "")
+    return (f"{host}: recovered, but router {router} lists no healthy {' and no '.join(missing)} "
+            f"server of PD deployment {deployment}: every request through it fails{held}. "
+            f"Fix: recover the deployment as a unit: sglang-fleet recover --limit {deployment}")
 

@@ -16,7 +16,13 @@ import pytest
 import requests
 
 from sglang_fleet.loadgen import Load, routed_to, summarize
-from sglang_fleet.testfleet.local import make_pd_fleet, pd_bootstrap_port, sglang_fleet, wait_for
+from sglang_fleet.testfleet.local import (
+    make_pd_fleet,
+    pd_bootstrap_port,
+    run_playbook,
+    sglang_fleet,
+    wait_for,
+)
 from sglang_fleet.testfleet.router import router_venv, router_workers
 from sglang_fleet_node import sglang_fleet_procs as procs
 
@@ -286,6 +292,66 @@ def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_pat
                                     "sglang_server_pd_keep_side_serving": False})
         assert whole.rc == 0, whole.output[-3000:]
         assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(tmp_path, venv):
+    """One prefill and one decode: when the prefill dies, the decode leaves the router. The
+    recovery of the prefill, by `recover --limit` or `watch --recover`, puts the decode back
+    in the same run and says ok only then; a recovery that cannot (the decode outside a plain
+    playbook's --limit) fails, naming the side the router lacks."""
+    fleet = make_pd_fleet(tmp_path, router=venv)
+    prefill, decode = fleet.hosts
+    both = {fleet.url(prefill), fleet.url(decode)}
+    extra = ["-i", str(fleet.inventory), "-e", json.dumps(fleet.extra)]
+
+    def healthy() -> set[str]:
+        return {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                if w["is_healthy"]}
+
+    def prefill_dies_and_the_decode_leaves(name: str) -> None:
+        os.kill(fleet.server_pid(prefill), signal.SIGKILL)
+        watched = sglang_fleet("watch", "--count", "1", "--run-dir", str(tmp_path / name),
+                               *extra)
+        assert f"{prefill} crashed" in flat(watched.stdout), watched.stdout[-3000:]
+        assert router_workers(fleet.router_url) == [], watched.stdout[-3000:]
+
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        prefill_dies_and_the_decode_leaves("watch-1")
+        # The fleet's own advice: recover the prefill.
+        recovered = sglang_fleet("recover", "--limit", prefill, "--run-dir",
+                                 str(tmp_path / "recover"), *extra)
+        out = flat(recovered.stdout)
+        assert recovered.returncode == 0 and "result: ok" in out, out[-3000:]
+        assert f"[{decode}] joined router sim-router" in out, out[-3000:]
+        assert healthy() == both
+        answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
+            "text": "hello", "sampling_params": {"max_new_tokens": 4}})
+        assert answer.status_code == 200, answer.text
+
+        # The same under watch --recover, which exits 0 after the good recovery.
+        os.kill(fleet.server_pid(prefill), signal.SIGKILL)
+        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                               "--run-dir", str(tmp_path / "watch-2"), *extra)
+        out = flat(watched.stdout)
+        assert f"{prefill}: recovered" in out and f"{decode}: not recovered" not in out, \
+            out[-3000:]
+        assert watched.returncode == 0, out[-3000:]
+        wait_for(lambda: healthy() == both, timeout=30)
+
+        # A plain playbook limited to the prefill cannot reach the decode: it says so.
+        prefill_dies_and_the_decode_leaves("watch-3")
+        plain = run_playbook("playbooks/recover.yml", fleet.inventory, fleet.extra,
+                             "--limit", prefill)
+        assert plain.rc != 0, plain.output[-3000:]
+        assert (f"{prefill}: recovered, but router sim-router lists no healthy decode server "
+                f"of PD deployment kimi_pd: every request through it fails; {decode} was "
+                f"outside this run. Fix: recover the deployment as a unit: sglang-fleet "
+                f"recover --limit kimi_pd") in flat(plain.output), plain.output[-3000:]
     finally:
         fleet.stop()
         fleet.kill_leftovers()

@@ -7,10 +7,12 @@ import importlib.util
 from pathlib import Path
 
 from sglang_fleet.pd import (
+    decodes_beside,
     deployment_errors,
     held_side,
     keep_sides_serving,
     prefill_wait,
+    router_side_gap,
 )
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
@@ -234,4 +236,25 @@ def test_a_side_that_cannot_or_may_go_whole_is_not_held():
     let_go = _members(p1=("prefill", None, True), p2=("prefill", None, False))
     assert held_side("p1", let_go, ["p1", "p2"]) == ""  # the inventory says so
     assert held_side("x", {"x": {"mode": None}}, ["x"]) == ""
+
+
+def test_a_recovery_of_a_prefill_holds_its_deployments_decodes():
+    sides = {"p1": ("d", "prefill"), "p2": ("d", "prefill"), "d1": ("d", "decode"),
+             "d2": ("d", "decode"), "x": (None, None), "q1": ("e", "prefill")}
+    groups = {"d": ["p1", "p2", "d1", "d2"], "e": ["q1"]}
+    assert decodes_beside(["p1"], sides, groups) == ["d1", "d2"]
+    assert decodes_beside(["p1", "p2", "d2"], sides, groups) == ["d1"]
+    assert decodes_beside(["d1", "x", "q1"], sides, groups) == []  # a decode recovers alone
+
+
+def test_a_router_without_a_healthy_server_of_a_side_is_named_with_the_fix():
+    prefill = {"url": "http://p", "worker_type": "prefill", "is_healthy": True}
+    decode = {"url": "http://d", "worker_type": "decode", "is_healthy": True}
+    assert router_side_gap("p1", "r", "d", [prefill, decode], []) == ""
+    gap = router_side_gap("p1", "r", "d", [prefill, dict(decode, is_healthy=False)], ["d1"])
+    assert gap == ("p1: recovered, but router r lists no healthy decode server of PD "
+                   "deployment d: every request through it fails; d1 was outside this run. "
+                   "Fix: recover the deployment as a unit: sglang-fleet recover --limit d")
+    assert "lists no healthy prefill and no decode server" in router_side_gap("p1", "r", "d",
+                                                                               [], [])
 
