@@ -298,3 +298,51 @@ def router_side_gap(host: str, router: str, deployment: str,
             f"server of PD deployment {deployment}: every request through it fails{held}. "
             f"Fix: recover the deployment as a unit: sglang-fleet recover --limit {deployment}")
 
+
+def _transfer_text(host: str, kv: dict[str, Any]) -> str:
+    counts = [(kv.get("requests_failed", 0), "request aborted", "requests aborted"),
+              (kv.get("lookups_failed", 0), "failed look-up", "failed look-ups"),
+              (kv.get("prefills_lost", 0), "lost connection", "lost connections")]
+    said = ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
+    return f"{host}: {said or 'KV transfers failed'}; the latest: {kv.get('last_message')}"
+
+
+def _naming(address: str, decodes: dict[str, Any], only_prefill: bool) -> dict[str, Any]:
+    """The decodes whose new KV transfer failures lie with the prefill at `address`: those
+    naming it; or, for the only prefill of its deployment, every ready decode when each has
+    failures that name no prefill (a waiting timeout names only its request): a decode fetches
+    KV only from its own deployment's prefills, and one that all its decodes fail with is
+    the common factor."""
+    news = {h: v["kv_transfer"] for h, v in sorted(decodes.items())
+            if isinstance(v, dict) and v.get("kv_transfer")}
+    named = {h: kv for h, kv in news.items() if address in kv.get("prefills", ())}
+    ready = [h for h, v in decodes.items() if isinstance(v, dict) and v.get("verdict") == "ready"]
+    if named or not only_prefill or not ready or set(ready) - set(news):
+        return named
+    return {h: kv for h, kv in news.items() if not kv.get("prefills")}
+
+
+def named_by_decodes(verdict: dict[str, Any], address: str, decodes: dict[str, Any],
+                     only_prefill: bool = False) -> dict[str, Any]:
+    """A prefill's verdict once its deployment's decodes have been judged in the same run.
+    A decode's verdict names the prefills (bootstrap `host:port`) its KV transfers failed
+    with since its previous look (see _naming for the only prefill); a prefill they lie with
+    is `unhealthy` even though its own checks pass: its HTTP and bootstrap servers answer, but
+    what decodes fetch from it does not arrive (its transfer engine, its RDMA devices, the
+    network between them). `decodes` maps each decode to its verdict; the verdict is
+    returned unchanged when no failure lies with it."""
+    if verdict.get("verdict") != "ready":
+        return verdict
+    named = _naming(address, decodes, only_prefill)
+    if not named:
+        return verdict
+    reason = (f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "
+              f"it fail (bootstrap {address}; "
+              f"{'; '.join(_transfer_text(h, kv) for h, kv in named.items())})")
+    advice = ("the decodes named cannot fetch KV caches from this prefill: check its transfer "
+              "engine's log, its RDMA devices (sglang_server_disaggregation_ib_device) and the "
+              "network to the decodes; the fleet takes it out of its routers meanwhile, and a "
+              "recovery restarts it on the same configuration")
+    evidence = dict(verdict.get("evidence") or {}, decodes_kv_transfer=named)
+    return dict(verdict, verdict="unhealthy", cause=None, reason=reason, advice=advice,
+                headline=f"unhealthy while serving: {reason}", evidence=evidence)

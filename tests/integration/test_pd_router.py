@@ -356,3 +356,38 @@ def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(t
         fleet.stop()
         fleet.kill_leftovers()
 
+
+def test_a_prefill_whose_transfers_fail_is_judged_by_its_decodes_and_taken_out(tmp_path, venv):
+    """The prefill's KV transfers never complete (transfer_hang) while its HTTP and bootstrap
+    servers answer: its own checks pass. The decode fails each request at its waiting timeout
+    and names the prefill's bootstrap address; `watch` judges the prefill unhealthy on that
+    evidence and takes it out of the router (and the decode with it: no prefill is ready)."""
+    fleet = make_pd_fleet(
+        tmp_path, router=venv, prefill_vars={"sglang_server_sim_fault": "transfer_hang"},
+        decode_vars={"sglang_server_extra_env": {
+            "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 3}})
+    port = pd_bootstrap_port(fleet)
+    try:
+        fleet.deploy()  # its request through the router meets the hang too
+        assert {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                if w["is_healthy"]} == {fleet.url("sim-node-1"), fleet.url("sim-node-2")}
+        failed = requests.post(fleet.url("sim-node-2") + "/generate", timeout=60, json={
+            "text": "hello", "sampling_params": {"max_new_tokens": 2},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 7})
+        assert failed.status_code == 500, failed.text
+        watched = sglang_fleet("watch", "--count", "1", "-i", str(fleet.inventory),
+                               "--run-dir", str(tmp_path / "watch"), "-e",
+                               json.dumps(fleet.extra))
+        out = flat(watched.stdout)
+        assert "sim-node-1 unhealthy; sim-node-2 ready" in out, out[-3000:]
+        assert "removed it" in out and watched.returncode != 0, out[-3000:]
+        assert router_workers(fleet.router_url) == []
+        prefill = json.loads((tmp_path / "watch" / "summary.json").read_text())["hosts"][
+            "sim-node-1"]
+        assert prefill["reason"].startswith(
+            f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "
+            f"it fail (bootstrap 127.0.0.1:{port}; sim-node-2: "), prefill
+        assert "timed out after 3.0s in KVPoll.WaitingForInput" in prefill["reason"], prefill
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()

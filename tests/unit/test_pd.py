@@ -11,6 +11,7 @@ from sglang_fleet.pd import (
     deployment_errors,
     held_side,
     keep_sides_serving,
+    named_by_decodes,
     prefill_wait,
     router_side_gap,
 )
@@ -258,3 +259,38 @@ def test_a_router_without_a_healthy_server_of_a_side_is_named_with_the_fix():
     assert "lists no healthy prefill and no decode server" in router_side_gap("p1", "r", "d",
                                                                                [], [])
 
+
+def test_a_prefill_its_decodes_name_in_failed_transfers_is_unhealthy():
+    ready = {"verdict": "ready", "phase": "serving", "reason": "/health answered 200",
+             "headline": "ready: /health answered 200", "evidence": {"health": 200}}
+    kv = {"requests_failed": 2, "lookups_failed": 0, "prefills_lost": 1,
+          "prefills": ["10.0.0.5:8998"], "last_message": "Decode transfer failed ..."}
+    decodes = {"d1": dict(ready, kv_transfer=kv), "d2": ready, "d3": None}
+    judged = named_by_decodes(ready, "10.0.0.5:8998", decodes)
+    assert judged["verdict"] == "unhealthy" and judged["cause"] is None
+    assert judged["headline"] == (
+        "unhealthy while serving: /health and its KV bootstrap server answer, but its decodes' "
+        "KV transfers from it fail (bootstrap 10.0.0.5:8998; d1: 2 requests aborted, 1 lost "
+        "connection; the latest: Decode transfer failed ...)")
+    assert judged["evidence"] == {"health": 200, "decodes_kv_transfer": {"d1": kv}}
+    assert "the fleet takes it out of its routers" in judged["advice"]
+    # Another prefill, or one already judged failed by its own checks, is left as it is.
+    assert named_by_decodes(ready, "10.0.0.6:8998", decodes) is ready
+    crashed = dict(ready, verdict="crashed")
+    assert named_by_decodes(crashed, "10.0.0.5:8998", decodes) is crashed
+
+
+def test_the_only_prefill_is_unhealthy_when_every_ready_decode_fails_transfers_naming_none():
+    """A waiting timeout names only its request: the only prefill of a deployment is the one
+    its decodes failed with when every ready decode failed; one decode alone is its own
+    suspect when there are others."""
+    ready = {"verdict": "ready", "phase": "serving", "reason": "/health answered 200"}
+    timeout = {"requests_failed": 1, "lookups_failed": 0, "prefills_lost": 0, "prefills": [],
+               "last_message": "Decode transfer failed ... timed out after 3.0s"}
+    both = {"d1": dict(ready, kv_transfer=timeout), "d2": dict(ready, kv_transfer=timeout)}
+    judged = named_by_decodes(ready, "10.0.0.5:8998", both, only_prefill=True)
+    assert judged["verdict"] == "unhealthy"
+    assert set(judged["evidence"]["decodes_kv_transfer"]) == {"d1", "d2"}
+    one = {"d1": dict(ready, kv_transfer=timeout), "d2": ready}
+    assert named_by_decodes(ready, "10.0.0.5:8998", one, only_prefill=True) is ready
+    assert named_by_decodes(ready, "10.0.0.5:8998", both, only_prefill=False) is ready
