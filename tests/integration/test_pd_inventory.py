@@ -5,6 +5,7 @@ only while its KV bootstrap server answers too."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import socket
@@ -14,7 +15,7 @@ import pytest
 import requests
 
 from sglang_fleet.testfleet import local
-from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet
+from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
@@ -106,14 +107,35 @@ def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies
         fleet.kill_leftovers()
 
 
-def test_a_prefill_whose_bootstrap_port_is_taken_is_unhealthy_with_the_cause(tmp_path):
-    fleet = make_pd_fleet(tmp_path)
+def test_a_prefill_whose_bootstrap_port_is_taken_is_refused_or_unhealthy_with_the_cause(
+        tmp_path):
+    """Taken before the start, the bootstrap port is refused by the check before the start,
+    as the HTTP port is: nothing starts. Taken while the prefill loads (after that check), the
+    prefill serves on without its bootstrap server, and the gate says so with the cause."""
+    # A prefill that loads for seconds: time to take its port meanwhile.
+    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_time_factor": 0.1})
     port = bootstrap_port(fleet)
     holder = socket.socket()  # this test's own listener holds the prefill's bootstrap port
     holder.bind(("127.0.0.1", port))
     holder.listen()
     try:
-        run = fleet.deploy()
+        refused = fleet.deploy("--limit", "sim-node-1")
+        out = flat(refused.output)
+        assert refused.rc != 0, out[-3000:]
+        assert (f"the prefill's KV bootstrap port 127.0.0.1:{port} is held by {os.getpid()} "
+                f"(") in out, out[-3000:]
+        assert "Fix: stop that program, or set sglang_server_disaggregation_bootstrap_port to " \
+               "a free port" in out
+        assert fleet.processes("sim-node-1") == []
+        holder.close()
+
+        holder = socket.socket()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            deploying = pool.submit(fleet.deploy)
+            wait_for(lambda: fleet.processes("sim-node-1"), timeout=300, interval=0.05)
+            holder.bind(("127.0.0.1", port))
+            holder.listen()
+            run = deploying.result(timeout=600)
         out = flat(run.output)
         assert run.rc != 0, out[-3000:]
         assert (f"port {port} does not answer: no decode server can fetch this prefill's KV "

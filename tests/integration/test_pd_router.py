@@ -224,11 +224,12 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
         fleet.kill_leftovers()
 
 
-def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_request_fails(
+def test_a_prefill_whose_bootstrap_port_is_taken_is_never_registered_and_no_request_fails(
         tmp_path, venv):
     """The router checks only a prefill's HTTP port: registered, a prefill whose bootstrap
     server never bound would fail every request paired with it (about half, with two
-    prefills). The gate judges it unhealthy, so it never joins, and all 200 requests pass."""
+    prefills). Its port held by another program, it is refused before it starts, so it never
+    joins, and all 200 requests pass."""
     fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=1)
     holder = socket.socket()  # this test's own listener holds the second prefill's port
     holder.bind(("127.0.0.1", pd_bootstrap_port(fleet, 1)))
@@ -236,7 +237,8 @@ def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_req
     try:
         run = fleet.deploy()
         assert run.rc != 0 and run.recap["sim-node-2"]["failed"] == 1, run.output[-3000:]
-        assert "no decode server can fetch this prefill's KV cache" in flat(run.output)
+        assert (f"the prefill's KV bootstrap port 127.0.0.1:{pd_bootstrap_port(fleet, 1)} is "
+                f"held by {os.getpid()} (") in flat(run.output), run.output[-3000:]
         workers = {w["url"].rstrip("/"): w["worker_type"]
                    for w in router_workers(fleet.router_url)}
         assert workers == {fleet.url("sim-node-1"): "prefill",
