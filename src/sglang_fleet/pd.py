@@ -307,14 +307,25 @@ def _transfer_text(host: str, kv: dict[str, Any]) -> str:
     return f"{host}: {said or 'KV transfers failed'}; the latest: {kv.get('last_message')}"
 
 
-def _naming(address: str, decodes: dict[str, Any], only_prefill: bool) -> dict[str, Any]:
+def _failed_requests_since(verdict: Any, since: Any) -> bool:
+    """Whether a decode's new KV transfer lines failed requests, the latest of them after
+    `since` (when the prefill began serving): a prefill's restart makes its decodes lose it
+    ("Lost connection ..., 0 requests affected"), which says nothing of the prefill now."""
+    kv = verdict.get("kv_transfer") if isinstance(verdict, dict) else None
+    if not kv or not kv.get("requests_failed"):
+        return False
+    return since is None or kv.get("last_at") is None or kv["last_at"] >= since
+
+
+def _naming(address: str, decodes: dict[str, Any], only_prefill: bool,
+            since: Any = None) -> dict[str, Any]:
     """The decodes whose new KV transfer failures lie with the prefill at `address`: those
     naming it; or, for the only prefill of its deployment, every ready decode when each has
     failures that name no prefill (a waiting timeout names only its request): a decode fetches
     KV only from its own deployment's prefills, and one that all its decodes fail with is
-    the common factor."""
+    the common factor. Only failures of requests since the prefill began serving count."""
     news = {h: v["kv_transfer"] for h, v in sorted(decodes.items())
-            if isinstance(v, dict) and v.get("kv_transfer")}
+            if _failed_requests_since(v, since)}
     named = {h: kv for h, kv in news.items() if address in kv.get("prefills", ())}
     ready = [h for h, v in decodes.items() if isinstance(v, dict) and v.get("verdict") == "ready"]
     if named or not only_prefill or not ready or set(ready) - set(news):
@@ -326,14 +337,15 @@ def named_by_decodes(verdict: dict[str, Any], address: str, decodes: dict[str, A
                      only_prefill: bool = False) -> dict[str, Any]:
     """A prefill's verdict once its deployment's decodes have been judged in the same run.
     A decode's verdict names the prefills (bootstrap `host:port`) its KV transfers failed
-    with since its previous look (see _naming for the only prefill); a prefill they lie with
+    with since its previous look and since the prefill began serving (see _naming for the
+    only prefill); a prefill they lie with
     is `unhealthy` even though its own checks pass: its HTTP and bootstrap servers answer, but
     what decodes fetch from it does not arrive (its transfer engine, its RDMA devices, the
     network between them). `decodes` maps each decode to its verdict; the verdict is
     returned unchanged when no failure lies with it."""
     if verdict.get("verdict") != "ready":
         return verdict
-    named = _naming(address, decodes, only_prefill)
+    named = _naming(address, decodes, only_prefill, verdict.get("since"))
     if not named:
         return verdict
     reason = (f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "

@@ -294,3 +294,19 @@ def test_the_only_prefill_is_unhealthy_when_every_ready_decode_fails_transfers_n
     one = {"d1": dict(ready, kv_transfer=timeout), "d2": ready}
     assert named_by_decodes(ready, "10.0.0.5:8998", one, only_prefill=True) is ready
     assert named_by_decodes(ready, "10.0.0.5:8998", both, only_prefill=False) is ready
+
+
+def test_a_prefills_restart_seen_by_its_decodes_is_no_failure_of_it():
+    """Decodes lose a prefill that restarts (a rolling change): lines that failed no request,
+    or whose latest came before the prefill began serving again, do not judge it."""
+    ready = {"verdict": "ready", "phase": "serving", "since": 1000.0}
+    lost = {"requests_failed": 0, "lookups_failed": 0, "prefills_lost": 2, "last_at": 1500.0,
+            "prefills": ["10.0.0.5:8998"], "last_message": "Lost connection ..."}
+    decodes = {"d1": dict(ready, kv_transfer=lost)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes, only_prefill=True) is ready
+    before = dict(lost, requests_failed=3, last_at=900.0)
+    decodes = {"d1": dict(ready, kv_transfer=before)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes, only_prefill=True) is ready
+    after = dict(before, last_at=1100.0)
+    decodes = {"d1": dict(ready, kv_transfer=after)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes)["verdict"] == "unhealthy"
