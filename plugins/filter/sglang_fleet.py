@@ -13,10 +13,11 @@ from ansible.module_utils.parsing.convert_bool import boolean
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
     from sglang_fleet.clashes import clash_errors, machine_of
-    from sglang_fleet.pd import deployment_errors
+    from sglang_fleet.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
     from sglang_fleet.recovery import choose_next, last_ready, previous_roots, recent_recoveries
     from sglang_fleet.render import deployment_files, render_files
     from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
+    from sglang_fleet.settings import TABLE as SERVER_TABLE
     from sglang_fleet.spec import (
         IDENTITY_SETTINGS,
         PREFIX,
@@ -273,7 +274,29 @@ def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
     run = set(run_hosts or [])
     servers = [h for h in groups.get("sglang_servers", []) if h in run and h != canary]
     routers = [] if canary else [h for h in routers_only(groups) if h in run]
-    return serial_with_routers(serial, len(servers), len(routers))
+    # The PD sides validate.yml grouped (pd_held_side): no batch may hold one whole.
+    sides = [set(hosts) & run for name, hosts in groups.items()
+             if name.startswith(SIDE_GROUP_PREFIX)]
+    return serial_with_routers(serial, servers, len(routers), sides)
+
+
+def pd_held_side(host, deployment, groups, hostvars, run_hosts):
+    """inventory_hostname | sglang_fleet_pd_held_side(sglang_server_pd_deployment, groups,
+    hostvars, ansible_play_hosts_all): the group validate.yml puts a server in when a deploy
+    must not take its whole PD side out at once ('' when none; see pd.held_side)."""
+    _need_package()
+    if not deployment:
+        return ""
+    default = SERVER_TABLE.by_name["pd_keep_side_serving"].default
+    members = {}
+    for h in groups.get(str(deployment), []):
+        hv = hostvars[h]
+        members[h] = {"deployment": str(deployment),
+                      "mode": hv.get("sglang_server_disaggregation_mode"),
+                      "unit": hv.get("sglang_server_group") or h,
+                      "keep": boolean(hv.get("sglang_server_pd_keep_side_serving", default),
+                                      strict=False)}
+    return held_side(str(host), members, list(run_hosts or []))
 
 
 def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars):
@@ -317,4 +340,5 @@ class FilterModule(object):
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_machine_clashes": machine_clashes,
             "sglang_fleet_serial_with_routers": serial_with_routers_filter,
+            "sglang_fleet_pd_held_side": pd_held_side,
         }

@@ -5,10 +5,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from urllib.parse import urlsplit
+
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_fleet.pd import prefill_wait
+    from sglang_fleet.pd import named_by_decodes, prefill_wait, router_side_gap
     from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
     from sglang_fleet.router_render import router_node
     from sglang_fleet.router_settings import PREFIX
@@ -203,6 +205,41 @@ def pd_wait(server, groups, hostvars):
     return prefill_wait(pd["deployment"], prefills)
 
 
+def pd_named_by_decodes(verdict, server, groups, hostvars):
+    """sglang_server_verdict | sglang_fleet_pd_named_by_decodes(inventory_hostname, groups,
+    hostvars): a prefill's verdict once its deployment's decodes have been judged in this run:
+    unhealthy when their KV transfer failures name its bootstrap address (the router's
+    bootstrap host, the host of its worker URL, and its bootstrap port; pd.named_by_decodes)."""
+    _need_package()
+    hv = hostvars[server]
+    spec = dict(hv.get("sglang_server_launch_spec") or {})
+    pd = dict(spec.get("pd") or {})
+    if pd.get("mode") != "prefill" or not isinstance(verdict, dict):
+        return verdict
+    url = worker_url(spec, str(hv.get("ansible_host", server)), hv.get("sglang_router_worker_url"))
+    decodes, prefills = {}, 0
+    for host in groups.get(str(pd["deployment"]), []):
+        other = hostvars[host]
+        mode = ((other.get("sglang_server_launch_spec") or {}).get("pd") or {}).get("mode")
+        prefills += mode == "prefill"
+        if mode == "decode":
+            decodes[host] = dict(other.get("sglang_server_verdict") or {})
+    return named_by_decodes(dict(verdict), "%s:%s" % (urlsplit(url).hostname, pd["bootstrap_port"]),
+                            decodes, only_prefill=prefills == 1)
+
+
+def pd_router_gaps(results, host, deployment, groups, run_hosts):
+    """A recovered PD server's routers (sglang_router_probe's results, one per router) that
+    still list no healthy server of one side of its deployment, one line each ('' when
+    none; see pd.router_side_gap)."""
+    _need_package()
+    outside = [h for h in groups.get(str(deployment), []) if h not in set(run_hosts or [])]
+    lines = [router_side_gap(str(host), r["item"]["name"], str(deployment),
+                             r.get("workers") or [], outside)
+             for r in results or [] if not r.get("skipped") and not r.get("workers_error")]
+    return "\n".join(line for line in lines if line)
+
+
 def membership_text(results, host, worker_url, pd_wait_reason=""):
     """One line per server for what its membership tasks changed ('' when nothing did); a
     decode kept out for want of a ready prefill (pd_wait) says so whether or not it was in."""
@@ -260,6 +297,8 @@ class FilterModule(object):
             "sglang_fleet_router_identity": router_identity,
             "sglang_fleet_routers_to_call": routers_to_call,
             "sglang_fleet_membership_due": membership_due,
+            "sglang_fleet_pd_router_gaps": pd_router_gaps,
+            "sglang_fleet_pd_named_by_decodes": pd_named_by_decodes,
             "sglang_fleet_router_report_current": report_current,
             "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_host_view": router_host_view,

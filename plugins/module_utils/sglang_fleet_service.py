@@ -75,6 +75,7 @@ START_OPTIONS = dict(
     min_free_mb=dict(type="int", default=64),
     host=dict(type="str", default="127.0.0.1"),
     port=dict(type="int"),
+    bootstrap_port=dict(type="int"),
     group_markers=dict(type="list", elements="str", default=[]),
     model_path=dict(type="str"),
 )

@@ -3,8 +3,9 @@
 # stopped for a change, so that a start that cannot succeed leaves the old server serving.
 # - free space in the log, run and shm folders (a full log filesystem kills the new server
 #   with nothing in its log to say why);
-# - the HTTP port free, or held by the server being replaced (found by membership), or by
-#   another node of the same multi-node server sharing this machine (the simulated fleet);
+# - the HTTP port (and a prefill's KV bootstrap port) free, or held by the server being
+#   replaced (found by membership), or by another node of the same multi-node server sharing
+#   this machine (the simulated fleet);
 # - the model path present, with its config.json;
 # - no other deployment of the same inventory host still running under the same root (a change
 #   of port or name would orphan it on the same GPUs);
@@ -139,7 +140,16 @@ def port_holders(host, port, member_pids=(), allowed_markers=()):
     return True, ours, others
 
 
-def port_problems(host, port, member_pids, allowed_markers=()):
+# What each port a server binds is for: how a refusal names it, what a bind failure costs,
+# and the setting that moves it.
+HTTP_PORT = ("port", "the new server would load its weights and then die on bind",
+             "sglang_server_port")
+BOOTSTRAP_PORT = ("the prefill's KV bootstrap port", "the new prefill would serve without its "
+                  "bootstrap server, and no decode could fetch its KV cache",
+                  "sglang_server_disaggregation_bootstrap_port")
+
+
+def port_problems(host, port, member_pids, allowed_markers=(), what=HTTP_PORT):
     """A message when the port is held by a process that is not the server being replaced."""
     if not port:
         return []
@@ -147,9 +157,10 @@ def port_problems(host, port, member_pids, allowed_markers=()):
     if not listening or (ours and not others):
         return []
     who = ", ".join(others) if others else "a process this check cannot see"
-    return ["port %s:%d is held by %s, not by the server being replaced: the new server would "
-            "load its weights and then die on bind. Fix: stop that program, or set "
-            "sglang_server_port to a free port" % (host or "*", int(port), who)]
+    name, cost, setting = what
+    return ["%s %s:%d is held by %s, not by the server being replaced: %s. Fix: stop that "
+            "program, or set %s to a free port" % (name, host or "*", int(port), who, cost,
+                                                   setting)]
 
 
 def model_problems(model_path):
@@ -181,19 +192,21 @@ def link_problems(paths):
 
 
 def start_blockers(folders, min_free_bytes, host, port, member_pids, allowed_markers,
-                   model_path):
+                   model_path, bootstrap_port=None):
     """Everything that would make the next start fail, as messages (empty: go ahead)."""
     # The shm folder is the node's (often /dev/shm, a link on some systems), not the deploy's.
     return (link_problems([("folder", path) for what, path, _ in folders if what != "shm folder"])
             + space_problems(folders, min_free_bytes)
             + port_problems(host, port, set(member_pids), tuple(allowed_markers))
+            + port_problems(host, bootstrap_port, set(member_pids), tuple(allowed_markers),
+                            BOOTSTRAP_PORT)
             + model_problems(model_path))
 
 
 def server_start_blockers(p, member_pids):
     """start_blockers for one deployment, from sglang_service's options (log_file, state_file,
-    shm_dir, min_free_mb, host, port, group_markers, model_path): the folders its server writes
-    to, its port and its model."""
+    shm_dir, min_free_mb, host, port, group_markers, model_path; a prefill's bootstrap_port):
+    the folders its server writes to, its ports and its model."""
     log_dir = os.path.dirname(p["log_file"]) if p["log_file"] else None
     folders = [
         ("log folder", log_dir, "free space there (or move sglang_server_root)"),
@@ -203,7 +216,8 @@ def server_start_blockers(p, member_pids):
     ]
     return (link_problems([("file", p["log_file"])])
             + start_blockers(folders, p["min_free_mb"] * MIB, p["host"], p["port"],
-                             member_pids, p["group_markers"], p["model_path"]))
+                             member_pids, p["group_markers"], p["model_path"],
+                             p.get("bootstrap_port")))
 
 
 def _state_files(run_dir):

@@ -34,7 +34,7 @@ description:
     reported as I(files_error) and left to M(sglang_deployment_files), which fails with it.
   - With I(start), once the launch files are the rendered ones, a server that is not running
     and has no process left to stop is started here as M(sglang_service) starts it, with the
-    same checks before the start (free space, the port, the model), its GPU baseline (from
+    same checks before the start (free space, the ports, the model), its GPU baseline (from
     this check's GPU query) and the warning about another user's processes that carry the
     marker. Blockers are reported as I(start_blockers), a failed start as I(start_error); both
     are left to M(sglang_service), which fails with them. A running server is never stopped
@@ -260,6 +260,9 @@ options:
         default: 127.0.0.1
       port:
         description: The server's HTTP port, which must be free.
+        type: int
+      bootstrap_port:
+        description: A prefill server's KV bootstrap port, which must be free as well.
         type: int
       group_markers:
         description: Markers of the other nodes of its multi-node server, which may hold the

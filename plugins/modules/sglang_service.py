@@ -22,11 +22,12 @@ description:
     I(running_spec_file) (mode 0600), the node's record of the configuration actually running.
   - Check before you stop. Before a server is (re)started, and so before a running one is
     stopped for a change, it checks what the new one needs. There must be at least
-    I(min_free_mb) free in the log, run and shm folders. The HTTP port must be free, or held
-    by the server being replaced (by membership) or by another node of the same multi-node
-    server (I(group_markers)). The model path must be present with its C(config.json). When
-    any check fails nothing is stopped or started and the module fails naming each problem;
-    the old server keeps serving. In check mode the problems are warnings.
+    I(min_free_mb) free in the log, run and shm folders. The HTTP port (and a prefill's KV
+    bootstrap port, I(bootstrap_port)) must be free, or held by the server being replaced (by
+    membership) or by another node of the same multi-node server (I(group_markers)). The
+    model path must be present with its C(config.json). When any check fails nothing is
+    stopped or started and the module fails naming each problem; the old server keeps serving.
+    In check mode the problems are warnings.
   - Members are found by membership (marker, the recorded supervisor session, the unit's
     cgroup). A recorded session is trusted only while its leader has the start time and boot
     recorded at start and carries the marker. Members must run as I(service_user). A process
@@ -146,6 +147,10 @@ options:
     default: 127.0.0.1
   port:
     description: HTTP port the new server binds, checked before a start (omit to skip).
+    type: int
+  bootstrap_port:
+    description: KV bootstrap port a prefill server binds beside its HTTP port, checked before
+      a start like it (omit for a server that is not a prefill).
     type: int
   group_markers:
     description: Markers of the other nodes of a multi-node server; a port they hold on this

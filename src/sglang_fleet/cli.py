@@ -20,8 +20,10 @@ from sglang_fleet import diagnose, experiments, slices
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.extra_vars import replacement_warnings
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
+from sglang_fleet.inventory_read import read_servers
 from sglang_fleet.metrics import is_router, prometheus_text, write_textfile
 from sglang_fleet.outcomes import REFUSED_RUN_TASK, HostOutcome, host_outcomes
+from sglang_fleet.pd import PD_SIDE_VARS, decodes_beside
 from sglang_fleet.progress import Progress
 from sglang_fleet.reasons import counted, group_by_reason, host_order, hosts_text
 from sglang_fleet.report import config_row, markdown_table, write_report
@@ -50,6 +52,7 @@ from sglang_fleet.summary import (
     host_table,
     judge_readiness,
     junit_document,
+    rc_after_recovery,
     write_private,
     write_summary,
 )
@@ -196,10 +199,33 @@ def cmd_health(args: argparse.Namespace) -> int:
                                 parse_extra_vars(args.extra_vars), require_ready=True)[0]
 
 
+def pd_unit_limit(args: argparse.Namespace, limit: str) -> str:
+    """`limit` with the decodes of each PD prefill it selects (pd.decodes_beside): a PD
+    deployment recovers as a unit, its decodes back in the routers with its prefill. The
+    limit as given when the inventory cannot be read here (the playbook then says why)."""
+    from ansible.errors import AnsibleError
+
+    inventory = args.inventory or default_inventory()
+    try:
+        read = read_servers(str(inventory) if inventory else None, PD_SIDE_VARS, limit)
+    except AnsibleError:
+        return limit
+    sides = {h: (v[PD_SIDE_VARS[0]], v[PD_SIDE_VARS[1]]) for h, v in read.values.items()}
+    more = decodes_beside(read.selected, sides, read.groups)
+    if not more:
+        return limit
+    say(f"with {hosts_text(more)}: the decodes of the PD prefills named, back in the routers "
+        f"once a prefill of theirs is ready")
+    return ",".join([limit, *more])
+
+
 def cmd_recover(args: argparse.Namespace) -> int:
     extra = parse_extra_vars(args.extra_vars)
     if args.clear_reboot_mark:
         extra["sglang_recover_clear_reboot_mark"] = True
+    elif args.limit:
+        check_inventory(args)
+        args.limit = pd_unit_limit(args, args.limit)
     return run_playbook_command(args, "recover", "playbooks/recover.yml", extra)[0]
 
 
@@ -344,6 +370,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         # A router is not recovered as a server is: its own verdict says what to do.
         failed = sorted(h for h, o in outcomes.items()
                         if o.verdict_name in args.recover_verdicts and not is_router(o))
+        failed_here = {h for h, o in outcomes.items() if o.status == "failed"}
         stamp = time.strftime("%H:%M:%S")
         say(f"[{stamp}] #{number} " + "; ".join(
             f"{h} {o.verdict_name}" for h, o in sorted(outcomes.items())))
@@ -353,13 +380,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
             say(f"[{stamp}] recovering {', '.join(failed)}")
             with Progress(indent="  ") as progress, playbook_run(
                     "playbooks/recover.yml", inventory=args.inventory,
-                    limit=",".join(failed), extravars={
+                    limit=pd_unit_limit(args, ",".join(failed)), extravars={
                         **extra, "sglang_recover_verdicts": args.recover_verdicts},
                     private_data_dir=str(folder / "runner"),
                     rotate_artifacts=args.keep_artifacts, event_handler=progress,
                     cancel_callback=finish_first) as rec:
                 recovered = host_outcomes(list(rec.events), rec.stats)
             for host, o in sorted(recovered.items()):
+                if host not in failed:
+                    continue  # a decode held beside its prefill (pd_unit_limit)
                 if o.recovery:
                     recoveries[host] = recoveries.get(host, 0) + 1
                 done = "recovered" if o.status == "ok" and o.recovery else \
@@ -371,7 +400,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         write_textfile(metrics_path, prometheus_text(outcomes, time.time(), number,
                                                      recoveries))
         judge_readiness(outcomes)
-        result["code"] = exit_code(rc, outcomes)
+        result["code"] = exit_code(rc_after_recovery(rc, failed_here, outcomes), outcomes)
         # The run folder's contract: the last observation's summary and JUnit file.
         summary = build_summary("watch", rc, outcomes, started, time.time(), folder,
                                 observations=number, recoveries=recoveries)

@@ -137,6 +137,9 @@ def _read_result(o: HostOutcome, kind: str, action: str, res: dict[str, Any]) ->
         o.verdict = _verdict(gate)
     elif action in _SET_FACT:
         facts = res.get("ansible_facts") or {}
+        judged = facts.get("sglang_server_verdict")
+        if isinstance(judged, dict) and judged.get("verdict"):
+            o.verdict = _verdict(judged)  # judged again on the controller (a PD prefill's)
         if "sglang_bench_result" in facts:
             o.benchmark = facts["sglang_bench_result"]
         if "sglang_bench_canary" in facts:

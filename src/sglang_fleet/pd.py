@@ -29,6 +29,8 @@ KV_AGREEMENT: tuple[tuple[str, str], ...] = (
 )
 # ... and the environment variable that sets the DSv4 KV layout beside them.
 KV_LAYOUT_ENV = "SGLANG_DSV4_KV_LAYOUT"
+# The inventory variables that make a server one side of a PD deployment.
+PD_SIDE_VARS = ("sglang_server_pd_deployment", "sglang_server_disaggregation_mode")
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
@@ -221,3 +223,138 @@ def prefill_wait(deployment: str, prefills: dict[str, str | None]) -> str:
     judged = ", ".join(f"{host} {verdict}" for host, verdict in sorted(prefills.items()))
     return (f"no prefill of PD deployment {deployment} is ready ({judged}): every request "
             f"through the router would fail, so the decode stays out until one is back")
+
+
+SIDE_GROUP_PREFIX = "sglang_fleet__pd_side__"
+
+
+def held_side(host: str, members: dict[str, dict[str, Any]], run_hosts: Sequence[str]) -> str:
+    """The in-memory group (SIDE_GROUP_PREFIX + deployment + side) that names `host` as one
+    server of a PD side a deploy must not take out whole; '' when it is none. `members` maps
+    each host of its deployment's group to its `mode`, `unit` (its multi-node group, or the
+    host) and `keep` (sglang_server_pd_keep_side_serving); `run_hosts` are the play's hosts in
+    order. A side qualifies when it has two servers or more, all of them in this run (one
+    outside it keeps serving), and none of its hosts lets it go whole; a multi-node server
+    counts once, by its first host of the run, so that a cut never splits its nodes."""
+    me = members.get(host) or {}
+    if me.get("mode") not in ("prefill", "decode"):
+        return ""
+    side = {h: m for h, m in members.items() if m.get("mode") == me["mode"]}
+    units = {m["unit"] for m in side.values()}
+    in_run = [h for h in run_hosts if h in side]
+    if (len(units) < 2 or len(in_run) < len(side)
+            or not all(m.get("keep", True) for m in side.values())):
+        return ""
+    first = next(h for h in in_run if side[h]["unit"] == me["unit"])
+    return f"{SIDE_GROUP_PREFIX}{me['deployment']}__{me['mode']}" if first == host else ""
+
+
+def keep_sides_serving(batches: Sequence[Sequence[str]],
+                       sides: Sequence[set[str]]) -> list[list[str]]:
+    """`batches` cut so that none holds every server of a side: a batch ends before the
+    server that would complete one (`sides`: the first host of each server of a side, as
+    held_side groups them); the nodes after it, its own included, start the next batch."""
+    out: list[list[str]] = []
+    for batch in batches:
+        current: list[str] = []
+        for host in batch:
+            if current and any(host in side and side <= {*current, host} for side in sides):
+                out.append(current)
+                current = []
+            current.append(host)
+        out.append(current)
+    return [b for b in out if b]
+
+
+def decodes_beside(selected: Sequence[str], sides: dict[str, tuple[Any, Any]],
+                   groups: dict[str, list[str]]) -> list[str]:
+    """The decodes a recovery of `selected` holds beside them: each selected prefill's
+    deployment's decodes that it did not select. A decode leaves the routers while no prefill
+    of its deployment is ready, so the run that brings a prefill back must put them back too.
+    `sides` maps each server to its (pd_deployment, disaggregation_mode)."""
+    chosen = set(selected)
+    out: list[str] = []
+    for host in selected:
+        deployment, mode = sides.get(host, (None, None))
+        if mode != "prefill" or not deployment:
+            continue
+        out += [h for h in groups.get(str(deployment), []) if h not in chosen
+                and h not in out and sides.get(h, (None, None))[1] == "decode"]
+    return out
+
+
+def router_side_gap(host: str, router: str, deployment: str,
+                    workers: Sequence[dict[str, Any]], outside: Sequence[str]) -> str:
+    """Why a PD server's recovery did not bring its deployment back through `router`: the
+    sides its worker list (GET /workers) holds no healthy worker of; '' when it holds both.
+    `outside`: the deployment's hosts this run did not hold."""
+    healthy = {w.get("worker_type") for w in workers if w.get("is_healthy")}
+    missing = [side for side in ("prefill", "decode") if side not in healthy]
+    if not missing:
+        return ""
+    held = (f"; {', '.join(outside)} {'was' if len(outside) == 1 else 'were'} outside this "
+            f"run" if outside else "")
+    return (f"{host}: recovered, but router {router} lists no healthy {' and no '.join(missing)} "
+            f"server of PD deployment {deployment}: every request through it fails{held}. "
+            f"Fix: recover the deployment as a unit: sglang-fleet recover --limit {deployment}")
+
+
+def _transfer_text(host: str, kv: dict[str, Any]) -> str:
+    counts = [(kv.get("requests_failed", 0), "request aborted", "requests aborted"),
+              (kv.get("lookups_failed", 0), "failed look-up", "failed look-ups"),
+              (kv.get("prefills_lost", 0), "lost connection", "lost connections")]
+    said = ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
+    return f"{host}: {said or 'KV transfers failed'}; the latest: {kv.get('last_message')}"
+
+
+def _failed_requests_since(verdict: Any, since: Any) -> bool:
+    """Whether a decode's new KV transfer lines failed requests, the latest of them after
+    `since` (when the prefill began serving): a prefill's restart makes its decodes lose it
+    ("Lost connection ..., 0 requests affected"), which says nothing of the prefill now."""
+    kv = verdict.get("kv_transfer") if isinstance(verdict, dict) else None
+    if not kv or not kv.get("requests_failed"):
+        return False
+    return since is None or kv.get("last_at") is None or kv["last_at"] >= since
+
+
+def _naming(address: str, decodes: dict[str, Any], only_prefill: bool,
+            since: Any = None) -> dict[str, Any]:
+    """The decodes whose new KV transfer failures lie with the prefill at `address`: those
+    naming it; or, for the only prefill of its deployment, every ready decode when each has
+    failures that name no prefill (a waiting timeout names only its request): a decode fetches
+    KV only from its own deployment's prefills, and one that all its decodes fail with is
+    the common factor. Only failures of requests since the prefill began serving count."""
+    news = {h: v["kv_transfer"] for h, v in sorted(decodes.items())
+            if _failed_requests_since(v, since)}
+    named = {h: kv for h, kv in news.items() if address in kv.get("prefills", ())}
+    ready = [h for h, v in decodes.items() if isinstance(v, dict) and v.get("verdict") == "ready"]
+    if named or not only_prefill or not ready or set(ready) - set(news):
+        return named
+    return {h: kv for h, kv in news.items() if not kv.get("prefills")}
+
+
+def named_by_decodes(verdict: dict[str, Any], address: str, decodes: dict[str, Any],
+                     only_prefill: bool = False) -> dict[str, Any]:
+    """A prefill's verdict once its deployment's decodes have been judged in the same run.
+    A decode's verdict names the prefills (bootstrap `host:port`) its KV transfers failed
+    with since its previous look and since the prefill began serving (see _naming for the
+    only prefill); a prefill they lie with
+    is `unhealthy` even though its own checks pass: its HTTP and bootstrap servers answer, but
+    what decodes fetch from it does not arrive (its transfer engine, its RDMA devices, the
+    network between them). `decodes` maps each decode to its verdict; the verdict is
+    returned unchanged when no failure lies with it."""
+    if verdict.get("verdict") != "ready":
+        return verdict
+    named = _naming(address, decodes, only_prefill, verdict.get("since"))
+    if not named:
+        return verdict
+    reason = (f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "
+              f"it fail (bootstrap {address}; "
+              f"{'; '.join(_transfer_text(h, kv) for h, kv in named.items())})")
+    advice = ("the decodes named cannot fetch KV caches from this prefill: check its transfer "
+              "engine's log, its RDMA devices (sglang_server_disaggregation_ib_device) and the "
+              "network to the decodes; the fleet takes it out of its routers meanwhile, and a "
+              "recovery restarts it on the same configuration")
+    evidence = dict(verdict.get("evidence") or {}, decodes_kv_transfer=named)
+    return dict(verdict, verdict="unhealthy", cause=None, reason=reason, advice=advice,
+                headline=f"unhealthy while serving: {reason}", evidence=evidence)

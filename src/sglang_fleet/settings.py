@@ -105,6 +105,12 @@ TABLE = SettingsTable(PREFIX, (
       "null lets mooncake discover them.", "Disaggregation",
       flag="--disaggregation-ib-device", render="value", nullable=True, max_length=4096,
       configuration=False),
+    S("pd_keep_side_serving", "bool", True,
+      "In a deploy, keep a server of each side of this server's PD deployment serving while "
+      "the others restart: the deploy's batches (sglang_fleet_serial, one batch when unset) "
+      "are cut so that none holds every prefill or every decode. false on a side's servers "
+      "lets a deploy restart that whole side at once, an outage of the deployment meanwhile.",
+      "Disaggregation", configuration=False),
     # Server options
     S("attention_backend", "str", None,
       "--attention-backend, validated for the pinned release; null for SGLang's default "

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVERS_GROUP = "sglang_servers"
-ROUTERS_GROUP = "sglang_routers"
+from sglang_fleet.inventory_read import ROUTERS_GROUP, read_servers
+from sglang_fleet.inventory_read import SERVERS_GROUP as SERVERS_GROUP  # the CLI names it
+
 DEFAULT_GPUS = 8  # the role's sglang_server_gpu_count default
 
 
@@ -110,27 +111,13 @@ def _int_or(value: Any, default: int, host: str, name: str) -> int:
 def read_server_hosts(inventory: str | None) -> tuple[list[ServerHost], list[str]]:
     """The hosts of the sglang_servers group (their group and GPUs, as the inventory sets
     them) and the routers, read with Ansible's own inventory code."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[inventory] if inventory else None)
-    variables = VariableManager(loader=loader, inventory=manager)
-    servers = []
-    # get_hosts warns on a group the inventory lacks; a fleet without routers is fine.
-    for host in manager.get_hosts(SERVERS_GROUP) if SERVERS_GROUP in manager.groups else []:
-        hostvars = variables.get_vars(host=host)
-        templar = Templar(loader=loader, variables=hostvars)
-        group = templar.template(hostvars.get("sglang_server_group"))
-        gpus = templar.template(hostvars.get("sglang_server_gpu_count"))
-        servers.append(ServerHost(host.name, str(group) if group else None,
-                                  _int_or(gpus, DEFAULT_GPUS, host.name,
-                                          "sglang_server_gpu_count")))
-    routers = [h.name for h in manager.get_hosts(ROUTERS_GROUP)] \
-        if ROUTERS_GROUP in manager.groups else []
-    return servers, routers
+    read = read_servers(inventory, ("sglang_server_group", "sglang_server_gpu_count"))
+    servers = [ServerHost(name, str(v["sglang_server_group"]) if v["sglang_server_group"]
+                          else None,
+                          _int_or(v["sglang_server_gpu_count"], DEFAULT_GPUS, name,
+                                  "sglang_server_gpu_count"))
+               for name, v in read.values.items()]
+    return servers, read.routers
 
 
 # ---- saying and writing the plan --------------------------------------------------------

@@ -892,6 +892,7 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
     `group_hosts`: the inventory hosts of its multi-node group, whose nodes may hold its port
     on a shared machine."""
     paths, argv = spec["paths"], spec["argv"]
+    pd = spec.get("pd") or {}
     return {
         "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
         + ([paths["unit_file"]] if paths["unit_file"] else []),
@@ -901,6 +902,8 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
         "baseline_file": paths["baseline_file"],
         "host": argv[argv.index("--host") + 1] if "--host" in argv else "",
         "port": spec["http"]["port"],
+        # A prefill's KV bootstrap server binds beside the HTTP server, on the same address.
+        "bootstrap_port": pd["bootstrap_port"] if pd.get("mode") == "prefill" else None,
         "group_markers": [f"{host}:{spec['deployment']}" for host in group_hosts or ()]
         if spec["group"]["name"] else [],
         "model_path": spec["model"]["path"],

@@ -58,6 +58,15 @@ def exit_code(rc: int, outcomes: dict[str, HostOutcome],
     return EXIT_OK if rc == 0 else EXIT_INTERNAL
 
 
+def rc_after_recovery(rc: int, failed: set[str], outcomes: dict[str, HostOutcome]) -> int:
+    """An observation's ansible-playbook exit status once `watch --recover` has recovered
+    hosts: 0 when every host that run failed (`failed`) is ok now, for that was all the status
+    said; otherwise the status as it was."""
+    if rc and failed and all(outcomes[h].status == "ok" for h in failed if h in outcomes):
+        return 0
+    return rc
+
+
 def where_it_was(o: HostOutcome, with_task: bool = True) -> str:
     """A host's last known state, for a run that ended before its recap: its stage (and
     task), and its last gate verdict with progress."""

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 from ansible.utils.helpers import pct_to_int
 
+from sglang_fleet.pd import keep_sides_serving
+
 PLAN_HINT = "sglang-fleet plan --slices N writes limits that keep every group whole"
 
 
@@ -36,13 +38,15 @@ def serial_batches(hosts: Sequence[str], serial: object) -> list[list[str]]:
     return batches
 
 
-def serial_with_routers(serial: object, servers: int, routers: int) -> object:
+def serial_with_routers(serial: object, servers: Sequence[str], routers: int,
+                        sides: Sequence[set[str]] = ()) -> object:
     """The servers' play's `serial` once its routers run in it, ahead of the servers: the
     routers go in the first batch, each batch keeps the servers `serial` gives it (its
-    percentages of the servers, not of the routers too). Unchanged without routers."""
-    if not routers:
+    percentages of the servers, not of the routers too), cut further so that no batch holds
+    a whole PD side (`sides`, see pd.keep_sides_serving). Unchanged without either."""
+    if not routers and not sides:
         return serial
-    sizes = [len(batch) for batch in serial_batches(["server"] * servers, serial)]
+    sizes = [len(batch) for batch in keep_sides_serving(serial_batches(servers, serial), sides)]
     if len(sizes) <= 1:
         return "100%"
     return [sizes[0] + routers, *sizes[1:]]

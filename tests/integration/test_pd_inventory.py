@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ import pytest
 import requests
 
 from sglang_fleet.testfleet import local
-from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet
+from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet, wait_for
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
@@ -106,14 +107,35 @@ def test_a_prefill_is_ready_with_its_bootstrap_server_and_unhealthy_once_it_dies
         fleet.kill_leftovers()
 
 
-def test_a_prefill_whose_bootstrap_port_is_taken_is_unhealthy_with_the_cause(tmp_path):
-    fleet = make_pd_fleet(tmp_path)
+def test_a_prefill_whose_bootstrap_port_is_taken_is_refused_or_unhealthy_with_the_cause(
+        tmp_path):
+    """Taken before the start, the bootstrap port is refused by the check before the start,
+    as the HTTP port is: nothing starts. Taken while the prefill loads (after that check), the
+    prefill serves on without its bootstrap server, and the gate says so with the cause."""
+    # A prefill that loads for seconds: time to take its port meanwhile.
+    fleet = make_pd_fleet(tmp_path, prefill_vars={"sglang_server_sim_time_factor": 0.1})
     port = bootstrap_port(fleet)
     holder = socket.socket()  # this test's own listener holds the prefill's bootstrap port
     holder.bind(("127.0.0.1", port))
     holder.listen()
     try:
-        run = fleet.deploy()
+        refused = fleet.deploy("--limit", "sim-node-1")
+        out = flat(refused.output)
+        assert refused.rc != 0, out[-3000:]
+        assert (f"the prefill's KV bootstrap port 127.0.0.1:{port} is held by {os.getpid()} "
+                f"(") in out, out[-3000:]
+        assert "Fix: stop that program, or set sglang_server_disaggregation_bootstrap_port to " \
+               "a free port" in out
+        assert fleet.processes("sim-node-1") == []
+        holder.close()
+
+        holder = socket.socket()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            deploying = pool.submit(fleet.deploy)
+            wait_for(lambda: fleet.processes("sim-node-1"), timeout=300, interval=0.05)
+            holder.bind(("127.0.0.1", port))
+            holder.listen()
+            run = deploying.result(timeout=600)
         out = flat(run.output)
         assert run.rc != 0, out[-3000:]
         assert (f"port {port} does not answer: no decode server can fetch this prefill's KV "
@@ -248,3 +270,18 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
     finally:
         fleet.stop()
         fleet.kill_leftovers()
+
+
+def test_the_pd_example_holds_its_router_and_passes_check_with_its_keys_set(monkeypatch):
+    """The example's clients come in through its router in PD mode, whose keys come from the
+    controller's environment as the servers' key does."""
+    for name in ("SGLANG_API_KEY", "SGLANG_ROUTER_API_KEY", "SGLANG_ROUTER_ADMIN_KEY"):
+        monkeypatch.setenv(name, secrets.token_hex(24))
+    example = "inventory/examples/pd-deepseek-v3"
+    check = sglang_fleet("check", "-i", example)
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert "result: ok (exit 0): 3 hosts checked" in flat(check.stdout), check.stdout[-3000:]
+    monkeypatch.delenv("SGLANG_ROUTER_ADMIN_KEY")
+    unset = sglang_fleet("check", "-i", example)
+    assert unset.returncode == 2 and "SGLANG_ROUTER_ADMIN_KEY is not set on the controller" \
+        in flat(unset.stdout), unset.stdout[-3000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -15,7 +16,13 @@ import pytest
 import requests
 
 from sglang_fleet.loadgen import Load, routed_to, summarize
-from sglang_fleet.testfleet.local import make_pd_fleet, pd_bootstrap_port, sglang_fleet, wait_for
+from sglang_fleet.testfleet.local import (
+    make_pd_fleet,
+    pd_bootstrap_port,
+    run_playbook,
+    sglang_fleet,
+    wait_for,
+)
 from sglang_fleet.testfleet.router import router_venv, router_workers
 from sglang_fleet_node import sglang_fleet_procs as procs
 
@@ -217,11 +224,12 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
         fleet.kill_leftovers()
 
 
-def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_request_fails(
+def test_a_prefill_whose_bootstrap_port_is_taken_is_never_registered_and_no_request_fails(
         tmp_path, venv):
     """The router checks only a prefill's HTTP port: registered, a prefill whose bootstrap
     server never bound would fail every request paired with it (about half, with two
-    prefills). The gate judges it unhealthy, so it never joins, and all 200 requests pass."""
+    prefills). Its port held by another program, it is refused before it starts, so it never
+    joins, and all 200 requests pass."""
     fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=1)
     holder = socket.socket()  # this test's own listener holds the second prefill's port
     holder.bind(("127.0.0.1", pd_bootstrap_port(fleet, 1)))
@@ -229,7 +237,8 @@ def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_req
     try:
         run = fleet.deploy()
         assert run.rc != 0 and run.recap["sim-node-2"]["failed"] == 1, run.output[-3000:]
-        assert "no decode server can fetch this prefill's KV cache" in flat(run.output)
+        assert (f"the prefill's KV bootstrap port 127.0.0.1:{pd_bootstrap_port(fleet, 1)} is "
+                f"held by {os.getpid()} (") in flat(run.output), run.output[-3000:]
         workers = {w["url"].rstrip("/"): w["worker_type"]
                    for w in router_workers(fleet.router_url)}
         assert workers == {fleet.url("sim-node-1"): "prefill",
@@ -244,5 +253,143 @@ def test_a_prefill_whose_bootstrap_port_is_closed_is_never_registered_and_no_req
         assert statuses.count(200) == 200, {s: statuses.count(s) for s in set(statuses)}
     finally:
         holder.close()
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def whole_sides_out(output: str, sides: list[list[str]]) -> list[list[str]]:
+    """The sides whose servers were all out of the router at once during a run, read from
+    its membership lines in the order it printed them."""
+    out: set[str] = set()
+    seen = []
+    for host, verb in re.findall(r"(sim-node-\d+): (left|joined) router", output):
+        (out.add if verb == "left" else out.discard)(host)
+        seen += [side for side in sides if set(side) <= out and side not in seen]
+    return seen
+
+
+def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_path, venv):
+    """Two prefills and two decodes changed by one deploy without sglang_fleet_serial: one
+    batch would restart them all (both decodes out of the router at once: a full outage).
+    The batches hold one server of each side back, and no request through the router fails."""
+    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2)
+    prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
+                    prefix="whole").start()
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        run = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 2})
+        done = sum(r.completed for r in load.requests)
+        wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=30)
+        load.stop()
+        rolled = summarize(load.wait())
+        assert run.rc == 0 and run.changed_hosts() == set(fleet.hosts), run.output[-3000:]
+        assert rolled["failed"] == 0, rolled["failures"][:5]
+        assert flat(run.output).count("; drained in ") == 4, run.output[-3000:]
+        assert whole_sides_out(run.output, [prefills, decodes]) == [], run.output[-3000:]
+        # An inventory that lets the sides go whole: one batch, as it says.
+        whole = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 1,
+                                    "sglang_server_pd_keep_side_serving": False})
+        assert whole.rc == 0, whole.output[-3000:]
+        assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(tmp_path, venv):
+    """One prefill and one decode: when the prefill dies, the decode leaves the router. The
+    recovery of the prefill, by `recover --limit` or `watch --recover`, puts the decode back
+    in the same run and says ok only then; a recovery that cannot (the decode outside a plain
+    playbook's --limit) fails, naming the side the router lacks."""
+    fleet = make_pd_fleet(tmp_path, router=venv)
+    prefill, decode = fleet.hosts
+    both = {fleet.url(prefill), fleet.url(decode)}
+    extra = ["-i", str(fleet.inventory), "-e", json.dumps(fleet.extra)]
+
+    def healthy() -> set[str]:
+        return {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                if w["is_healthy"]}
+
+    def prefill_dies_and_the_decode_leaves(name: str) -> None:
+        os.kill(fleet.server_pid(prefill), signal.SIGKILL)
+        watched = sglang_fleet("watch", "--count", "1", "--run-dir", str(tmp_path / name),
+                               *extra)
+        assert f"{prefill} crashed" in flat(watched.stdout), watched.stdout[-3000:]
+        assert router_workers(fleet.router_url) == [], watched.stdout[-3000:]
+
+    try:
+        first = fleet.deploy()
+        assert first.rc == 0, first.output[-3000:]
+        prefill_dies_and_the_decode_leaves("watch-1")
+        # The fleet's own advice: recover the prefill.
+        recovered = sglang_fleet("recover", "--limit", prefill, "--run-dir",
+                                 str(tmp_path / "recover"), *extra)
+        out = flat(recovered.stdout)
+        assert recovered.returncode == 0 and "result: ok" in out, out[-3000:]
+        assert f"[{decode}] joined router sim-router" in out, out[-3000:]
+        assert healthy() == both
+        answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
+            "text": "hello", "sampling_params": {"max_new_tokens": 4}})
+        assert answer.status_code == 200, answer.text
+
+        # The same under watch --recover, which exits 0 after the good recovery.
+        os.kill(fleet.server_pid(prefill), signal.SIGKILL)
+        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                               "--run-dir", str(tmp_path / "watch-2"), *extra)
+        out = flat(watched.stdout)
+        assert f"{prefill}: recovered" in out and f"{decode}: not recovered" not in out, \
+            out[-3000:]
+        assert watched.returncode == 0, out[-3000:]
+        wait_for(lambda: healthy() == both, timeout=30)
+
+        # A plain playbook limited to the prefill cannot reach the decode: it says so.
+        prefill_dies_and_the_decode_leaves("watch-3")
+        plain = run_playbook("playbooks/recover.yml", fleet.inventory, fleet.extra,
+                             "--limit", prefill)
+        assert plain.rc != 0, plain.output[-3000:]
+        assert (f"{prefill}: recovered, but router sim-router lists no healthy decode server "
+                f"of PD deployment kimi_pd: every request through it fails; {decode} was "
+                f"outside this run. Fix: recover the deployment as a unit: sglang-fleet "
+                f"recover --limit kimi_pd") in flat(plain.output), plain.output[-3000:]
+    finally:
+        fleet.stop()
+        fleet.kill_leftovers()
+
+
+def test_a_prefill_whose_transfers_fail_is_judged_by_its_decodes_and_taken_out(tmp_path, venv):
+    """The prefill's KV transfers never complete (transfer_hang) while its HTTP and bootstrap
+    servers answer: its own checks pass. The decode fails each request at its waiting timeout
+    and names the prefill's bootstrap address; `watch` judges the prefill unhealthy on that
+    evidence and takes it out of the router (and the decode with it: no prefill is ready)."""
+    fleet = make_pd_fleet(
+        tmp_path, router=venv, prefill_vars={"sglang_server_sim_fault": "transfer_hang"},
+        decode_vars={"sglang_server_extra_env": {
+            "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 3}})
+    port = pd_bootstrap_port(fleet)
+    try:
+        fleet.deploy()  # its request through the router meets the hang too
+        assert {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                if w["is_healthy"]} == {fleet.url("sim-node-1"), fleet.url("sim-node-2")}
+        failed = requests.post(fleet.url("sim-node-2") + "/generate", timeout=60, json={
+            "text": "hello", "sampling_params": {"max_new_tokens": 2},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 7})
+        assert failed.status_code == 500, failed.text
+        watched = sglang_fleet("watch", "--count", "1", "-i", str(fleet.inventory),
+                               "--run-dir", str(tmp_path / "watch"), "-e",
+                               json.dumps(fleet.extra))
+        out = flat(watched.stdout)
+        assert "sim-node-1 unhealthy; sim-node-2 ready" in out, out[-3000:]
+        assert "removed it" in out and watched.returncode != 0, out[-3000:]
+        assert router_workers(fleet.router_url) == []
+        prefill = json.loads((tmp_path / "watch" / "summary.json").read_text())["hosts"][
+            "sim-node-1"]
+        assert prefill["reason"].startswith(
+            f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "
+            f"it fail (bootstrap 127.0.0.1:{port}; sim-node-2: "), prefill
+        assert "timed out after 3.0s in KVPoll.WaitingForInput" in prefill["reason"], prefill
+    finally:
         fleet.stop()
         fleet.kill_leftovers()

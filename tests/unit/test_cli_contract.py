@@ -33,6 +33,7 @@ from sglang_fleet.summary import (
     host_table,
     judge_readiness,
     junit_xml,
+    rc_after_recovery,
 )
 
 ROLE = "/p/roles/sglang_server/tasks/"
@@ -112,6 +113,19 @@ def test_junit_has_one_case_per_host_and_stage_with_verdict_and_evidence():
     assert "evidence: /ev/b/1" in failure.text
     assert suite.get("tests") == "7" and suite.get("failures") == "1"
     assert summary["hosts"]["b"]["evidence"] == "/ev/b/1"
+
+
+def test_a_watch_whose_failed_hosts_were_all_recovered_exits_ok():
+    """`watch --recover`: the observation's ansible-playbook failed the hosts it judged not
+    ready (rc 2); once each is recovered, the observation is ok (exit 0, not 'internal
+    error')."""
+    outcomes = host_outcomes(EVENTS, STATS)
+    assert outcomes["b"].status == "failed"
+    assert rc_after_recovery(2, {"b"}, outcomes) == 2  # b is not recovered: the status holds
+    outcomes["b"].status = "ok"  # the recovery's outcome replaces the observation's
+    assert exit_code(2, outcomes) == EXIT_INTERNAL
+    assert exit_code(rc_after_recovery(2, {"b"}, outcomes), outcomes) == EXIT_OK
+    assert rc_after_recovery(2, set(), outcomes) == 2  # failed for another reason: kept
 
 
 def test_health_judges_a_server_that_is_not_ready_as_failed():

@@ -85,14 +85,34 @@ def test_the_routers_join_the_first_batch_and_each_batch_keeps_its_servers():
 
     def batches(serial, routers=("r1",)):
         return serial_batches([*routers, *servers],
-                              serial_with_routers(serial, len(servers), len(routers)))
+                              serial_with_routers(serial, servers, len(routers)))
 
     assert batches(2) == [["r1", "s1", "s2"], ["s3", "s4"]]
     assert batches("25%") == [["r1", "s1"], ["s2"], ["s3"], ["s4"]]
     assert batches([1, "50%"]) == [["r1", "s1"], ["s2", "s3"], ["s4"]]
     assert batches(1, ("r1", "r2")) == [["r1", "r2", "s1"], ["s2"], ["s3"], ["s4"]]
-    assert serial_with_routers("100%", 4, 1) == serial_with_routers(None, 4, 1) == "100%"
-    assert serial_with_routers(4, 4, 1) == "100%"
+    assert serial_with_routers("100%", servers, 1) == serial_with_routers(None, servers, 1) \
+        == "100%"
+    assert serial_with_routers(4, servers, 1) == "100%"
     # No router in the run: the play's serial as given.
-    assert serial_with_routers(2, 4, 0) == 2
+    assert serial_with_routers(2, servers, 0) == 2
     assert batches(2, ()) == [["s1", "s2"], ["s3", "s4"]]
+
+
+def test_no_batch_of_a_deploy_holds_a_whole_pd_side():
+    """Prefills p1, p2 and decodes d1, d2 in one batch (no sglang_fleet_serial) would all
+    restart at once: the batches are cut so that one server of each side serves meanwhile."""
+    servers = ["p1", "p2", "d1", "d2"]
+    sides = [{"p1", "p2"}, {"d1", "d2"}]
+
+    def batches(serial, routers=("r1",), sides=sides):
+        return serial_batches([*routers, *servers],
+                              serial_with_routers(serial, servers, len(routers), sides))
+
+    assert batches(None) == [["r1", "p1"], ["p2", "d1"], ["d2"]]
+    assert batches(2) == [["r1", "p1"], ["p2"], ["d1"], ["d2"]]
+    assert batches(1) == [["r1", "p1"], ["p2"], ["d1"], ["d2"]]
+    assert batches(None, ()) == [["p1"], ["p2", "d1"], ["d2"]]
+    # Sides the inventory lets go whole (none qualifies): one batch, as before.
+    assert serial_with_routers(None, servers, 1, []) == "100%"
+    assert serial_with_routers(None, servers, 0, []) is None

@@ -6,7 +6,15 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from sglang_fleet.pd import deployment_errors, prefill_wait
+from sglang_fleet.pd import (
+    decodes_beside,
+    deployment_errors,
+    held_side,
+    keep_sides_serving,
+    named_by_decodes,
+    prefill_wait,
+    router_side_gap,
+)
 from sglang_fleet.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
@@ -199,3 +207,106 @@ def test_a_decode_kept_out_says_why_whether_or_not_it_was_in():
     assert filters.view_text(removed, "d1", "ready", "no prefill ...") == (
         "d1: router r1: registered as decode, healthy, load 0 (gate: ready); removed it: "
         "no prefill ...")
+
+
+def _members(**hosts):
+    """deployment d's hosts: name -> (mode, unit, keep)."""
+    return {h: {"deployment": "d", "mode": m, "unit": u or h, "keep": k}
+            for h, (m, u, k) in hosts.items()}
+
+
+def test_a_side_of_two_servers_in_the_run_is_held_by_the_first_host_of_each_server():
+    members = _members(p1=("prefill", None, True), p2=("prefill", None, True),
+                       d1=("decode", "dg1", True), d1b=("decode", "dg1", True),
+                       d2=("decode", "dg2", True), d2b=("decode", "dg2", True))
+    run = ["p1", "p2", "d1", "d1b", "d2", "d2b"]
+    assert [held_side(h, members, run) for h in run] == [
+        "sglang_fleet__pd_side__d__prefill", "sglang_fleet__pd_side__d__prefill",
+        "sglang_fleet__pd_side__d__decode", "", "sglang_fleet__pd_side__d__decode", ""]
+    # The cut falls before the second decode's first node: its nodes stay together.
+    sides = [{"p1", "p2"}, {"d1", "d2"}]
+    assert keep_sides_serving([run], sides) == [["p1"], ["p2", "d1", "d1b"], ["d2", "d2b"]]
+
+
+def test_a_side_that_cannot_or_may_go_whole_is_not_held():
+    one = _members(p1=("prefill", None, True), d1=("decode", None, True))
+    assert held_side("p1", one, ["p1", "d1"]) == ""  # one server: nothing to keep serving
+    two = _members(p1=("prefill", None, True), p2=("prefill", None, True),
+                   d1=("decode", None, True))
+    assert held_side("p1", two, ["p1", "d1"]) == ""  # p2 is outside the run: it serves
+    let_go = _members(p1=("prefill", None, True), p2=("prefill", None, False))
+    assert held_side("p1", let_go, ["p1", "p2"]) == ""  # the inventory says so
+    assert held_side("x", {"x": {"mode": None}}, ["x"]) == ""
+
+
+def test_a_recovery_of_a_prefill_holds_its_deployments_decodes():
+    sides = {"p1": ("d", "prefill"), "p2": ("d", "prefill"), "d1": ("d", "decode"),
+             "d2": ("d", "decode"), "x": (None, None), "q1": ("e", "prefill")}
+    groups = {"d": ["p1", "p2", "d1", "d2"], "e": ["q1"]}
+    assert decodes_beside(["p1"], sides, groups) == ["d1", "d2"]
+    assert decodes_beside(["p1", "p2", "d2"], sides, groups) == ["d1"]
+    assert decodes_beside(["d1", "x", "q1"], sides, groups) == []  # a decode recovers alone
+
+
+def test_a_router_without_a_healthy_server_of_a_side_is_named_with_the_fix():
+    prefill = {"url": "http://p", "worker_type": "prefill", "is_healthy": True}
+    decode = {"url": "http://d", "worker_type": "decode", "is_healthy": True}
+    assert router_side_gap("p1", "r", "d", [prefill, decode], []) == ""
+    gap = router_side_gap("p1", "r", "d", [prefill, dict(decode, is_healthy=False)], ["d1"])
+    assert gap == ("p1: recovered, but router r lists no healthy decode server of PD "
+                   "deployment d: every request through it fails; d1 was outside this run. "
+                   "Fix: recover the deployment as a unit: sglang-fleet recover --limit d")
+    assert "lists no healthy prefill and no decode server" in router_side_gap("p1", "r", "d",
+                                                                               [], [])
+
+
+def test_a_prefill_its_decodes_name_in_failed_transfers_is_unhealthy():
+    ready = {"verdict": "ready", "phase": "serving", "reason": "/health answered 200",
+             "headline": "ready: /health answered 200", "evidence": {"health": 200}}
+    kv = {"requests_failed": 2, "lookups_failed": 0, "prefills_lost": 1,
+          "prefills": ["10.0.0.5:8998"], "last_message": "Decode transfer failed ..."}
+    decodes = {"d1": dict(ready, kv_transfer=kv), "d2": ready, "d3": None}
+    judged = named_by_decodes(ready, "10.0.0.5:8998", decodes)
+    assert judged["verdict"] == "unhealthy" and judged["cause"] is None
+    assert judged["headline"] == (
+        "unhealthy while serving: /health and its KV bootstrap server answer, but its decodes' "
+        "KV transfers from it fail (bootstrap 10.0.0.5:8998; d1: 2 requests aborted, 1 lost "
+        "connection; the latest: Decode transfer failed ...)")
+    assert judged["evidence"] == {"health": 200, "decodes_kv_transfer": {"d1": kv}}
+    assert "the fleet takes it out of its routers" in judged["advice"]
+    # Another prefill, or one already judged failed by its own checks, is left as it is.
+    assert named_by_decodes(ready, "10.0.0.6:8998", decodes) is ready
+    crashed = dict(ready, verdict="crashed")
+    assert named_by_decodes(crashed, "10.0.0.5:8998", decodes) is crashed
+
+
+def test_the_only_prefill_is_unhealthy_when_every_ready_decode_fails_transfers_naming_none():
+    """A waiting timeout names only its request: the only prefill of a deployment is the one
+    its decodes failed with when every ready decode failed; one decode alone is its own
+    suspect when there are others."""
+    ready = {"verdict": "ready", "phase": "serving", "reason": "/health answered 200"}
+    timeout = {"requests_failed": 1, "lookups_failed": 0, "prefills_lost": 0, "prefills": [],
+               "last_message": "Decode transfer failed ... timed out after 3.0s"}
+    both = {"d1": dict(ready, kv_transfer=timeout), "d2": dict(ready, kv_transfer=timeout)}
+    judged = named_by_decodes(ready, "10.0.0.5:8998", both, only_prefill=True)
+    assert judged["verdict"] == "unhealthy"
+    assert set(judged["evidence"]["decodes_kv_transfer"]) == {"d1", "d2"}
+    one = {"d1": dict(ready, kv_transfer=timeout), "d2": ready}
+    assert named_by_decodes(ready, "10.0.0.5:8998", one, only_prefill=True) is ready
+    assert named_by_decodes(ready, "10.0.0.5:8998", both, only_prefill=False) is ready
+
+
+def test_a_prefills_restart_seen_by_its_decodes_is_no_failure_of_it():
+    """Decodes lose a prefill that restarts (a rolling change): lines that failed no request,
+    or whose latest came before the prefill began serving again, do not judge it."""
+    ready = {"verdict": "ready", "phase": "serving", "since": 1000.0}
+    lost = {"requests_failed": 0, "lookups_failed": 0, "prefills_lost": 2, "last_at": 1500.0,
+            "prefills": ["10.0.0.5:8998"], "last_message": "Lost connection ..."}
+    decodes = {"d1": dict(ready, kv_transfer=lost)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes, only_prefill=True) is ready
+    before = dict(lost, requests_failed=3, last_at=900.0)
+    decodes = {"d1": dict(ready, kv_transfer=before)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes, only_prefill=True) is ready
+    after = dict(before, last_at=1100.0)
+    decodes = {"d1": dict(ready, kv_transfer=after)}
+    assert named_by_decodes(ready, "10.0.0.5:8998", decodes)["verdict"] == "unhealthy"

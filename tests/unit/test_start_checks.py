@@ -157,3 +157,26 @@ def test_another_deployment_of_the_same_host_still_running_is_named_with_its_sto
             proc.kill()
             proc.wait()
     assert check.other_deployments_running(mine, f"{host}:Kimi-K2.5-30001") == []
+
+
+def test_a_prefills_bootstrap_port_held_by_another_program_blocks_its_start(tmp_path):
+    """The KV bootstrap server binds beside the HTTP server: a port another program holds
+    would leave the prefill serving without it, so the start is refused as for its HTTP
+    port, naming the setting that moves it."""
+    options = {"log_file": str(tmp_path / "logs" / "d.log"),
+               "state_file": str(tmp_path / "run" / "d.pid"), "shm_dir": str(tmp_path),
+               "min_free_mb": 0, "host": "127.0.0.1", "port": None, "group_markers": [],
+               "model_path": None}
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        (problem,) = check.server_start_blockers(dict(options, bootstrap_port=port), [])
+        assert problem.startswith(f"the prefill's KV bootstrap port 127.0.0.1:{port} is held "
+                                  f"by {os.getpid()} (")
+        assert ("no decode could fetch its KV cache. Fix: stop that program, or set "
+                "sglang_server_disaggregation_bootstrap_port to a free port") in problem
+        # Held by the server being replaced: it is stopped first.
+        assert check.server_start_blockers(dict(options, bootstrap_port=port),
+                                           [os.getpid()]) == []
+        assert check.server_start_blockers(options, []) == []  # not a prefill
