@@ -367,18 +367,25 @@ def report_failure(router, seen):
                str(seen["error"])[:200], len(seen["workers"])))
 
 
-def router_verdict(router, seen):
+def router_verdict(router, seen, fleet_stopped=False):
     """The router's own verdict, from one visit (ask()): `ready` when it lists a healthy worker
     and answers a request through it, `unhealthy` when it answers but serves nothing (no healthy
-    worker, or the request failed), `absent` when nothing answers at its URL. Clients reach the
-    fleet only through it: health fails on anything but ready. Shaped as a server's verdict
-    (verdict, reason, headline, progress_text, advice) with its worker counts under `router`."""
+    worker, or the request failed), `absent` when nothing answers at its URL, `stopped` when
+    nothing answers and every server of its fleet was stopped by an operator (`fleet_stopped`:
+    the fleet is down on purpose). Clients reach the fleet only through it: health fails on
+    anything but ready or stopped. Shaped as a server's verdict (verdict, reason, headline,
+    progress_text, advice) with its worker counts under `router`."""
     workers = seen["workers"]
     healthy = len([w for w in workers if w.get("is_healthy")])
     counts = "%d of %d workers healthy" % (healthy, len(workers))
     redeploy = ("ansible-playbook deploy.yml --limit %s (it re-adds every ready server of its "
                 "fleet)" % router["name"])
-    if seen["status"] is None and seen["workers_error"] and not workers:
+    if seen["status"] is None and seen["workers_error"] and not workers and fleet_stopped:
+        verdict = "stopped"
+        reason = ("nothing answers at %s, and every server of its fleet was stopped by "
+                  "stop.yml" % router["url"])
+        advice = "start the fleet: ansible-playbook deploy.yml"
+    elif seen["status"] is None and seen["workers_error"] and not workers:
         verdict = "absent"
         reason = ("nothing answers at %s (%s): no client reaches the fleet"
                   % (router["url"], seen["error"] or seen["workers_error"]))
@@ -397,6 +404,9 @@ def router_verdict(router, seen):
         advice = "its log says why; " + redeploy
     else:
         verdict, reason, advice = "ready", counts + "; one request answered through it", None
-    return {"verdict": verdict, "phase": None, "reason": reason, "progress_text": counts,
+    gate = {"verdict": verdict, "phase": None, "reason": reason, "progress_text": counts,
             "headline": "%s: %s" % (verdict, reason), "cause": None, "advice": advice,
             "router": {"registered": len(workers), "healthy": healthy}}
+    if verdict == "stopped":
+        gate["stopped_by"] = "stop.yml"  # with its servers: health passes it, as theirs
+    return gate

@@ -63,6 +63,13 @@ options:
         answers. C(playbooks/health.yml) fails the router's host on anything but C(ready).
     type: bool
     default: false
+  fleet_stopped:
+    description:
+      - With I(judge), every server of the router's fleet was stopped by an operator
+        (C(playbooks/stop.yml)): a router that does not answer is then C(stopped), not
+        C(absent).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -144,6 +151,7 @@ def main():
                 version=dict(type="str", required=True),
                 policy=dict(type="str", required=True))),
             judge=dict(type="bool", default=False),
+            fleet_stopped=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -152,7 +160,7 @@ def main():
                p["timeout"])
     if p["report"]:
         # The router's verdict: its row in the run's table says it, as a server's says its own.
-        seen["gate"] = router_verdict(p["report"], seen)
+        seen["gate"] = router_verdict(p["report"], seen, p["fleet_stopped"])
     if p["report"] and p["judge"]:
         module.exit_json(changed=False, **seen)
     if p["report"] and seen["status"] != 200:

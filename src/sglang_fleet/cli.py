@@ -355,6 +355,22 @@ def cmd_watch(args: argparse.Namespace) -> int:
     say(f"watching {args.limit or 'sglang_servers'} every {args.interval:g} s; metrics "
         f"{metrics_path}; recovery {policy}")
 
+    def rejudge_routers(outcomes: dict[str, HostOutcome]) -> None:
+        """A router that failed beside servers this observation recovered (a PD router left
+        without its prefill's side) is judged again: its verdict after the recovery, as the
+        servers' own."""
+        down = sorted(h for h, o in outcomes.items() if is_router(o) and o.status == "failed")
+        if not down:
+            return
+        with playbook_run("playbooks/health.yml", inventory=args.inventory,
+                          limit=",".join(down), extravars=extra,
+                          private_data_dir=str(folder / "runner"),
+                          rotate_artifacts=args.keep_artifacts,
+                          cancel_callback=finish_first) as again:
+            for host, o in host_outcomes(list(again.events), again.stats).items():
+                if host in down and is_router(o):
+                    outcomes[host] = o
+
     def observe(number: int) -> None:
         started = time.time()
         # Membership follows each verdict: a failed server leaves its routers at once.
@@ -397,6 +413,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     + (f" (evidence {o.evidence})" if o.evidence else ""))
                 if o.status == "ok" and o.recovery:
                     outcomes[host] = o  # its verdict after the redeploy
+            rejudge_routers(outcomes)
         write_textfile(metrics_path, prometheus_text(outcomes, time.time(), number,
                                                      recoveries))
         judge_readiness(outcomes)

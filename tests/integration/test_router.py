@@ -28,6 +28,7 @@ from sglang_fleet.testfleet.local import (
     BIN,
     REPO,
     ansible_env,
+    free_port_block,
     loopback_http_server,
     make_fleet,
     run_playbook,
@@ -401,13 +402,27 @@ def test_a_deploy_of_one_host_never_takes_another_hosts_server_out_of_the_router
     stopped = fleet.stop("--limit", f"{first},{second}")
     fleet.outputs.append(stopped.output)
     assert stopped.rc == 0, stopped.output[-3000:]
-    # The second host's server moves to the port the first host is configured for.
-    fleet.set_host_vars(second, {"sglang_server_port": fleet.port(first)})
+    # The second host's server moves to the port the first host is configured for, while the
+    # first is configured elsewhere (one inventory with both on one port is refused by
+    # `check`); then the inventory is put back with the second's server still running there,
+    # as after a port change that was reverted without a deploy.
+    elsewhere = free_port_block(1)
+
+    def second_on_firsts_port() -> None:
+        fleet.set_host_vars(first, {"sglang_server_port": elsewhere})
+        fleet.set_host_vars(second, {"sglang_server_port": fleet.port(first)})
+
+    def inventory_put_back() -> None:
+        for host in (first, second):
+            (fleet.inventory / "host_vars" / f"{host}.yml").unlink(missing_ok=True)
+
+    second_on_firsts_port()
     try:
         moved = fleet.deploy("--limit", second)
         fleet.outputs.append(moved.output)
         assert moved.rc == 0, moved.output[-3000:]
         assert view(fleet) == {taken: True}, "the second host's server now serves that URL"
+        inventory_put_back()
 
         clash = fleet.deploy("--limit", first)
         fleet.outputs.append(clash.output)
@@ -417,11 +432,12 @@ def test_a_deploy_of_one_host_never_takes_another_hosts_server_out_of_the_router
                 f"URL (pid ") in text
         assert f"deployment {second}:Kimi-K2.5-{fleet.port(first)}, " in text
         assert view(fleet) == {taken: True}, "the other host's healthy server stays in"
+        second_on_firsts_port()
         moved_back = fleet.stop("--limit", second)
         fleet.outputs.append(moved_back.output)
         assert moved_back.rc == 0, moved_back.output[-3000:]
     finally:
-        (fleet.inventory / "host_vars" / f"{second}.yml").unlink()
+        inventory_put_back()
     back = fleet.deploy()
     fleet.outputs.append(back.output)
     assert back.rc == 0, back.output[-3000:]
@@ -489,6 +505,9 @@ def test_the_routers_keys_never_show(fleet):
     for root in roots:
         for path in root.rglob("*"):
             if not path.is_file() or path.suffix == ".env" or "inventory" in path.parts:
+                continue
+            if path.name.endswith(".config.yaml"):  # the server's --config file: 0600, as its env
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
                 continue
             data = path.read_bytes()
             for name, key in KEYS.items():

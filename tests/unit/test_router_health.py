@@ -152,3 +152,16 @@ def test_a_router_deployed_alone_adds_back_a_decode_only_beside_a_ready_prefill(
                      "sglang_server_launch_spec": {"pd": {"mode": "prefill",
                                                           "deployment": "other"}}}}
     assert [r["item"]["name"] for r in ready_to_add(prefill_up, judged)] == ["p1", "d1", "d2"]
+
+
+def test_a_router_stopped_with_its_whole_fleet_is_stopped_and_passes():
+    """`stop.yml` of the whole fleet: nothing answers at the router, and every server was
+    stopped on purpose, so the router is `stopped` and health passes; a router alone down
+    in front of running servers stays `absent` and fails."""
+    gone = seen(status=None, error="refused", workers_error="refused")
+    stopped = router_verdict(ROUTER, gone, fleet_stopped=True)
+    assert stopped["verdict"] == "stopped" and stopped["stopped_by"] == "stop.yml"
+    outcomes = host_outcomes(_events(stopped), {"ok": {"n1": 3, "r1": 1}})
+    judge_readiness(outcomes)
+    assert outcomes["r1"].status == "ok"
+    assert router_verdict(ROUTER, gone)["verdict"] == "absent"
