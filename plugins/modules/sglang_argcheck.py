@@ -15,6 +15,8 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   python:
     description: Python interpreter of the server environment.
@@ -37,11 +39,6 @@ options:
     description: Where a successful parse is recorded (the arguments and the parser's code),
       so that C(sglang_node) can tell the next deploy that nothing needs parsing again.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

@@ -25,6 +25,8 @@ description:
   - In check mode nothing is sent.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   host:
     description: Address the server listens on, as seen from the node.
@@ -68,11 +70,6 @@ options:
     description: Seconds one request may take.
     type: float
     default: 300
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

@@ -19,73 +19,10 @@ description:
     a digest of the content instead.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
-options:
-  folders:
-    description: Folders to create (parents included), each with its mode.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Folder path.
-        type: path
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0755").
-        type: str
-        required: true
-  files:
-    description: Files to write.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: File path.
-        type: path
-        required: true
-      content:
-        description: The whole content.
-        type: str
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0644").
-        type: str
-        required: true
-      owner:
-        description: Owner (user name); left as created when unset.
-        type: str
-      group:
-        description: Group name; left as created when unset.
-        type: str
-  secret_files:
-    description: Files that hold secrets, as in I(files); their content is not logged or
-      shown in diffs.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: File path.
-        type: path
-        required: true
-      content:
-        description: The whole content (a secret).
-        type: str
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0600").
-        type: str
-        required: true
-      owner:
-        description: Owner (user name); left as created when unset.
-        type: str
-      group:
-        description: Group name; left as created when unset.
-        type: str
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
+  - sglang.fleet.sglang_fleet.files
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
 """

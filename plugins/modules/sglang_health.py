@@ -32,6 +32,7 @@ author: sglang-fleet maintainers
 extends_documentation_fragment:
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -122,11 +123,6 @@ options:
         processes and the segments there they have open or mapped, binding them to its run
         for M(sglang_shm_cleanup) (nothing else is ever removed). Not in check mode.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - In check mode the observation is not remembered; a first observation measures the time
     since the last progress from the log file's age on the node's clock.

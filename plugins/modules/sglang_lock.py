@@ -34,6 +34,8 @@ description:
     finish it.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   path:
     description: Lock file (the LaunchSpec's C(paths.recover_lock)).
@@ -80,11 +82,6 @@ options:
     description: Recovery progress to record with I(state=updated), merged into the lock's
       C(recovery) record.
     type: dict
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - "Lock file (JSON, mode 0600): C(owner), C(purpose), C(name), C(since) (epoch seconds),
     C(run) (C(run_id), C(host), C(pid), C(start_ticks), C(boot_id), C(pid_ns)), C(lease_s),

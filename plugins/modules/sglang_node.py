@@ -41,6 +41,8 @@ description:
     here.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -271,8 +273,6 @@ options:
         description: Model folder, which must hold C(config.json).
         type: str
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: partial
     details: A diff per file it writes (see I(write)).

@@ -18,6 +18,8 @@ description:
   - Changes nothing.
 version_added: "1.0.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   port:
     description: The server's HTTP port.
@@ -31,11 +33,6 @@ options:
     description: The deployment's marker, which every process of its server carries.
     type: str
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

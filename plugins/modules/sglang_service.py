@@ -37,6 +37,8 @@ description:
     logs SIGTERM, SIGKILL follows as soon as the log shows that, or after 5 s.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -156,11 +158,6 @@ options:
   model_path:
     description: Model path of the new server; a local path must exist with C(config.json).
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - Finds processes by the marker in C(/proc/PID/environ); reading other users' environments
     needs root or the same user, as the service does.

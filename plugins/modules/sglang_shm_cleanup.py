@@ -26,6 +26,8 @@ description:
     deployment is alive, nor before its first start.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   shm_dir:
     description: Shared-memory folder.
@@ -53,11 +55,6 @@ options:
     elements: str
     default: ["sgl_shm_*", "multi_tokenizer_args_*", "torch_*", "psm_*", "sglang*", "nccl-*",
               "cuda.shm.*"]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

@@ -38,6 +38,7 @@ author: sglang-fleet maintainers
 extends_documentation_fragment:
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet.attributes
 options:
   hung:
     description: Skip SIGTERM and send SIGKILL at once.
@@ -79,11 +80,6 @@ options:
     description: File written when memory stays held, marking the node for reboot.
     type: path
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
