@@ -65,6 +65,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_argcheck
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
     DeployFilesError,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():
@@ -84,11 +85,9 @@ def main():
         msg, rc = rejected
         module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
     if p["record_file"] and not module.check_mode:
-        try:
+        with failing(module, DeployFilesError):
             record_args_checked(p["record_file"],
                                 args_record(p["python"], p["parser"], p["args"]))
-        except DeployFilesError as exc:
-            module.fail_json(msg=str(exc))
     module.exit_json(changed=False, parser=p["parser"])
 
 

@@ -60,6 +60,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfi
     plan,
     to_write,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():
@@ -75,12 +76,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
+    with failing(module, (DeployFilesError, OSError, IOError, ValueError),
+                 "cannot write the deployment's files"):
         actions, diffs = plan(p["folders"], to_write(p["files"], p["secret_files"]))
         if not module.check_mode:
             apply(actions)
-    except (DeployFilesError, OSError, IOError, ValueError) as exc:
-        module.fail_json(msg="cannot write the deployment's files: %s" % exc)
     result = dict(changed=bool(actions), changed_paths=[item["path"] for _, item in actions])
     if module._diff:
         result["diff"] = diffs

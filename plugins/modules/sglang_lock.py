@@ -149,6 +149,7 @@ taken_over:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
     LEASE_S,
     LockError,
@@ -192,7 +193,7 @@ def main():
     )
     p = module.params
     lock = LockFile(p["path"])
-    try:
+    with failing(module, (LockError, OSError, IOError), "%s: lock %s" % (p["name"], p["path"])):
         if p["state"] == "released":
             if module.check_mode:
                 held = lock.read()
@@ -216,8 +217,6 @@ def main():
         if folder and not os.path.isdir(folder):
             os.makedirs(folder)
         outcome, held = lock.acquire(record, p["take_over"])
-    except (LockError, OSError, IOError) as exc:
-        module.fail_json(msg="%s: lock %s: %s" % (p["name"], p["path"], exc))
     if outcome == "held":
         module.fail_json(
             msg="%s is locked by %s. Not touching it: wait for that run to finish."

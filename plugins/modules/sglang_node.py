@@ -411,6 +411,7 @@ def main():
         FILE_OPTIONS,
         SECRET_FILE_OPTIONS,
     )
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
     from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
         GATE_ARGS,
         GATE_REQUIRED_IF,
@@ -473,14 +474,11 @@ def main():
         required_if=[("gpu_backend", "simulated", ("sim_dir",))],
         supports_check_mode=True,
     )
-    try:
+    host = "host %s" % module.params["host_name"]
+    with failing(module, (OSError, IOError), host + ": checking the node failed"), \
+            failing(module, NodeRefused, host):
         result = check_node(module.params, module.check_mode, module.warn, module._diff,
                             health)
-    except NodeRefused as exc:
-        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
-    except (OSError, IOError) as exc:
-        module.fail_json(msg="host %s: checking the node failed: %s"
-                         % (module.params["host_name"], exc))
     module.exit_json(**result)
 
 

@@ -60,6 +60,7 @@ holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_startcheck import (
     port_owner,
 )
@@ -75,7 +76,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.exit_json(changed=False, **port_owner(p["host"] or None, p["port"], p["marker"]))
+    with failing(module, (OSError, IOError), "cannot read who holds port %d" % p["port"]):
+        owner = port_owner(p["host"] or None, p["port"], p["marker"])
+    module.exit_json(changed=False, **owner)
 
 
 if __name__ == "__main__":

@@ -296,6 +296,7 @@ gate:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_routernode import (
     ROUTER_OPTIONS,
     RouterRefused,
@@ -313,13 +314,10 @@ def main():
         ),
         supports_check_mode=True,
     )
-    try:
+    host = "host %s" % module.params["host_name"]
+    with failing(module, (OSError, IOError), host + ": the router's host failed"), \
+            failing(module, RouterRefused, host):
         result = converge(module.params, module.check_mode, module.warn, module._diff)
-    except RouterRefused as exc:
-        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
-    except (OSError, IOError) as exc:
-        module.fail_json(msg="host %s: the router's host failed: %s"
-                         % (module.params["host_name"], exc))
     module.exit_json(**result)
 
 

@@ -256,6 +256,7 @@ stop_report:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
     describe_foreign,
 )
@@ -309,11 +310,9 @@ def main():
     if p["launch_spec"] and p["launch_spec"].get("config_hash") not in (None, config_hash):
         module.fail_json(msg="launch_spec is configuration %s but config_hash says %s"
                          % (p["launch_spec"].get("config_hash"), config_hash))
-    try:
+    with failing(module, ServiceError):
         service = service_of(dict(p, user=p["service_user"]))
         status = service.status()
-    except ServiceError as exc:
-        module.fail_json(msg=str(exc))
     digest = files_digest(p["config_files"])
     result = dict(changed=False, pid=status["pid"], digest=digest,
                   previous_digest=status["digest"], config_hash=status["config_hash"],
