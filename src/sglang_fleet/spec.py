@@ -342,8 +342,8 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
             args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
-        elif s.name in ("served_model_name", "tp"):
-            args += [s.flag, served if s.name == "served_model_name" else str(value)]
+        elif s.name == "served_model_name":
+            args += [s.flag, served]
         elif s.name == "group" and topo.nnodes > 1:
             args += ["--nnodes", str(topo.nnodes), "--node-rank", str(topo.node_rank),
                      "--dist-init-addr", topo.dist_init_addr]
