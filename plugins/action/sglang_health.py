@@ -5,6 +5,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import (
+    require_matching_package,
+)
+
+require_matching_package()  # before the package's imports, which another release may lack
+
 from sglang_fleet.spec import gate_module_args
 from sglang_fleet.spec_action import SpecViewAction
 

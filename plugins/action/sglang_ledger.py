@@ -10,6 +10,11 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import (
+    require_matching_package,
+)
+
+require_matching_package()  # before the package's imports, which another release may lack
 
 try:
     import yaml

@@ -17,6 +17,11 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import (
+    require_matching_package,
+)
+
+require_matching_package()  # before the package's imports, which another release may lack
 
 try:
     from sglang_fleet.store import append_jsonl

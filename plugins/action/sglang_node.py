@@ -13,6 +13,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import (
+    require_matching_package,
+)
+
+require_matching_package()  # before the package's imports, which another release may lack
 
 from sglang_fleet.render import deployment_files
 from sglang_fleet.spec import (

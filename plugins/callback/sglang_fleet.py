@@ -55,9 +55,16 @@ import time
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
+try:  # the collection and the package must be one release
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import version_error
+except ImportError:  # loaded as a plain file (a unit test), not by Ansible: nothing to compare
+    version_error = None
+_VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.reasons import group_by_reason, hosts_text
 except ImportError:  # the package is not importable: refusals are shown host by host
+    group_by_reason = None
+if _VERSION_ERROR is not None:  # another release's package: said once, and not used
     group_by_reason = None
 try:
     from sglang_fleet_node.sglang_fleet_text import inert
@@ -462,6 +469,8 @@ class CallbackModule(DefaultCallback):
         return super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
 
     def v2_playbook_on_start(self, playbook):
+        if _VERSION_ERROR is not None:
+            self._display.error(_VERSION_ERROR)
         _load_plugins_before_fork()
         # Every object of this process so far (the inventory, the plugins, the playbook) lives
         # for the whole run. Frozen, a forked worker's garbage collector never walks them, so

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Options shared by the modules that act on one deployment; mirrors
-# plugins/module_utils/sglang_fleet_args.py.
+# Documentation the modules share (extends_documentation_fragment): the options of the modules
+# that act on one deployment (the default fragment; mirrors plugins/module_utils/
+# sglang_fleet_args.py), the GPU options, the attributes and the deployment file writer's options.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -37,4 +38,65 @@ options:
   sim_dir:
     description: Simulated GPU folder, required with I(gpu_backend=simulated).
     type: path
+"""
+
+    # What every module supports unless its own attributes say otherwise (a module's entry
+    # wins over this one's).
+    ATTRIBUTES = r"""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+    # The deployment file writer's options (module_utils/sglang_fleet_deployfiles.py's
+    # FILE_OPTIONS and SECRET_FILE_OPTIONS); a secret file has the same fields.
+    FILES = r"""
+options:
+  folders:
+    description: Folders to create (parents included), each with its mode.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Folder path.
+        type: path
+        required: true
+      mode:
+        description: Octal mode, e.g. C("0755").
+        type: str
+        required: true
+  files:
+    description: Files to write.
+    type: list
+    elements: dict
+    default: []
+    suboptions: &file
+      path:
+        description: File path.
+        type: path
+        required: true
+      content:
+        description: The whole content (in I(secret_files), a secret never shown).
+        type: str
+        required: true
+      mode:
+        description: Octal mode, e.g. C("0644"), or C("0600") for a secret file.
+        type: str
+        required: true
+      owner:
+        description: Owner (user name); left as created when unset.
+        type: str
+      group:
+        description: Group name; left as created when unset.
+        type: str
+  secret_files:
+    description: Files that hold secrets, as in I(files); their content is not logged or
+      shown in diffs.
+    type: list
+    elements: dict
+    default: []
+    suboptions: *file
 """

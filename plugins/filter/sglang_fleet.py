@@ -10,6 +10,11 @@ import os
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
+try:  # the collection and the package must be one release
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import version_error
+except ImportError:  # loaded as a plain file (a unit test), not by Ansible: nothing to compare
+    version_error = None
+_VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.advice import failure_block, operator_stopped
     from sglang_fleet.clashes import clash_errors, machine_of
@@ -37,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the controller envir
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
+if _IMPORT_ERROR is None and _VERSION_ERROR is None:
     # ansible-playbook imports this plugin before it forks a worker for each task and host:
     # built here, the catalogue, the parser and the rules are built once per run, not once
     # per host by every task that builds a LaunchSpec (0.06-0.09 s of CPU each).
@@ -44,6 +50,8 @@ else:
 
 
 def _need_package():
+    if _VERSION_ERROR is not None:
+        raise AnsibleFilterError(_VERSION_ERROR)
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(
             "the sglang_fleet Python package is not importable by ansible-playbook (%s); "

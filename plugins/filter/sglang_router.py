@@ -9,6 +9,11 @@ from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
 
+try:  # the collection and the package must be one release
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import version_error
+except ImportError:  # loaded as a plain file (a unit test), not by Ansible: nothing to compare
+    version_error = None
+_VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.pd import named_by_decodes, prefill_wait, router_side_gap
     from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
@@ -28,6 +33,8 @@ else:
 
 
 def _need_package():
+    if _VERSION_ERROR is not None:
+        raise AnsibleFilterError(_VERSION_ERROR)
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(
             "the sglang_fleet Python package is not importable by ansible-playbook (%s); "

@@ -15,6 +15,8 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   python:
     description: Python interpreter of the server environment.
@@ -37,11 +39,6 @@ options:
     description: Where a successful parse is recorded (the arguments and the parser's code),
       so that C(sglang_node) can tell the next deploy that nothing needs parsing again.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -68,6 +65,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_argcheck
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
     DeployFilesError,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():
@@ -87,11 +85,9 @@ def main():
         msg, rc = rejected
         module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
     if p["record_file"] and not module.check_mode:
-        try:
+        with failing(module, DeployFilesError):
             record_args_checked(p["record_file"],
                                 args_record(p["python"], p["parser"], p["args"]))
-        except DeployFilesError as exc:
-            module.fail_json(msg=str(exc))
     module.exit_json(changed=False, parser=p["parser"])
 
 

@@ -25,6 +25,8 @@ description:
   - In check mode nothing is sent.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   host:
     description: Address the server listens on, as seen from the node.
@@ -68,11 +70,6 @@ options:
     description: Seconds one request may take.
     type: float
     default: 300
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -114,6 +111,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_benchcli
     BenchError,
     run_benchmark,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 _LIMITS = {"input_len": (1, 1000000), "output_len": (2, 100000), "warmup": (0, 100),
            "repetitions": (1, 1000)}
@@ -159,13 +157,12 @@ def main():
                          % (p["concurrency"],))
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: nothing sent")
-    try:
+    with failing(module, (BenchError, OSError, ValueError),
+                 "benchmark of %s:%d failed" % (p["host"], p["port"])):
         result = run_benchmark(p["host"], p["port"], p["input_len"], p["output_len"],
                                p["warmup"], p["repetitions"], p["concurrency"],
                                api_key=_api_key(p["env_file"], p["api_key_var"]),
                                timeout=p["timeout"])
-    except (BenchError, OSError, ValueError) as exc:
-        module.fail_json(msg="benchmark of %s:%d failed: %s" % (p["host"], p["port"], exc))
     module.exit_json(changed=False, benchmark=result,
                      output_tok_s=result["levels"][0]["output_tok_s"]["median"])
 

@@ -19,73 +19,10 @@ description:
     a digest of the content instead.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
-options:
-  folders:
-    description: Folders to create (parents included), each with its mode.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Folder path.
-        type: path
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0755").
-        type: str
-        required: true
-  files:
-    description: Files to write.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: File path.
-        type: path
-        required: true
-      content:
-        description: The whole content.
-        type: str
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0644").
-        type: str
-        required: true
-      owner:
-        description: Owner (user name); left as created when unset.
-        type: str
-      group:
-        description: Group name; left as created when unset.
-        type: str
-  secret_files:
-    description: Files that hold secrets, as in I(files); their content is not logged or
-      shown in diffs.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: File path.
-        type: path
-        required: true
-      content:
-        description: The whole content (a secret).
-        type: str
-        required: true
-      mode:
-        description: Octal mode, e.g. C("0600").
-        type: str
-        required: true
-      owner:
-        description: Owner (user name); left as created when unset.
-        type: str
-      group:
-        description: Group name; left as created when unset.
-        type: str
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
+  - sglang.fleet.sglang_fleet.files
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
 """
@@ -123,6 +60,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfi
     plan,
     to_write,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():
@@ -138,12 +76,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
+    with failing(module, (DeployFilesError, OSError, IOError, ValueError),
+                 "cannot write the deployment's files"):
         actions, diffs = plan(p["folders"], to_write(p["files"], p["secret_files"]))
         if not module.check_mode:
             apply(actions)
-    except (DeployFilesError, OSError, IOError, ValueError) as exc:
-        module.fail_json(msg="cannot write the deployment's files: %s" % exc)
     result = dict(changed=bool(actions), changed_paths=[item["path"] for _, item in actions])
     if module._diff:
         result["diff"] = diffs

@@ -25,6 +25,7 @@ author: sglang-fleet maintainers
 extends_documentation_fragment:
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet.attributes
 options:
   log_file:
     description: The server log.
@@ -63,11 +64,6 @@ options:
     description: Lines in the log tail.
     type: int
     default: 200
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

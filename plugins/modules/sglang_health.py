@@ -32,6 +32,7 @@ author: sglang-fleet maintainers
 extends_documentation_fragment:
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -122,11 +123,6 @@ options:
         processes and the segments there they have open or mapped, binding them to its run
         for M(sglang_shm_cleanup) (nothing else is ever removed). Not in check mode.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - In check mode the observation is not remembered; a first observation measures the time
     since the last progress from the log file's age on the node's clock.
@@ -286,6 +282,7 @@ processes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
     GATE_ARGS,
     GATE_REQUIRED_IF,
@@ -320,18 +317,15 @@ def main():
                            renew_lock=dict(type="dict", options=_LOCK_OPTIONS),
                            shm_dir=dict(type="path")),
         required_if=GATE_REQUIRED_IF, supports_check_mode=True)
-    try:
+    with failing(module, GateArgsInvalid):
         verdict = judge(module.params, module.check_mode)
-    except GateArgsInvalid as exc:
-        module.fail_json(msg=str(exc))
     if not module.check_mode:
         _bookkeeping(module, verdict)
     release = module.params["release_lock"]
     if release and verdict["verdict"] == "ready" and not module.check_mode:
-        try:
+        with failing(module, (LockError, OSError, IOError), "lock %s" % release["path"],
+                     verdict):
             verdict["lock_released"] = LockFile(release["path"]).release(release["run"])
-        except (LockError, OSError, IOError) as exc:
-            module.fail_json(msg="lock %s: %s" % (release["path"], exc), **verdict)
     module.exit_json(changed=False, **verdict)
 
 

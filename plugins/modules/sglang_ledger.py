@@ -20,6 +20,8 @@ description:
     inventory) can be merged and each entry traced to its run.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   path:
     description: Ledger file on the controller.
@@ -32,10 +34,6 @@ options:
 attributes:
   action:
     support: full
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

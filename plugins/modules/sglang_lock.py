@@ -34,6 +34,8 @@ description:
     finish it.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   path:
     description: Lock file (the LaunchSpec's C(paths.recover_lock)).
@@ -80,11 +82,6 @@ options:
     description: Recovery progress to record with I(state=updated), merged into the lock's
       C(recovery) record.
     type: dict
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - "Lock file (JSON, mode 0600): C(owner), C(purpose), C(name), C(since) (epoch seconds),
     C(run) (C(run_id), C(host), C(pid), C(start_ticks), C(boot_id), C(pid_ns)), C(lease_s),
@@ -152,6 +149,7 @@ taken_over:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
     LEASE_S,
     LockError,
@@ -195,7 +193,7 @@ def main():
     )
     p = module.params
     lock = LockFile(p["path"])
-    try:
+    with failing(module, (LockError, OSError, IOError), "%s: lock %s" % (p["name"], p["path"])):
         if p["state"] == "released":
             if module.check_mode:
                 held = lock.read()
@@ -219,8 +217,6 @@ def main():
         if folder and not os.path.isdir(folder):
             os.makedirs(folder)
         outcome, held = lock.acquire(record, p["take_over"])
-    except (LockError, OSError, IOError) as exc:
-        module.fail_json(msg="%s: lock %s: %s" % (p["name"], p["path"], exc))
     if outcome == "held":
         module.fail_json(
             msg="%s is locked by %s. Not touching it: wait for that run to finish."

@@ -41,6 +41,8 @@ description:
     here.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -274,8 +276,6 @@ options:
         description: Model folder, which must hold C(config.json).
         type: str
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: partial
     details: A diff per file it writes (see I(write)).
@@ -414,6 +414,7 @@ def main():
         FILE_OPTIONS,
         SECRET_FILE_OPTIONS,
     )
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
     from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
         GATE_ARGS,
         GATE_REQUIRED_IF,
@@ -476,14 +477,11 @@ def main():
         required_if=[("gpu_backend", "simulated", ("sim_dir",))],
         supports_check_mode=True,
     )
-    try:
+    host = "host %s" % module.params["host_name"]
+    with failing(module, (OSError, IOError), host + ": checking the node failed"), \
+            failing(module, NodeRefused, host):
         result = check_node(module.params, module.check_mode, module.warn, module._diff,
                             health)
-    except NodeRefused as exc:
-        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
-    except (OSError, IOError) as exc:
-        module.fail_json(msg="host %s: checking the node failed: %s"
-                         % (module.params["host_name"], exc))
     module.exit_json(**result)
 
 

@@ -18,6 +18,8 @@ description:
   - Changes nothing.
 version_added: "1.0.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   port:
     description: The server's HTTP port.
@@ -31,11 +33,6 @@ options:
     description: The deployment's marker, which every process of its server carries.
     type: str
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -63,6 +60,7 @@ holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_startcheck import (
     port_owner,
 )
@@ -78,7 +76,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.exit_json(changed=False, **port_owner(p["host"] or None, p["port"], p["marker"]))
+    with failing(module, (OSError, IOError), "cannot read who holds port %d" % p["port"]):
+        owner = port_owner(p["host"] or None, p["port"], p["marker"])
+    module.exit_json(changed=False, **owner)
 
 
 if __name__ == "__main__":

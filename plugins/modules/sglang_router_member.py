@@ -30,6 +30,8 @@ description:
   - Runs on the router host (delegate to it); the worker's metrics are read from there too.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   router_url:
     description: Base URL of the router's API, as the router host reaches it.
@@ -113,11 +115,6 @@ options:
     description: Seconds allowed for each HTTP call.
     type: float
     default: 10
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - An unreachable router is a failure for I(state=present) (a ready server would serve nothing
     through it) and a warning for I(state=absent) (nothing is routed through a router that is

@@ -34,6 +34,8 @@ description:
     own.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   host_name:
     description: Inventory name of the router host, for messages.
@@ -59,69 +61,24 @@ options:
         type: str
         required: true
       folders:
-        description: The router's folders (I(path), I(mode)).
+        description: The router's folders, as M(sglang.fleet.sglang_deployment_files) takes
+          its I(folders) (I(path), I(mode)).
         type: list
         elements: dict
         default: []
-        suboptions:
-          path:
-            description: Folder path.
-            type: path
-            required: true
-          mode:
-            description: Octal mode, e.g. C("0755").
-            type: str
-            required: true
       files:
         description: The launch script and, with systemd, the unit, as
-          M(sglang_deployment_files) takes its I(files).
+          M(sglang.fleet.sglang_deployment_files) takes its I(files) (I(path), I(content),
+          I(mode), I(owner), I(group)).
         type: list
         elements: dict
         default: []
-        suboptions:
-          path:
-            description: File path.
-            type: path
-            required: true
-          content:
-            description: The whole content.
-            type: str
-            required: true
-          mode:
-            description: Octal mode, e.g. C("0644").
-            type: str
-            required: true
-          owner:
-            description: Owner (user name); left as created when unset.
-            type: str
-          group:
-            description: Group name; left as created when unset.
-            type: str
       secret_files:
-        description: The env file, whose content (the router's keys) is never logged or
-          shown.
+        description: The env file, as M(sglang.fleet.sglang_deployment_files) takes its
+          I(secret_files); its content (the router's keys) is never logged or shown.
         type: list
         elements: dict
         default: []
-        suboptions:
-          path:
-            description: File path.
-            type: path
-            required: true
-          content:
-            description: The whole content (secrets).
-            type: str
-            required: true
-          mode:
-            description: Octal mode, e.g. C("0600").
-            type: str
-            required: true
-          owner:
-            description: Owner (user name); left as created when unset.
-            type: str
-          group:
-            description: Group name; left as created when unset.
-            type: str
       service:
         description: The router's service.
         type: dict
@@ -339,6 +296,7 @@ gate:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_routernode import (
     ROUTER_OPTIONS,
     RouterRefused,
@@ -356,13 +314,10 @@ def main():
         ),
         supports_check_mode=True,
     )
-    try:
+    host = "host %s" % module.params["host_name"]
+    with failing(module, (OSError, IOError), host + ": the router's host failed"), \
+            failing(module, RouterRefused, host):
         result = converge(module.params, module.check_mode, module.warn, module._diff)
-    except RouterRefused as exc:
-        module.fail_json(msg="host %s: %s" % (module.params["host_name"], exc))
-    except (OSError, IOError) as exc:
-        module.fail_json(msg="host %s: the router's host failed: %s"
-                         % (module.params["host_name"], exc))
     module.exit_json(**result)
 
 

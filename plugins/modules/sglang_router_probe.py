@@ -17,6 +17,8 @@ description:
     line (C(msg)) and fails on any other answer, naming the fix.
 version_added: "0.2.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   url:
     description: The router's URL as its host reaches it.
@@ -74,8 +76,6 @@ attributes:
   check_mode:
     support: full
     details: It only reads, and sends the one request, in check mode too.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

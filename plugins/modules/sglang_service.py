@@ -38,6 +38,8 @@ description:
     logs SIGTERM, SIGKILL follows as soon as the log shows that, or after 5 s.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   from_spec:
     description:
@@ -161,11 +163,6 @@ options:
   model_path:
     description: Model path of the new server; a local path must exist with C(config.json).
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - Finds processes by the marker in C(/proc/PID/environ); reading other users' environments
     needs root or the same user, as the service does.
@@ -264,6 +261,7 @@ stop_report:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
     describe_foreign,
 )
@@ -317,11 +315,9 @@ def main():
     if p["launch_spec"] and p["launch_spec"].get("config_hash") not in (None, config_hash):
         module.fail_json(msg="launch_spec is configuration %s but config_hash says %s"
                          % (p["launch_spec"].get("config_hash"), config_hash))
-    try:
+    with failing(module, ServiceError):
         service = service_of(dict(p, user=p["service_user"]))
         status = service.status()
-    except ServiceError as exc:
-        module.fail_json(msg=str(exc))
     digest = files_digest(p["config_files"])
     result = dict(changed=False, pid=status["pid"], digest=digest,
                   previous_digest=status["digest"], config_hash=status["config_hash"],

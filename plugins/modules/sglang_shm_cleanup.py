@@ -26,6 +26,8 @@ description:
     deployment is alive, nor before its first start.
 version_added: "0.1.0"
 author: sglang-fleet maintainers
+extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.attributes
 options:
   shm_dir:
     description: Shared-memory folder.
@@ -53,11 +55,6 @@ options:
     elements: str
     default: ["sgl_shm_*", "multi_tokenizer_args_*", "torch_*", "psm_*", "sglang*", "nccl-*",
               "cuda.shm.*"]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -83,6 +80,7 @@ kept_in_use:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import service_uid
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import (
     PATTERNS,
@@ -115,10 +113,8 @@ def main():
     result = dict(changed=bool(remove), removed=remove, kept_in_use=kept)
     if not module.check_mode:
         for path in remove:
-            try:
+            with failing(module, OSError, "cannot remove %s" % path, result):
                 os.unlink(path)
-            except OSError as exc:
-                module.fail_json(msg="cannot remove %s: %s" % (path, exc), **result)
     module.exit_json(**result)
 
 

@@ -38,6 +38,7 @@ author: sglang-fleet maintainers
 extends_documentation_fragment:
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
+  - sglang.fleet.sglang_fleet.attributes
 options:
   hung:
     description: Skip SIGTERM and send SIGKILL at once.
@@ -79,11 +80,6 @@ options:
     description: File written when memory stays held, marking the node for reboot.
     type: path
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -168,6 +164,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_args imp
     DEPLOYMENT_REQUIRED_IF,
     deployment_argument_spec,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_files import (
     read_json,
     write_json_atomic,
@@ -225,10 +222,9 @@ def main():
     state = read_json(p["state_file"]) or {}
     session = recorded_session(state) if p["manager"] == "supervisor" else {}
     unit = p["unit_name"] if p["manager"] == "systemd" else None
-    try:
+    with failing(module, (GpuQueryTimeout, GpuUnavailable),
+                 "cannot read the GPUs before stopping"):
         gpu_count = len(gpu_snapshot(p["gpu_backend"], p["sim_dir"]))
-    except (GpuQueryTimeout, GpuUnavailable) as exc:
-        module.fail_json(msg="cannot read the GPUs before stopping: %s" % exc)
     extra, spared_others = [], []
     if p["aggressive"]:
         extra, spared_others = aggressive_targets(

@@ -22,18 +22,12 @@ from typing import Any
 
 from sglang_fleet import router_settings
 from sglang_fleet.catalogue import Catalogue
+from sglang_fleet.problems import Problems, describe_value
 from sglang_fleet.render import unit_path_problem
 from sglang_fleet.router_catalogue import router_catalogue, shipped_versions
 from sglang_fleet.router_settings import BY_NAME, BY_VARIABLE, PREFIX, TABLE
 from sglang_fleet.setting_kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
-from sglang_fleet.spec import (
-    MARKER_VAR,
-    Problems,
-    config_hash,
-    describe_value,
-    is_loopback,
-    secret_fingerprint,
-)
+from sglang_fleet.spec import MARKER_VAR, config_hash, is_loopback, secret_fingerprint
 
 API_KEY_VAR = BY_NAME["api_key"].env
 CONTROL_PLANE_KEY_VAR = str(BY_NAME["control_plane_api_keys"].env).replace("*", "{}")

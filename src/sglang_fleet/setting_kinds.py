@@ -22,7 +22,7 @@ from sglang_fleet_node.sglang_fleet_secrets import is_secret_name
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sglang_fleet.spec import Problems
+    from sglang_fleet.problems import Problems
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ TABLE = SettingsTable(PREFIX, (
     # Parallelism
     S("tp", "int", 8, "Tensor-parallel size of the whole server (all nodes of its group).",
       "Parallelism",
-      low=1, high=1024, flag="--tp-size", render="custom", fact="tp"),
+      low=1, high=1024, flag="--tp-size", render="value", fact="tp"),
     S("dp", "int", 1, "Data-parallel size.", "Parallelism", low=1, high=1024, flag="--dp-size",
       render="value", omit=1),
     S("pp", "int", 1, "Pipeline-parallel size.", "Parallelism", low=1, high=1024,

@@ -23,6 +23,7 @@ from sglang_fleet import clashes, pd
 from sglang_fleet import settings as server_settings
 from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
+from sglang_fleet.problems import Problems, SpecError, describe_value
 from sglang_fleet.render import unit_path_problem
 from sglang_fleet.reviewed import (
     Release,
@@ -50,9 +51,8 @@ from sglang_fleet_node.sglang_fleet_secrets import fingerprint, is_secret_name, 
 from sglang_fleet_node.sglang_fleet_vocab import PHASES, default_windows
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
-           "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "Problems", "SECRET_SETTINGS",
-           "SpecError",
-           "build_identity", "build_launch_spec", "config_hash", "describe_value",
+           "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "SECRET_SETTINGS",
+           "build_identity", "build_launch_spec", "config_hash",
            "group_consistency_errors", "public_settings", "secret_fingerprint"]
 
 MARKER_VAR = "SGLANG_FLEET_DEPLOYMENT"
@@ -65,7 +65,6 @@ _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # NCCL takes words, numbers and comma lists; anything else is a typo or an injection.
 _NCCL_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]{1,256}")
 _DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_PREVIEW_NODES = 64  # a value is summarised by walking at most this many of its parts
 
 
 def _table() -> SettingsTable:
@@ -79,80 +78,6 @@ def public_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items()
             if k.startswith(PREFIX) and k not in secrets
             and k not in OUTPUT_FACTS and not k.startswith(PREFIX + "_")}
-
-
-def describe_value(value: Any) -> str:
-    """A short, bounded description of any value: never renders a huge or self-referencing
-    value whole (a YAML alias bomb expands exponentially when printed)."""
-    if isinstance(value, str):
-        if len(value) > 120:
-            return f"{value[:60]!r}... ({len(value)} characters)"
-        return repr(value)
-    if value is None or isinstance(value, bool | int | float):
-        return repr(value)
-    if isinstance(value, list | tuple | dict):
-        budget = [_PREVIEW_NODES]
-        shown = _preview(value, budget)
-        kind = "mapping" if isinstance(value, dict) else "list"
-        if budget[0] <= 0 or len(shown) > 120:
-            return f"<a {kind} of {len(value)} top-level items>"
-        return shown
-    return f"<{type(value).__name__}>"
-
-
-def _preview(value: Any, budget: list[int]) -> str:
-    budget[0] -= 1
-    if budget[0] <= 0:
-        return "..."
-    if isinstance(value, dict):
-        parts = []
-        for key, item in value.items():
-            if budget[0] <= 0:
-                break
-            parts.append(f"{key!r}: {_preview(item, budget)}")
-        return "{" + ", ".join(parts) + "}"
-    if isinstance(value, list | tuple):
-        parts = []
-        for item in value:
-            if budget[0] <= 0:
-                break
-            parts.append(_preview(item, budget))
-        return "[" + ", ".join(parts) + "]"
-    return describe_value(value)
-
-
-@dataclass(frozen=True)
-class SpecError:
-    host: str
-    variable: str
-    value: str  # already described (describe_value), never the raw value
-    problem: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"host {self.host}: {self.variable}={self.value}: {self.problem}. Fix: {self.fix}"
-
-
-class Problems:
-    """Every error and warning of one host, so an operator fixes an inventory in one pass.
-    A variable named without `prefix` (a setting's short name) gets it; "" leaves names as
-    given."""
-
-    def __init__(self, host: str, prefix: str = PREFIX):
-        self.host = host
-        self.prefix = prefix
-        self.errors: list[SpecError] = []
-        self.warnings: list[str] = []
-
-    def error(self, variable: str, value: Any, problem: str, fix: str,
-              described: str | None = None) -> None:
-        name = variable if (not self.prefix or variable.startswith(self.prefix)
-                            or variable.isupper()) else self.prefix + variable
-        self.errors.append(SpecError(self.host, name, described or describe_value(value),
-                                     problem, fix))
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(f"host {self.host}: {text}")
 
 
 # ---- stage 1: validate -------------------------------------------------------------------
@@ -417,8 +342,8 @@ def _render_settings(v: Validated, topo: Topology, served: str) -> list[Any]:
             args += [s.flag, {"env": s.env}]
         elif s.render != "custom":
             continue
-        elif s.name in ("served_model_name", "tp"):
-            args += [s.flag, served if s.name == "served_model_name" else str(value)]
+        elif s.name == "served_model_name":
+            args += [s.flag, served]
         elif s.name == "group" and topo.nnodes > 1:
             args += ["--nnodes", str(topo.nnodes), "--node-rank", str(topo.node_rank),
                      "--dist-init-addr", topo.dist_init_addr]
@@ -736,7 +661,7 @@ def build_identity(settings: dict[str, Any], host: str,
     """The deployment's identity from its identity settings (recovery's overrides applied):
     {"ok", "errors", ..., "spec": the LaunchSpec's host, deployment, marker, paths, service,
     group, http and listen address, or None}."""
-    p = Problems(host)
+    p = Problems(host, PREFIX)
     host_name_errors(host, p)
     overrides = settings.get(PREFIX + "overrides")
     given = {**settings, **(overrides if isinstance(overrides, dict) else {})}
@@ -937,7 +862,7 @@ def build_launch_spec(
     `sglang_server_group` (None for a single-node server); dist_init_host is the address of
     the group's rank 0.
     """
-    p = Problems(host)
+    p = Problems(host, PREFIX)
     host_name_errors(host, p)
     v = validate(settings, p)
     if v is None:

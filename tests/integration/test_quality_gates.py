@@ -1,4 +1,4 @@
-"""ansible-lint's production profile and ansible-doc for every module and role."""
+"""ansible-lint's production profile, ansible-doc for every module and role, ruff's limits."""
 
 from __future__ import annotations
 
@@ -38,3 +38,18 @@ def test_ansible_lint_production_profile_is_clean():
     proc = run(str(BIN / "ansible-lint"), "--nocolor")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Profile 'production' was required, and it passed" in proc.stdout + proc.stderr
+
+
+def _function_of_complexity(n: int) -> str:
+    branches = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(n - 1))
+    return f"def f(x):\n{branches}    return -1\n"
+
+
+@pytest.mark.parametrize(("complexity", "flagged"), [(15, False), (16, True)])
+def test_a_plain_ruff_run_enforces_complexity_15(complexity, flagged):
+    """pyproject.toml's own selection carries the limit: no extra flags, as an editor runs it."""
+    proc = subprocess.run([str(BIN / "ruff"), "check", "--stdin-filename", "src/sglang_fleet/x.py",
+                           "-"], cwd=REPO, input=_function_of_complexity(complexity),
+                          capture_output=True, text=True, timeout=60)
+    assert ("C901" in proc.stdout) is flagged, proc.stdout + proc.stderr
+    assert proc.returncode == (1 if flagged else 0), proc.stdout + proc.stderr

@@ -1,4 +1,5 @@
-"""Every role's meta/argument_specs.yml mirrors its defaults, option for option."""
+"""Every role's meta/argument_specs.yml mirrors its defaults, option for option; what the
+roles' tasks share is said in one place."""
 
 from __future__ import annotations
 
@@ -22,3 +23,13 @@ def test_argument_specs_mirror_defaults(role: Path):
         assert options[name].get("default") == value, name
         assert name.startswith(role.name + "_"), f"{name} lacks the role prefix"
         assert options[name].get("description"), name
+
+
+def test_the_servers_secret_values_are_fetched_in_one_place():
+    """The env file's values: one role variable, used by every task that renders the file."""
+    fetching = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").rglob("*.yml")
+                      if "secret_variables" in p.read_text())
+    assert fetching == ["roles/sglang_server/vars/main.yml"]
+    users = sorted(p.name for p in (REPO / "roles" / "sglang_server" / "tasks").glob("*.yml")
+                   if "sglang_server__secret_values" in p.read_text())
+    assert users == ["configure.yml", "preflight.yml"]

@@ -3,11 +3,16 @@ it names exists in the releases it can pin."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import yaml
 
 from sglang_fleet import settings
 from sglang_fleet.catalogue import catalogue, shipped_versions
 from sglang_fleet.reviewed import releases
+from sglang_fleet.setting_kinds import SettingsTable
+from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.testfleet.local import role_defaults
 
 
 def test_role_files_are_generated_from_the_table():
@@ -57,3 +62,17 @@ def test_facts_and_secrets_are_declared_once():
         "sglang_server_ssl_keyfile_password", "sglang_server_watermark_config",
         "sglang_server_hf_token")
     assert settings.SECRET_ENV["sglang_server_hf_token"] == "HF_TOKEN"
+
+
+def test_how_tp_renders_is_its_rows_columns_not_its_name(monkeypatch):
+    """Behaviour is a column: tp renders as every value setting does, so its row's `omit`
+    leaves the flag out exactly as it would for dp or pp."""
+    values = dict(role_defaults(), sglang_server_attention_backend="triton")
+    argv = build_launch_spec(values, "n1")["spec"]["argv"]
+    assert argv[argv.index("--tp-size") + 1] == str(values["sglang_server_tp"])
+    rows = tuple(replace(s, omit=values["sglang_server_tp"]) if s.name == "tp" else s
+                 for s in settings.TABLE)
+    monkeypatch.setattr(settings, "TABLE", SettingsTable(settings.PREFIX, rows))
+    built = build_launch_spec(values, "n1")
+    assert built["ok"], built["errors"]
+    assert "--tp-size" not in built["spec"]["argv"]

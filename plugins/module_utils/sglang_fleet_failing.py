@@ -1,0 +1,19 @@
+# -*- coding: utf-8 -*-
+# How a module's main() ends on an error it expects: fail_json with one message form
+# ("what: the error"), the result gathered so far kept, never a traceback.
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from contextlib import contextmanager
+
+
+@contextmanager
+def failing(module, errors, what="", result=None):
+    """Any of `errors` raised inside ends the run: fail_json(msg="what: error", or the error
+    alone without `what`) with `result`'s items as they are when it is raised (a dict the
+    block fills in). fail_json exits, so nothing after the block runs on an error."""
+    try:
+        yield
+    except errors as exc:
+        module.fail_json(msg="%s: %s" % (what, exc) if what else str(exc), **(result or {}))
