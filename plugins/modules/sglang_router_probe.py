@@ -67,8 +67,8 @@ options:
     default: false
   fleet_stopped:
     description:
-      - With I(judge), every server of the router's fleet was stopped by an operator
-        (C(playbooks/stop.yml)): a router that does not answer is then C(stopped), not
+      - With I(judge), every server of the router's fleet was stopped by an operator with
+        C(playbooks/stop.yml), so a router that does not answer is then C(stopped), not
         C(absent).
     type: bool
     default: false
