@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from sglang_fleet.testfleet.local import wait_for
 from sglang_fleet_node import sglang_fleet_lock as lk
 
 
@@ -129,7 +130,9 @@ def test_a_run_in_another_pid_namespace_is_judged_from_the_initial_pid_namespace
     finally:
         os.killpg(holder.pid, 9)  # its whole PID namespace goes with it
         holder.wait()
-    assert "is gone (no process of its kernel is that run" in lk.owner_gone(inside, here)
+    # The namespace's init is reaped by the kernel a moment after its parent: polled, not slept.
+    gone = wait_for(lambda: lk.owner_gone(inside, here), timeout=10)
+    assert "is gone (no process of its kernel is that run" in gone
 
 
 def lease_record(run, lease, silent_for):
