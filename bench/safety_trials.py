@@ -416,11 +416,7 @@ class Trials:
     def symlink_logs(self) -> str:
         fleet = self.fleet("symlink_logs")
         private = self.work / "symlink_logs" / "private"
-        private.mkdir()
-        os.chmod(private, 0o700)
-        logs = fleet.host_root(HOST) / "logs"
-        logs.parent.mkdir(parents=True, exist_ok=True)
-        logs.symlink_to(private)
+        helpers.link_node_folder(fleet, HOST, "logs", private)
         try:
             run = fleet.deploy()
             return (f"logs folder a link to a 0700 folder: deploy exit {run.rc}, target now "
@@ -569,11 +565,7 @@ class Trials:
     def symlink_run(self) -> str:
         fleet = self.fleet("symlink_run")
         target = self.work / "symlink_run" / "private"
-        target.mkdir()
-        os.chmod(target, 0o700)
-        run_dir = fleet.host_root(HOST) / "run"
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        run_dir.symlink_to(target)
+        run_dir = helpers.link_node_folder(fleet, HOST, "run", target)
         try:
             run = fleet.deploy()
             written = sorted(p.name for p in target.iterdir())

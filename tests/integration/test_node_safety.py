@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, run_playbook, wait_for
+from sglang_fleet.testfleet.local import (
+    BIN,
+    REPO,
+    ansible_env,
+    link_node_folder,
+    run_playbook,
+    wait_for,
+)
 from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
@@ -129,11 +136,7 @@ def test_a_symlinked_logs_folder_is_refused_and_its_target_untouched(one_node, t
     """Trial: a `logs` folder that was a symlink to a 0700 folder elsewhere: the deploy changed
     the target to 0755 and wrote the server log into it."""
     private = tmp_path / "private"
-    private.mkdir()
-    os.chmod(private, 0o700)
-    logs = one_node.host_root(HOST) / "logs"
-    logs.parent.mkdir(parents=True, exist_ok=True)
-    logs.symlink_to(private)
+    logs = link_node_folder(one_node, HOST, "logs", private)
     run = one_node.deploy()
     assert run.rc != 0
     out = flat(run.output)
@@ -246,11 +249,7 @@ def test_a_symlinked_run_folder_is_refused_before_anything_is_written_through_it
     argument check's record (0644) and the lock into the link's target before the start check
     refused it."""
     private = tmp_path / "private"
-    private.mkdir()
-    os.chmod(private, 0o700)
-    run_dir = one_node.host_root(HOST) / "run"
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    run_dir.symlink_to(private)
+    run_dir = link_node_folder(one_node, HOST, "run", private)
     run = one_node.deploy()
     assert run.rc != 0
     out = flat(run.output)

@@ -311,6 +311,18 @@ def own_stores(folder: Path) -> dict[str, str]:
             "sglang_fleet_evidence_dir": str(folder / "evidence")}
 
 
+def link_node_folder(fleet: SimFleet, host: str, name: str, target: Path) -> Path:
+    """A node's `name` folder made a link to `target`, a new 0700 folder elsewhere: the
+    set-up of the trials that a node folder which is a link is refused before anything is
+    written through it."""
+    target.mkdir()
+    os.chmod(target, 0o700)
+    link = fleet.host_root(host) / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+    return link
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
     """Poll until predicate() is truthy; returns its value or raises on timeout."""
     deadline = time.monotonic() + timeout
