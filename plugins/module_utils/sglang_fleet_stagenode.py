@@ -164,10 +164,13 @@ def prepare_staging(places, manifest):
 
 
 def start_agent(places, manifest, listen, sources, options, seed_folder=None, python=None):
-    """Start the agent (detached, its own session) unless it runs already; its pid."""
+    """Start the agent (detached, its own session) unless it runs already or the revision is
+    published with this manifest: (its pid or None, whether it was started now)."""
     pid = agent_pid(places)
     if pid:
         return pid, False
+    if seed_folder is None and published(places, manifest):
+        return None, False
     prepare_staging(places, manifest)
     cfg = dict(options)
     cfg.update({

@@ -15,10 +15,16 @@ from sglang_fleet.staging.chain import peer_url, sources_by_node
 from sglang_fleet_node import sglang_fleet_stagenode as node
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports (all held open until all are chosen, so none comes twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def agent_status(url: str) -> dict:
@@ -32,7 +38,7 @@ class Origin:
     def __init__(self, work: Path, manifest: dict, folder: Path, rate: float):
         self.places = node.layout(str(work / "origin-agent"), manifest["model"],
                                   manifest["revision"])
-        self.url = peer_url("127.0.0.1", free_port())
+        self.url = peer_url("127.0.0.1", free_ports(1)[0])
         port = int(self.url.rsplit(":", 1)[1])
         node.start_agent(self.places, manifest, ("127.0.0.1", port), [],
                          {"rate_out": rate, "linger_s": 3600}, seed_folder=str(folder))
@@ -49,11 +55,12 @@ class Origin:
 class LoopbackFleet:
     """n nodes in a chain behind the origin, each under work/<name>."""
 
-    def __init__(self, work: Path, manifest: dict, origin_url: str, n: int, options: dict):
+    def __init__(self, work: Path, manifest: dict, origin_url: str, n: int, options: dict,
+                 ports: dict[str, int] | None = None):
         self.manifest = manifest
         self.options = options
         self.names = [f"node-{i + 1}" for i in range(n)]
-        self.ports = {nm: free_port() for nm in self.names}
+        self.ports = ports or dict(zip(self.names, free_ports(n), strict=True))
         self.chain = sources_by_node(
             [(nm, peer_url("127.0.0.1", self.ports[nm])) for nm in self.names], origin_url)
         self.places = {nm: node.layout(str(work / nm), manifest["model"], manifest["revision"])
