@@ -6,25 +6,19 @@ folder and counting the bytes it serves."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from pathlib import Path
 
 from sglang_fleet.staging.chain import peer_url, sources_by_node
+from sglang_fleet.testfleet.local import free_port_block
 from sglang_fleet_node import sglang_fleet_stagenode as node
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free ports (all held open until all are chosen, so none comes twice)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """n free consecutive loopback ports, below the ephemeral range (testfleet's rule)."""
+    base = free_port_block(n)
+    return list(range(base, base + n))
 
 
 def agent_status(url: str) -> dict:
