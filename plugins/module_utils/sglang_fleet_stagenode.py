@@ -310,3 +310,28 @@ def stop_agent(places, timeout=10.0):
 def _reap(pid):
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def check_sizes(places, manifest):
+    """The quick node check: published with this manifest, each file of its size, no
+    symlink; problems as text."""
+    check_under(places["root"], places["publish"])
+    if not published(places, manifest):
+        return ["%s is not published with manifest %s" % (places["publish"], manifest["id"])]
+    problems = []
+    for f in manifest["files"]:
+        path = os.path.join(places["publish"], f["path"])
+        if os.path.islink(path) or not os.path.isfile(path):
+            problems.append("%s is missing or not a plain file" % f["path"])
+        elif os.path.getsize(path) != f["size"]:
+            problems.append("%s: %d bytes, the manifest says %d"
+                            % (f["path"], os.path.getsize(path), f["size"]))
+    return problems
+
+
+def mark_in_use(places, revision):
+    """Record the revision the server runs (pruning never removes it)."""
+    tmp = places["in_use"] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(revision + "\n")
+    os.rename(tmp, places["in_use"])
