@@ -22,6 +22,7 @@ from . import sglang_fleet_modelfit as modelfit
 from . import sglang_fleet_service as service_mod
 from . import sglang_fleet_shm as shm
 from . import sglang_fleet_simnode as simnode
+from . import sglang_fleet_stagemanifest as stagemanifest
 from .sglang_fleet_argcheck import (
     args_record,
     parse_args,
@@ -290,9 +291,13 @@ def _provision_simulated_node(p, check_mode, result):
             "simulator writes its stand-in model at the model path and writes nothing "
             "outside that folder. Fix: set sglang_server_model_path under %s"
             % (sim["model_dir"], root, root))
+    # A staged model (docs/weights.md) is the real folder: no stand-in is written into it.
+    staged = stagemanifest.is_staged_model(sim["model_dir"])
     written = simnode.provision(p["sim_dir"], simnode.node_devices(p["host_name"], sim),
-                                sim["model_dir"], simnode.model_files(sim, sim["family"]),
-                                sim["shm_dir"], check_mode)
+                                sim["model_dir"],
+                                {} if staged else simnode.model_files(sim, sim["family"]),
+                                sim["shm_dir"], check_mode,
+                                shards=0 if staged else simnode.SHARDS)
     result["provisioned"] = written
     result["changed"] = bool(written)
 

@@ -466,7 +466,7 @@ class Agent:
         if self.seed:
             self.store = PieceStore(self.manifest, cfg["folder"])
         else:
-            self.store = PieceStore(self.manifest, os.path.join(cfg["staging"], "files"),
+            self.store = PieceStore(self.manifest, cfg["files"],
                                     journal=os.path.join(cfg["staging"], "journal"))
         self.at_start = self.store.count
         self.out_bucket = TokenBucket(cfg.get("rate_out", 0))
@@ -551,19 +551,20 @@ class Agent:
             time.sleep(min(0.5, linger_s))
 
     def run(self):
-        server = ThreadingHTTPServer(tuple(self.cfg["listen"]), make_handler(self))
+        try:
+            server = ThreadingHTTPServer(tuple(self.cfg["listen"]), make_handler(self))
+        except OSError as exc:
+            self.state = "failed"
+            self.error = "cannot serve on %s:%s: %s" % (self.cfg["listen"][0],
+                                                       self.cfg["listen"][1], exc)
+            self.write_status()
+            return
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         threading.Thread(target=self.status_loop, daemon=True).start()
         try:
             if not self.seed:
-                if Fetcher(self).run():
-                    self.publish()
-                    self.state = "complete"
-                elif not self.stopping:
-                    self.state = "incomplete"
-                    self.error = "no source holds the missing pieces (origin and peers " \
-                                 "unreachable or flat)"
+                self.fetch_and_publish()
             self.last_served = time.monotonic()
             self.write_status()
             self.linger()
@@ -575,6 +576,15 @@ class Agent:
                 self.state = "stopped"
             self.write_status()
             server.shutdown()
+
+    def fetch_and_publish(self):
+        if Fetcher(self).run():
+            self.publish()
+            self.state = "complete"
+        elif not self.stopping:
+            self.state = "incomplete"
+            self.error = "no source holds the missing pieces (origin and peers unreachable " \
+                         "or flat)"
 
 
 def main(argv=None):

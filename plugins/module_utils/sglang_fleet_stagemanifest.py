@@ -164,3 +164,11 @@ def dump(manifest, path):
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, path)
+
+
+def is_staged_model(model_dir):
+    """A model folder that staging published (its revision's manifest beside it): the
+    simulated node's stand-in model must not be written into it."""
+    revision_dir = os.path.dirname(os.path.normpath(model_dir))
+    return os.path.isfile(os.path.join(os.path.dirname(revision_dir), ".manifests",
+                                       os.path.basename(revision_dir) + ".json"))

@@ -61,10 +61,14 @@ def layout(root, model, revision):
     if not os.path.isabs(root):
         raise StageError("the staging root %r is not an absolute path" % (root,))
     staging = os.path.join(root, ".staging", model, revision)
+    # The revision's folder holds a folder named as the model: the server's model path, whose
+    # last part is the name clients see and the name the toolkit knows the model by.
     places = {
         "root": root,
         "staging": staging,
         "publish": os.path.join(root, model, revision),
+        "model_dir": os.path.join(root, model, revision, model),
+        "files": os.path.join(staging, "files", model),
         "manifest_dest": os.path.join(root, model, ".manifests", revision + ".json"),
         "status": os.path.join(staging, "status.json"),
         "config": os.path.join(staging, "agent.json"),
@@ -73,7 +77,7 @@ def layout(root, model, revision):
         "agent_dir": os.path.join(staging, "agent"),
         "in_use": os.path.join(root, model, ".in_use"),
     }
-    for key in ("staging", "publish", "manifest_dest"):
+    for key in ("staging", "model_dir", "manifest_dest"):
         check_under(root, places[key])
     return places
 
@@ -154,7 +158,7 @@ def prepare_staging(places, manifest):
     staging = places["staging"]
     if os.path.isdir(staging) and not same_manifest(places, manifest):
         shutil.rmtree(staging)
-    os.makedirs(os.path.join(staging, "files"), exist_ok=True)
+    os.makedirs(places["files"], exist_ok=True)
     os.makedirs(places["agent_dir"], exist_ok=True)
     mf.dump(manifest, os.path.join(staging, "manifest.json"))
     for module in (agent_code, mf):
@@ -176,7 +180,8 @@ def start_agent(places, manifest, listen, sources, options, seed_folder=None, py
     cfg.update({
         "mode": "seed" if seed_folder else "node", "folder": seed_folder,
         "manifest": os.path.join(places["staging"], "manifest.json"),
-        "staging": places["staging"], "publish": places["publish"],
+        "staging": places["staging"], "files": places["files"],
+        "publish": places["publish"],
         "manifest_dest": places["manifest_dest"], "status": places["status"],
         "listen": [listen[0], int(listen[1])], "sources": list(sources),
     })
@@ -257,7 +262,7 @@ def verify_published(places, manifest):
         for name in dirnames + filenames:
             if os.path.islink(os.path.join(dirpath, name)):
                 return ["%s is a symlink" % os.path.join(dirpath, name)]
-    return mf.verify_copy(places["publish"], manifest)
+    return mf.verify_copy(places["model_dir"], manifest)
 
 
 def prune(root, model, keep, protect):
@@ -320,7 +325,7 @@ def check_sizes(places, manifest):
         return ["%s is not published with manifest %s" % (places["publish"], manifest["id"])]
     problems = []
     for f in manifest["files"]:
-        path = os.path.join(places["publish"], f["path"])
+        path = os.path.join(places["model_dir"], f["path"])
         if os.path.islink(path) or not os.path.isfile(path):
             problems.append("%s is missing or not a plain file" % f["path"])
         elif os.path.getsize(path) != f["size"]:
@@ -335,3 +340,4 @@ def mark_in_use(places, revision):
     with open(tmp, "w") as f:
         f.write(revision + "\n")
     os.rename(tmp, places["in_use"])
+

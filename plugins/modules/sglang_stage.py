@@ -20,7 +20,7 @@ description:
     manifest. The agent fetches the pieces the node lacks from I(sources) in order, verifying
     each piece's SHA-256 as it arrives, serves the pieces it holds on I(listen_address)
     I(port), and renames the copy into place once every piece is verified. With I(seed_folder)
-    it is an origin: it serves that folder and counts the bytes it serves.
+    it is an origin, serving that folder and counting the bytes it serves.
   - C(state=observed) waits up to I(wait) seconds for the node's progress to change and
     returns the gate's verdict on the C(staging_weights) phase.
   - C(state=verified) reads the published copy against the manifest (C(node_check=full)) or
@@ -43,9 +43,15 @@ options:
     required: true
   manifest:
     description: The revision's manifest (files, sizes, SHA-256 of each file and piece), from
-      M(sglang.fleet.sglang_stage_source).
+      M(sglang.fleet.sglang_stage_source). Required but for C(state=in_use) and
+      C(state=stopped), which take I(model) and I(revision) instead.
     type: dict
-    required: true
+  model:
+    description: The model's folder name, without I(manifest).
+    type: str
+  revision:
+    description: The revision's folder name, without I(manifest).
+    type: str
   node_name:
     description: The node's name in messages.
     type: str
@@ -142,6 +148,10 @@ free_bytes:
   description: Bytes free on the node's file system under I(root).
   type: int
   returned: when checked
+published:
+  description: Whether the revision is already published on the node with this manifest.
+  type: bool
+  returned: when checked
 pruned:
   description: Revisions removed.
   type: list
@@ -187,7 +197,8 @@ def run_state(module, places, manifest):
     state = p["state"]
     if state == "checked":
         need, free = node.check_disk(places, manifest, p["node_name"])
-        return {"need_bytes": need, "free_bytes": free}
+        return {"need_bytes": need, "free_bytes": free,
+                "published": node.published(places, manifest)}
     if state == "started":
         if node.published(places, manifest) and not node.agent_pid(places):
             return {"changed": False, "verdict": "ready", "phase": node.PHASE,
@@ -232,7 +243,9 @@ def main():
             state=dict(type="str", default="started", choices=[
                 "checked", "started", "observed", "verified", "in_use", "pruned", "stopped"]),
             root=dict(type="path", required=True),
-            manifest=dict(type="dict", required=True),
+            manifest=dict(type="dict"),
+            model=dict(type="str"),
+            revision=dict(type="str"),
             node_name=dict(type="str", default="this node"),
             listen_address=dict(type="str", default="127.0.0.1"),
             port=dict(type="int", default=7480),
@@ -246,15 +259,23 @@ def main():
             keep=dict(type="int", default=2),
             python=dict(type="path"),
         ),
+        required_one_of=[("manifest", "revision")],
+        required_together=[("model", "revision")],
         supports_check_mode=True,
     )
+    p = module.params
+    if p["manifest"] is None and p["state"] not in ("in_use", "stopped"):
+        module.fail_json(msg="sglang_stage state=%s needs the manifest" % p["state"])
     try:
-        manifest = mf.validate(dict(module.params["manifest"]))
-        places = node.layout(module.params["root"], manifest["model"], manifest["revision"])
-        result = {"changed": False, "path": places["publish"]}
+        if p["manifest"] is None:
+            manifest = {"model": p["model"], "revision": p["revision"]}
+        else:
+            manifest = mf.validate(dict(p["manifest"]))
+        places = node.layout(p["root"], manifest["model"], manifest["revision"])
+        result = {"changed": False, "path": places["model_dir"]}
         result.update(run_state(module, places, manifest))
     except (mf.ManifestError, node.StageError, OSError) as exc:
-        module.fail_json(msg="%s: %s" % (module.params["node_name"], exc))
+        module.fail_json(msg="%s: %s" % (p["node_name"], exc))
     module.exit_json(**result)
 
 

@@ -149,7 +149,7 @@ def test_a_corrupt_piece_on_a_serving_peer_is_caught_named_and_fetched_again(sta
     _wait_for(lambda: _journal_count(fleet, "node-1") >= _pieces(manifest) // 2, 30)
     node.stop_agent(fleet.places["node-1"])
     first = manifest["files"][0]
-    path = os.path.join(fleet.places["node-1"]["staging"], "files", first["path"])
+    path = os.path.join(fleet.places["node-1"]["files"], first["path"])
     with open(path, "r+b") as f:  # one byte of piece 0, held and journalled by node-1
         f.seek(100)
         byte = f.read(1)
@@ -171,7 +171,7 @@ def test_a_flipped_byte_in_a_published_copy_fails_the_node_check(staged):
     fleet.start()
     fleet.wait(60)
     shard = manifest["files"][-1]["path"]
-    path = os.path.join(fleet.places["node-1"]["publish"], shard)
+    path = os.path.join(fleet.places["node-1"]["model_dir"], shard)
     with open(path, "r+b") as f:
         f.seek(10)
         f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")

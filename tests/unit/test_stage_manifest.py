@@ -57,6 +57,7 @@ def test_node_paths_stay_under_the_root_without_symlinks(tmp_path):
     root = tmp_path / "root"
     places = node.layout(str(root), "tiny", "r1")
     assert places["publish"] == str(root / "tiny" / "r1")
+    assert places["model_dir"] == str(root / "tiny" / "r1" / "tiny")
     for bad in ("..", "a/b", "", "r1/../../x"):
         with pytest.raises(node.StageError, match="plain folder name"):
             node.layout(str(root), "tiny", bad)

@@ -27,7 +27,7 @@ def checkpoint(tmp_path):
 
 def test_a_folder_source_stages_to_one_folder_per_revision(checkpoint, tmp_path):
     source = {"folder": str(checkpoint), "revision": "r1"}
-    assert sources.staged_path(source, "/opt/d") == "/opt/d/weights/Tiny-1B/r1"
+    assert sources.staged_path(source, "/opt/d") == "/opt/d/weights/Tiny-1B/r1/Tiny-1B"
     first = sources.resolve(source, PIECE, tmp_path / "cache")
     assert first["origin"] == {"folder": str(checkpoint)}
     assert first["manifest"]["revision"] == "r1" and first["manifest"]["model"] == "Tiny-1B"
@@ -74,7 +74,7 @@ def test_a_hub_revision_is_checked_against_the_hubs_lfs_hashes(checkpoint, tmp_p
         got = sources.resolve(source, PIECE, tmp_path / "cache")
         files = {f["path"]: f["sha256"] for f in got["manifest"]["files"]}
         assert files == hub.sha256
-        assert sources.staged_path(source, "/d") == f"/d/weights/org--Tiny-1B/{COMMIT}"
+        assert sources.staged_path(source, "/d") == f"/d/weights/Tiny-1B/{COMMIT}/Tiny-1B"
         with pytest.raises(sources.SourceError, match="no such revision in org/Tiny-1B"):
             sources.resolve({**source, "revision": "f" * 40}, PIECE, tmp_path / "c2")
         hub.lie_about["model-00002-of-00002.safetensors"] = "0" * 64

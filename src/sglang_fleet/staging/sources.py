@@ -11,7 +11,7 @@ the revision's manifest and its origin:
   commit, through huggingface_hub: the Hub's LFS SHA-256 of each file checked against the copy
   downloaded once here, which an agent then serves.
 
-The node path follows from the source: <deployment root>/weights/<name>/<revision>."""
+The node path follows from the source: <deployment root>/weights/<name>/<revision>/<name>."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def names(source: Any) -> tuple[str, str]:
                 "commit SHA (40 hex digits). Fix: pin the commit (a branch or tag moves, and one "
                 "folder holds one revision's files): the Hub shows it in the repository's "
                 "history")
-        default = source["hf_repo"].replace("/", "--")
+        default = str(source["hf_repo"]).rstrip("/").rsplit("/", 1)[-1]
     else:
         if not revision:
             raise SourceError(f"sglang_stage_source={source!r} has no revision. Fix: name the "
@@ -74,9 +74,10 @@ def names(source: Any) -> tuple[str, str]:
 
 
 def staged_path(source: Any, server_root: str) -> str:
-    """The node path a source stages to: <server root>/weights/<name>/<revision>."""
+    """The node path a source stages to: <server root>/weights/<name>/<revision>/<name> (the
+    revision's folder, published at once, holds the model's folder under its own name)."""
     name, revision = names(source)
-    return os.path.join(str(server_root), "weights", name, revision)
+    return os.path.join(str(server_root), "weights", name, revision, name)
 
 
 def resolve(source: Any, piece_size: int, cache: Path) -> dict[str, Any]:
@@ -152,7 +153,7 @@ def hub_revision(source: dict[str, Any], name: str, revision: str, piece_size: i
         api = HfApi(endpoint=endpoint)
         tree = list(api.list_repo_tree(repo, recursive=True, revision=revision))
         expected = {f.path: f.lfs.sha256 for f in tree if getattr(f, "lfs", None)}
-        folder = cache / "hub" / name / revision
+        folder = cache / "hub" / str(source["hf_repo"]).replace("/", "--") / revision
         snapshot_download(repo, revision=revision, local_dir=str(folder), endpoint=endpoint)
     except RevisionNotFoundError:
         raise SourceError(f"sglang_stage_source.revision={revision}: no such revision in "

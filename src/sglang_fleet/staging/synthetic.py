@@ -27,8 +27,10 @@ def write_shard(path: Path, tensors: dict[str, int]) -> None:
             f.write(os.urandom(size))
 
 
-def make_checkpoint(folder: Path, total_bytes: int, shards: int = 4, layers: int = 4) -> Path:
-    """A checkpoint of about total_bytes in `shards` shards, with its index and config."""
+def make_checkpoint(folder: Path, total_bytes: int, shards: int = 4, layers: int = 4,
+                    config: dict | None = None) -> Path:
+    """A checkpoint of about total_bytes in `shards` shards, with its index and config (a small
+    Llama's unless `config` is given)."""
     folder.mkdir(parents=True, exist_ok=True)
     per_tensor = max(2, (total_bytes // (shards * layers)) // 2 * 2)
     weight_map = {}
@@ -39,7 +41,8 @@ def make_checkpoint(folder: Path, total_bytes: int, shards: int = 4, layers: int
         weight_map.update(dict.fromkeys(tensors, name))
     index = {"metadata": {"total_size": per_tensor * shards * layers}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-              "num_hidden_layers": shards * layers, "hidden_size": 64, "torch_dtype": "float16"}
+    config = config or {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                        "num_hidden_layers": shards * layers, "hidden_size": 64,
+                        "torch_dtype": "float16"}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder

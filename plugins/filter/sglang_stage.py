@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Staging's filters: the node path a model source stages to, and each node's sources in the
+# chain (the nodes before it, nearest first, the origin last).
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sglang_fleet.staging.chain import peer_url, sources_by_node
+    from sglang_fleet.staging.sources import SourceError, names, staged_path
+except ImportError as exc:  # pragma: no cover - depends on the controller environment
+    _IMPORT_ERROR = exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _ready():
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError("the sglang_fleet package is not importable: %s" % _IMPORT_ERROR)
+
+
+def staged_path_filter(source, server_root):
+    """sglang_stage_source | sglang_fleet_staged_path(sglang_server_root)"""
+    _ready()
+    try:
+        return staged_path(source, server_root)
+    except SourceError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def stage_names(source):
+    """sglang_stage_source | sglang_fleet_stage_names: [model folder, revision folder]"""
+    _ready()
+    try:
+        return list(names(source))
+    except SourceError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def stage_sources(host, peers, hosts, origin):
+    """The host's sources: the hosts before it in `hosts` (peers: host -> its
+    sglang_stage_address and sglang_stage_port), nearest first, then the origin."""
+    _ready()
+    nodes = [(h, peer_url(peers[h]["sglang_stage_address"], peers[h]["sglang_stage_port"]))
+             for h in hosts]
+    return sources_by_node(nodes, origin)[host]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "sglang_fleet_staged_path": staged_path_filter,
+            "sglang_fleet_stage_sources": stage_sources,
+            "sglang_fleet_stage_names": stage_names,
+        }
