@@ -39,6 +39,7 @@ from sglang_fleet.runner import (
     task_results,
 )
 from sglang_fleet.spec import FACT_OF_SETTING
+from sglang_fleet.staging import command as staging_command
 from sglang_fleet.store import state_path
 from sglang_fleet.summary import (
     EXIT_CODES,
@@ -891,6 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "standard input")
     diag.add_argument("--json", action="store_true", help="print one JSON object")
     diag.set_defaults(func=diagnose.command)  # exit 0 no fatal failure, 1 fatal, 2 unreadable
+    staging_command.add_parser(sub)
     return parser
 
 
