@@ -5,15 +5,19 @@ cost low; the cap keeps each copy slow enough to kill mid-way."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler
 
 import pytest
 
 from sglang_fleet.staging.loopback import LoopbackFleet, Origin
 from sglang_fleet.staging.synthetic import make_checkpoint
+from sglang_fleet.testfleet.local import loopback_http_server
 from sglang_fleet_node import sglang_fleet_stagemanifest as mf
 from sglang_fleet_node import sglang_fleet_stagenode as node
 
@@ -192,3 +196,46 @@ def test_an_origin_that_dies_mid_way_leaves_the_peers_with_what_the_fleet_holds(
         status = fleet.status(nm)
         assert status["state"] == "incomplete" and not fleet.published(nm)
         assert status["missing"] and "no source holds the missing pieces" in status["error"]
+
+
+class RangeFiles(SimpleHTTPRequestHandler):
+    """A plain HTTP server of a folder that answers byte ranges (206), as a web server or an
+    object store does, and counts the bytes it serves."""
+
+    served = 0
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_GET(self):
+        path = self.translate_path(self.path)
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if not os.path.isfile(path) or not match:
+            return super().do_GET()
+        start, end = int(match[1]), int(match[2])
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start + 1)
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{os.path.getsize(path)}")
+        self.end_headers()
+        self.wfile.write(data)
+        type(self).served += len(data)
+
+
+def test_an_http_origin_is_read_in_byte_ranges_once_for_the_fleet(tmp_path):
+    folder = make_checkpoint(tmp_path / "www" / "tiny", 600_000, shards=2, layers=2)
+    manifest = mf.build(str(folder), "tiny", "r1", piece_size=PIECE)
+    handler = type("Counted", (RangeFiles,), {"served": 0})
+    with loopback_http_server(partial(handler, directory=str(tmp_path / "www"))) as url:
+        fleet = LoopbackFleet(tmp_path / "fleet", manifest, f"files+{url}/tiny", 3, OPTIONS)
+        try:
+            fleet.start()
+            fleet.wait(60)
+        finally:
+            fleet.stop()
+    assert all(fleet.published(nm) for nm in fleet.names), fleet.status("node-1")
+    assert handler.served == manifest["total_bytes"]
+    for nm in fleet.names:
+        assert node.verify_published(fleet.places[nm], manifest) == []
