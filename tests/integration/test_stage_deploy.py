@@ -12,7 +12,7 @@ import re
 import pytest
 
 from sglang_fleet.models import known_model
-from sglang_fleet.staging.loopback import free_ports
+from sglang_fleet.staging.loopback import free_ports, stop_agents_under
 from sglang_fleet.staging.synthetic import make_checkpoint
 from sglang_fleet.testfleet.local import make_fleet
 from sglang_fleet_node import sglang_fleet_stagemanifest as mf
@@ -47,6 +47,7 @@ def staged_fleet(tmp_path_factory):
     yield fleet
     fleet.stop()
     fleet.kill_leftovers()
+    stop_agents_under(tmp)  # the origin and any agent still lingering
 
 
 def _source(fleet, revision):

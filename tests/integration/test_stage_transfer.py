@@ -144,6 +144,8 @@ def test_a_controller_killed_mid_copy_leaves_the_agents_to_finish_and_a_rerun_at
     fleet.wait(60)
     assert all(fleet.published(nm) for nm in fleet.names)
     assert origin.served() <= 1.05 * manifest["total_bytes"]
+    for nm in fleet.names:  # the same agents throughout: no piece fetched twice
+        assert fleet.status(nm)["bytes_fetched"] == manifest["total_bytes"]
 
 
 def test_a_corrupt_piece_on_a_serving_peer_is_caught_named_and_fetched_again(staged):

@@ -95,3 +95,13 @@ class LoopbackFleet:
     def stop(self) -> None:
         for nm in self.names:
             node.stop_agent(self.places[nm])
+
+
+def stop_agents_under(folder: Path) -> int:
+    """Stop every staging agent whose config lies under `folder` (found by its pid file and
+    its own config path on its command line, never by name); how many were running."""
+    stopped = 0
+    for config in folder.rglob("agent.json"):
+        places = {"pidfile": str(config.with_name("agent.pid")), "config": str(config)}
+        stopped += bool(node.stop_agent(places))
+    return stopped
