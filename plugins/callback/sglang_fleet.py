@@ -133,6 +133,7 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_health"),
     ("action", "sglang.fleet.sglang_lock"),
     ("action", "sglang.fleet.sglang_ledger"),
+    ("action", "sglang.fleet.sglang_stage_source"),
 )
 
 

@@ -7,6 +7,11 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+try:  # the collection and the package must be one release
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import version_error
+except ImportError:  # loaded as a plain file (a unit test), not by Ansible: nothing to compare
+    version_error = None
+_VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.staging.chain import peer_url, sources_by_node
     from sglang_fleet.staging.sources import SourceError, names, staged_path
@@ -17,6 +22,8 @@ else:
 
 
 def _ready():
+    if _VERSION_ERROR is not None:
+        raise AnsibleFilterError(_VERSION_ERROR)
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError("the sglang_fleet package is not importable: %s" % _IMPORT_ERROR)
 
