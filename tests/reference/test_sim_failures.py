@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_fleet import refenv
+from sglang_fleet.reference import refenv
 from sglang_fleet.sim import (
     bootstrap,
     detokenizer,
@@ -36,7 +36,7 @@ from sglang_fleet.sim import (
     rendezvous,
     scheduler,
 )
-from sglang_fleet.sim.serving import QueueFull
+from sglang_fleet.sim.frontend.serving import QueueFull
 
 VERSION = "0.5.23"
 

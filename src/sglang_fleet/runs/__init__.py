@@ -1,0 +1,3 @@
+"""Playbook runs through ansible-runner and what the CLI makes of them: the runner, each host's
+outcome from the events, live progress, reasons, the summary (exit codes, JSON, JUnit), the
+controller's state files, Prometheus metrics, the inventory read, slices and whole groups."""
