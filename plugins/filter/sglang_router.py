@@ -17,7 +17,6 @@ _VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.router.rejoin import ready_to_add, unseen_servers
     from sglang_fleet.router.render import router_node
-    from sglang_fleet.router.settings import PREFIX
     from sglang_fleet.router.spec import (
         admin_key,
         build_router_identity,
@@ -25,6 +24,7 @@ try:
         router_secrets,
         worker_url,
     )
+    from sglang_fleet.settings.router import PREFIX
     from sglang_fleet.spec.pd import named_by_decodes, prefill_wait, router_side_gap
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc

@@ -17,11 +17,11 @@ import textwrap
 import pytest
 
 from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.known.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
 from sglang_fleet.node.deploy.argcheck import parse_args
 from sglang_fleet.reference import refenv
 from sglang_fleet.sim.args.server_args import prepare_server_args
 from sglang_fleet.sim.engine.failures import HEADS_FRAMES, SGLangError
-from sglang_fleet.spec.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
 
 VERSION = "0.5.23"
 

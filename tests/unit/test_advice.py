@@ -4,7 +4,7 @@ matching Rule, the fix and the evidence."""
 from __future__ import annotations
 
 from sglang_fleet.node.health.classify import stall_advice
-from sglang_fleet.recovery.advice import failure_block, operator_stopped
+from sglang_fleet.runs.advice import failure_block, operator_stopped
 
 INCIDENT_FACTS = {"attention_backend": "flashinfer", "model_family": "MLA",
                   "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,

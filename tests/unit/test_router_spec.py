@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from sglang_fleet.node.router.host import flag_variable
-from sglang_fleet.router import settings as router_settings
 from sglang_fleet.router.catalogue import router_catalogue
 from sglang_fleet.router.render import render_router_files
 from sglang_fleet.router.spec import (
@@ -18,6 +17,7 @@ from sglang_fleet.router.spec import (
     router_secrets,
     worker_url,
 )
+from sglang_fleet.settings import router as router_settings
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
@@ -37,7 +37,7 @@ def build(**settings):
 def test_role_files_are_generated_from_the_table():
     for path, text in router_settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
-            f"{path} drifted: python -m sglang_fleet.router.settings --write")
+            f"{path} drifted: python -m sglang_fleet.settings.router --write")
     assert yaml.safe_load(router_settings.ROLE_FILES.defaults_yaml()) == router_settings.defaults()
 
 

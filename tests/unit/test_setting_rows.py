@@ -13,10 +13,11 @@ import pytest
 
 from sglang_fleet.node.common import secrets as shipped_registry
 from sglang_fleet.recovery import decisions as recovery
-from sglang_fleet.router import settings as router_settings
 from sglang_fleet.router.spec import build_router_spec, router_secrets
-from sglang_fleet.spec import secrets, settings
-from sglang_fleet.spec.kinds import Setting
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import secrets
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import Setting
 from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 

@@ -9,8 +9,8 @@ import yaml
 
 from sglang_fleet.known.catalogue import catalogue, shipped_versions
 from sglang_fleet.known.reviewed import releases
-from sglang_fleet.spec import settings
-from sglang_fleet.spec.kinds import SettingsTable
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import SettingsTable
 from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
@@ -18,7 +18,8 @@ from sglang_fleet.testfleet.local import role_defaults
 def test_role_files_are_generated_from_the_table():
     for path, text in settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
-            f"{path} drifted from the settings table: python -m sglang_fleet.spec.settings --write")
+            f"{path} drifted from the settings table: "
+            "python -m sglang_fleet.settings.server --write")
     defaults = yaml.safe_load(settings.ROLE_FILES.defaults_yaml())
     assert defaults == {s.variable: s.default for s in settings.SETTINGS}
 

@@ -32,7 +32,7 @@ from sglang_fleet.runs.summary import (
     judge_readiness,
     write_summary,
 )
-from sglang_fleet.spec.extra_vars import replacement_warnings
+from sglang_fleet.settings.extra_vars import replacement_warnings
 from sglang_fleet.spec.pd import PD_SIDE_VARS, decodes_beside
 
 RENDER_TASK = "Show the rendered files (secrets masked)"

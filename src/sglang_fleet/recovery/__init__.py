@@ -1,2 +1,2 @@
-"""After a verdict: what to say of it (advice), a server log read the way the gate reads it
-(diagnose), and what recovery tries next (decisions)."""
+"""After a failed verdict: what recovery tries next, the outcome ledger and the crash-loop
+guard (decisions), and a server log read the way the gate reads it (diagnose)."""

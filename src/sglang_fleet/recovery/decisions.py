@@ -11,8 +11,8 @@ from typing import Any
 from sglang_fleet.known.rules import matching_rules
 from sglang_fleet.node.common import vocab
 from sglang_fleet.runs.reasons import counted
+from sglang_fleet.settings.server import NOT_CONFIGURATION
 from sglang_fleet.spec.launch_spec import PREFIX, public_settings
-from sglang_fleet.spec.settings import NOT_CONFIGURATION
 
 # Why a server failed, as far as choosing its next configuration goes.
 AFTER_READY = "after_ready"  # it was ready on this configuration and failed later

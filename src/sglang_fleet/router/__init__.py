@@ -1,2 +1,3 @@
-"""SGLang's router (sglang-router) on the controller: its settings table, the RouterSpec, its
-option catalogue, the files rendered, which servers it re-adds, its view of each server."""
+"""SGLang's router (sglang-router) on the controller: the RouterSpec (spec), its option
+catalogue, the files rendered, which servers it re-adds by itself (rejoin), and its view of
+each server (view). Its settings table is sglang_fleet.settings.router."""

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sglang_fleet.router.spec import worker_url
+from sglang_fleet.settings.server import TABLE
 from sglang_fleet.spec.launch_spec import build_launch_spec
-from sglang_fleet.spec.settings import TABLE
 
 _SERVER_VARIABLE = re.compile(r"^sglang_server_[a-z]")
 # A decode joins only beside a ready prefill of its PD deployment: prefills are added first.

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from sglang_fleet.router.settings import OWNED_FLAGS
 from sglang_fleet.router.spec import SECRET_ARG
+from sglang_fleet.settings.router import OWNED_FLAGS
 from sglang_fleet.spec.render import HEADER, env_file, service_unit
 
 # The installed router's own parser, the one behind `sglang-router launch`.

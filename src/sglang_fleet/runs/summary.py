@@ -11,7 +11,7 @@ from typing import Any
 
 from sglang_fleet.node.common.text import inert
 from sglang_fleet.node.common.vocab import verdict_phrase
-from sglang_fleet.recovery.advice import operator_stopped
+from sglang_fleet.runs.advice import operator_stopped
 from sglang_fleet.runs.outcomes import INTERRUPTED, NOT_OBSERVED, STAGES, HostOutcome
 from sglang_fleet.runs.reasons import (
     counted,

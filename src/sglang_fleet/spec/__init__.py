@@ -1,4 +1,4 @@
-"""The LaunchSpec and what it is made of: the settings tables and their kinds, one host's
-problems, SGLang's own post-parse checks, prefill/decode rules, clashes between servers, the
-secrets registry, the launch files rendered, the role files generated from the tables, and the
-modules' views of the spec (action)."""
+"""The LaunchSpec: everything needed to start one server on one node, built in one place
+(launch_spec) from the settings tables, with prefill/decode rules (pd), clashes between
+servers of one machine (clashes), the launch files rendered (render), and the controller
+side of the modules that take a view of it (action)."""

@@ -2,7 +2,7 @@
 
 Input is the host's `sglang_server_*` variables (role defaults already applied by Ansible, or
 loaded from the role's defaults by tests); sglang_server_overrides win over them. The settings
-table (sglang_fleet.spec.settings) says what each variable is; the pinned release's flag
+table (sglang_fleet.settings.server) says what each variable is; the pinned release's flag
 catalogue (sglang_fleet.known.catalogue) says what SGLang accepts. The builder runs in stages,
 each returning a typed value: validate -> topology -> server command (argv, env, Rule facts) ->
 paths -> gate.
@@ -30,16 +30,15 @@ from sglang_fleet.known.reviewed import (
     sim_profile,
 )
 from sglang_fleet.known.rules import Rule, matching_rules
+from sglang_fleet.known.sglang_checks import refusals, resolved
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet.node.common.vocab import PHASES, default_windows
 from sglang_fleet.node.deploy.lock import lease_for
 from sglang_fleet.node.gpu import modelfit
-from sglang_fleet.spec import clashes, pd
-from sglang_fleet.spec import settings as server_settings
-from sglang_fleet.spec.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
-from sglang_fleet.spec.problems import Problems, SpecError, describe_value
-from sglang_fleet.spec.render import unit_path_problem
-from sglang_fleet.spec.settings import (
+from sglang_fleet.settings import server as server_settings
+from sglang_fleet.settings.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
+from sglang_fleet.settings.problems import Problems, SpecError, describe_value
+from sglang_fleet.settings.server import (
     FACT_OF_SETTING,
     OUTPUT_FACTS,
     PREFIX,
@@ -49,7 +48,8 @@ from sglang_fleet.spec.settings import (
     owners_by_dest,
     rule_facts,
 )
-from sglang_fleet.spec.sglang_checks import refusals, resolved
+from sglang_fleet.spec import clashes, pd
+from sglang_fleet.spec.render import unit_path_problem
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
            "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "SECRET_SETTINGS",

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet.spec.settings import SETTINGS
+from sglang_fleet.settings.server import SETTINGS
 
 # Each secret option and the name SGLang logs its value under (its argparse destination).
 SECRET_FIELDS = {s.flag: s.flag.lstrip("-").replace("-", "_")

@@ -15,9 +15,9 @@ import argparse
 import os
 
 from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.known.sglang_checks import refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.engine.failures import refusal_error
-from sglang_fleet.spec.sglang_checks import refusals
 
 DEFAULT_VERSION = "0.5.23"
 VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
@@ -31,7 +31,7 @@ class SimServerArgs(argparse.Namespace):
     """The parsed arguments, with ServerArgs' two steps that refuse a configuration before any
     worker starts: resolve_once (argument resolution) and check_server_args, which here also
     holds the parallel-topology check that SGLang's publish makes right after it. Each raises
-    SGLang's own error, message and traceback (sglang_fleet.spec.sglang_checks)."""
+    SGLang's own error, message and traceback (sglang_fleet.known.sglang_checks)."""
 
     def _refuse(self, stages: tuple[str, ...]) -> None:
         for refusal in refusals(VERSION, vars(self)):

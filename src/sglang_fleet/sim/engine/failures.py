@@ -268,7 +268,7 @@ def sglang_error(error: str, frames: list[tuple[str, int, str, str]],
 
 
 def refusal_error(refusal: Any) -> SGLangError:
-    """The error of a refusal of sglang_fleet.spec.sglang_checks, with its frames."""
+    """The error of a refusal of sglang_fleet.known.sglang_checks, with its frames."""
     return sglang_error(refusal.error, [(f.file, f.line, f.function, f.code)
                                         for f in refusal.frames], refusal.message)
 

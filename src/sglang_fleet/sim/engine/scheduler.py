@@ -33,6 +33,7 @@ import time
 
 from setproctitle import setproctitle
 
+from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.node.gpu import modelfit, simgpu
 from sglang_fleet.sim.args.server_args import prepare_server_args
 from sglang_fleet.sim.engine import failures, rendezvous
@@ -41,7 +42,6 @@ from sglang_fleet.sim.engine.graphs import CapturePlan
 from sglang_fleet.sim.engine.runtime import GB, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.engine.topology import SchedulerRank
 from sglang_fleet.sim.frontend.control import Channel
-from sglang_fleet.spec.sglang_checks import resolved
 
 PR_SET_PDEATHSIG = 1
 COMMUNICATOR_GB = 0.25  # NCCL and custom all-reduce buffers per rank (simulated)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.node.common.secrets import mask_secrets
-from sglang_fleet.router import settings as router_settings
-from sglang_fleet.spec import settings
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import server as settings
 
 
 def mapping_defaults() -> dict[str, dict[str, Any]]:

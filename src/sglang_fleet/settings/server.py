@@ -1,12 +1,12 @@
 """The one table of `sglang_server_*` settings: name, type, range, default, the SGLang option it
 renders and the Rule fact it feeds.
 
-Its rows are sglang_fleet.spec.kinds.Setting, as the router's are. Validation (spec.py),
+Its rows are sglang_fleet.settings.kinds.Setting, as the router's are. Validation (spec.py),
 rendering, Rule facts (rule_facts), what recovery may change (NOT_CONFIGURATION), the secret
-registry (sglang_fleet.spec.secrets), the role's defaults/main.yml and meta/argument_specs.yml all
-come from this table:
+registry (sglang_fleet.settings.secrets), the role's defaults/main.yml and
+meta/argument_specs.yml all come from this table:
 
-    python -m sglang_fleet.spec.settings --write   # regenerate the role's two files from the table
+    python -m sglang_fleet.settings.server --write  # regenerate the role's two files
 
 and tests/unit/test_settings_table.py fails when any of them drift.
 """
@@ -18,8 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.spec.kinds import Setting, SettingsTable
-from sglang_fleet.spec.role_files import RoleFiles
+from sglang_fleet.settings.kinds import Setting, SettingsTable
+from sglang_fleet.settings.role_files import RoleFiles
 
 PREFIX = "sglang_server_"
 ROLE_DIR = Path(__file__).resolve().parents[3] / "roles" / "sglang_server"
@@ -346,7 +346,7 @@ OBSERVE_ENTRY = {
 
 ROLE_FILES = RoleFiles(
     table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
-    module="sglang_fleet.spec.settings",
+    module="sglang_fleet.settings.server",
     intro=("Every public variable of a deployment; the LaunchSpec is built from these on the",
            "controller (sglang_fleet.spec.launch_spec). meta/argument_specs.yml mirrors this",
            "file."),

@@ -1,7 +1,8 @@
 """What a role setting is and how an inventory value becomes one: the `Setting` row both settings
-tables are made of (sglang_fleet.spec.settings for the server role, sglang_fleet.router.settings for
-the router role), the table that knows its prefix, one coercion per kind, and the check that an
-inventory variable under a role's prefix is one of its settings.
+tables are made of (sglang_fleet.settings.server for the server role,
+sglang_fleet.settings.router for the router role), the table that knows its prefix, one
+coercion per kind, and the check that an inventory variable under a role's prefix is one of its
+settings.
 
 Every refusal names the variable, the value (never a secret's) and the fix. How one setting
 differs from another of its kind is a column of its row, never a check of its name, so adding a
@@ -22,7 +23,7 @@ from sglang_fleet.node.common.secrets import is_secret_name
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sglang_fleet.spec.problems import Problems
+    from sglang_fleet.settings.problems import Problems
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ is stored under, the option it renders). The node-side copy that masking, eviden
 listings use (plugins/module_utils/common/secrets.py, which a node can import without this
 package) is generated from it:
 
-    python -m sglang_fleet.spec.secrets --write   # rewrite the generated part of the node copy
+    python -m sglang_fleet.settings.secrets --write   # rewrite the generated part of the node copy
 
 and tests/unit/test_secrets.py fails when it drifts. Adding a secret setting to either table
 is the whole change: run the generator.
@@ -17,14 +17,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sglang_fleet.router import settings as router_settings
-from sglang_fleet.spec import settings
-from sglang_fleet.spec.kinds import SettingsTable
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import SettingsTable
 
 NODE_COPY = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / \
     "common/secrets.py"
 _BEGIN = ("# ---- generated from the settings tables: "
-          "python -m sglang_fleet.spec.secrets --write ----")
+          "python -m sglang_fleet.settings.secrets --write ----")
 _END = "# ---- end of the generated part ----"
 
 
@@ -83,7 +83,7 @@ def node_copy_text(tables: tuple[SettingsTable, ...] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.spec.secrets",
+    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.settings.secrets",
                                      description="Write the node copy of the secret registry.")
     parser.add_argument("--write", action="store_true", help="write it (else: check)")
     args = parser.parse_args(argv)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {NODE_COPY}")
         return 0
     if NODE_COPY.read_text() != text:
-        print(f"out of date: {NODE_COPY} (run python -m sglang_fleet.spec.secrets --write)",
+        print(f"out of date: {NODE_COPY} (run python -m sglang_fleet.settings.secrets --write)",
               file=sys.stderr)
         return 1
     return 0

@@ -4,7 +4,7 @@ read into data/router_catalogue/), so an unset variable renders what the router 
 
 The sglang_router role's defaults/main.yml and meta/argument_specs.yml are generated from it:
 
-    python -m sglang_fleet.router.settings --write
+    python -m sglang_fleet.settings.router --write
 
 and tests/unit/test_router_spec.py fails when they drift or when a default differs from the
 pinned release's.
@@ -17,8 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.spec.kinds import Setting, SettingsTable
-from sglang_fleet.spec.role_files import RoleFiles
+from sglang_fleet.settings.kinds import Setting, SettingsTable
+from sglang_fleet.settings.role_files import RoleFiles
 
 PREFIX = "sglang_router_"
 ROLE_DIR = Path(__file__).resolve().parents[3] / "roles" / "sglang_router"
@@ -202,7 +202,7 @@ MEMBERSHIP_ENTRY = {
 
 ROLE_FILES = RoleFiles(
     table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
-    module="sglang_fleet.router.settings",
+    module="sglang_fleet.settings.router",
     intro=("The router in front of the fleet: SGLang's own (sglang-router), its membership "
            "decided",
            "by the gate. meta/argument_specs.yml mirrors this file."),

@@ -1,6 +1,6 @@
 """How a settings table becomes its role's defaults/main.yml and meta/argument_specs.yml: the
-sglang_server role's (sglang_fleet.spec.settings) and the sglang_router role's
-(sglang_fleet.router.settings), each rewritten by `python -m MODULE --write`."""
+sglang_server role's (sglang_fleet.settings.server) and the sglang_router role's
+(sglang_fleet.settings.router), each rewritten by `python -m MODULE --write`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import yaml
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from sglang_fleet.spec.kinds import Setting
+    from sglang_fleet.settings.kinds import Setting
 
 _ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool",
                   "list": "list", "dict": "dict", "path": "path"}
