@@ -15,6 +15,7 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
+    from sglang_fleet.launch.pd import named_by_decodes, prefill_wait, router_side_gap
     from sglang_fleet.router.rejoin import ready_to_add, unseen_servers
     from sglang_fleet.router.render import router_node
     from sglang_fleet.router.spec import (
@@ -25,7 +26,6 @@ try:
         worker_url,
     )
     from sglang_fleet.settings.router import PREFIX
-    from sglang_fleet.spec.pd import named_by_decodes, prefill_wait, router_side_gap
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -197,7 +197,7 @@ def worker_url_filter(server_spec, address, override=None):
 def pd_wait(server, groups, hostvars):
     """inventory_hostname | sglang_fleet_pd_wait(groups, hostvars): why a decode server stays
     out of its routers ('' when it may join): no prefill of its PD deployment that this run
-    judged is ready (sglang_fleet.spec.pd.prefill_wait)."""
+    judged is ready (sglang_fleet.launch.pd.prefill_wait)."""
     _need_package()
     pd = (hostvars[server].get("sglang_server_launch_spec") or {}).get("pd") or {}
     if pd.get("mode") != "decode":

@@ -31,7 +31,7 @@ def test_one_rule_names_secrets_of_any_spelling():
 
 
 def test_extra_env_refuses_secret_names_by_the_same_rule():
-    from sglang_fleet.spec.launch_spec import build_launch_spec
+    from sglang_fleet.launch.spec import build_launch_spec
     from sglang_fleet.testfleet.local import role_defaults
 
     def errors(env):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.runs.whole_groups import serial_batches, serial_with_routers, split_group_errors
-from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 HOSTS = ["a1", "a2", "b1", "b2", "c"]

@@ -19,7 +19,7 @@ MODULE_UTILS = REPO / "plugins" / "module_utils"
 # (and the node-side code, sglang_fleet.node, the symlink to plugins/module_utils).
 FLOORS = {
     "known": 1, "settings": 1,        # what is known of SGLang; the settings tables
-    "spec": 2,                        # the LaunchSpec
+    "launch": 2,                      # the LaunchSpec and its launch files
     "router": 3, "runs": 3,           # the RouterSpec; playbook runs and what they say
     "bench": 4, "recovery": 4,        # measurements and experiments; recovery's decisions
     "cli": 5,                         # the command line
@@ -106,7 +106,7 @@ def test_the_package_has_no_import_loop():
     modules = _package_modules()
     graph = {name: _imported_modules(name, path, modules) for name, path in modules.items()}
     # the graph sees real imports
-    assert "sglang_fleet.settings.server" in graph["sglang_fleet.spec.launch_spec"]
+    assert "sglang_fleet.settings.server" in graph["sglang_fleet.launch.spec"]
     loop = _a_cycle(graph)
     assert loop == [], " -> ".join(loop)
 

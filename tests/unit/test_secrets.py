@@ -3,11 +3,11 @@ node-side copy is generated from it, and every secret setting is masked wherever
 
 from __future__ import annotations
 
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.node.common import secrets as node
 from sglang_fleet.settings import router as router_settings
 from sglang_fleet.settings import secrets
 from sglang_fleet.settings import server as settings
-from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 

@@ -11,6 +11,7 @@ from functools import partial
 
 import pytest
 
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.node.common import secrets as shipped_registry
 from sglang_fleet.recovery import decisions as recovery
 from sglang_fleet.router.spec import build_router_spec, router_secrets
@@ -18,7 +19,6 @@ from sglang_fleet.settings import router as router_settings
 from sglang_fleet.settings import secrets
 from sglang_fleet.settings import server as settings
 from sglang_fleet.settings.kinds import Setting
-from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 S = partial(Setting, prefix=settings.PREFIX)

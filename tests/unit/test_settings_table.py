@@ -9,9 +9,9 @@ import yaml
 
 from sglang_fleet.known.catalogue import catalogue, shipped_versions
 from sglang_fleet.known.reviewed import releases
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.settings import server as settings
 from sglang_fleet.settings.kinds import SettingsTable
-from sglang_fleet.spec.launch_spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
+from sglang_fleet.launch.spec import PREFIX
 from sglang_fleet.runs.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.runs.progress import Progress
 from sglang_fleet.runs.runner import collection_dir, playbook_run
-from sglang_fleet.spec.launch_spec import PREFIX
 
 # Settings that say where a server runs, not how: a trial must not move it.
 LOCATION_SETTINGS = tuple(PREFIX + n for n in (

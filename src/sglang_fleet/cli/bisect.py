@@ -20,6 +20,7 @@ from sglang_fleet.cli.trials import (
     write_experiment_records,
 )
 from sglang_fleet.known.rules import matching_rules
+from sglang_fleet.launch.spec import FACT_OF_SETTING
 from sglang_fleet.runs.reasons import counted
 from sglang_fleet.runs.runner import (
     Interrupted,
@@ -29,7 +30,6 @@ from sglang_fleet.runs.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_OK,
 )
-from sglang_fleet.spec.launch_spec import FACT_OF_SETTING
 
 # ---- bisect --------------------------------------------------------------------------------
 

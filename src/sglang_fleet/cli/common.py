@@ -13,6 +13,7 @@ from typing import Any
 
 from sglang_fleet.bench import experiments
 from sglang_fleet.cli.inputs import check_inventory_files, parse_extra_vars
+from sglang_fleet.launch.pd import PD_SIDE_VARS, decodes_beside
 from sglang_fleet.node.common.text import inert
 from sglang_fleet.node.common.vocab import verdict_phrase
 from sglang_fleet.runs.inventory_read import read_servers
@@ -33,7 +34,6 @@ from sglang_fleet.runs.summary import (
     write_summary,
 )
 from sglang_fleet.settings.extra_vars import replacement_warnings
-from sglang_fleet.spec.pd import PD_SIDE_VARS, decodes_beside
 
 RENDER_TASK = "Show the rendered files (secrets masked)"
 

@@ -9,10 +9,10 @@ from collections import Counter
 from typing import Any
 
 from sglang_fleet.known.rules import matching_rules
+from sglang_fleet.launch.spec import PREFIX, public_settings
 from sglang_fleet.node.common import vocab
 from sglang_fleet.runs.reasons import counted
 from sglang_fleet.settings.server import NOT_CONFIGURATION
-from sglang_fleet.spec.launch_spec import PREFIX, public_settings
 
 # Why a server failed, as far as choosing its next configuration goes.
 AFTER_READY = "after_ready"  # it was ready on this configuration and failed later

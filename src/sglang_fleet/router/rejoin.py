@@ -9,9 +9,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.router.spec import worker_url
 from sglang_fleet.settings.server import TABLE
-from sglang_fleet.spec.launch_spec import build_launch_spec
 
 _SERVER_VARIABLE = re.compile(r"^sglang_server_[a-z]")
 # A decode joins only beside a ready prefill of its PD deployment: prefills are added first.
@@ -69,7 +69,7 @@ def ready_to_add(observed: list[dict[str, Any]],
     """Of the observations of unseen_servers' servers (the loop's results: `item` and
     `verdict`), those to add back: the ready ones, a decode only beside a ready prefill of its
     PD deployment (judged ready by this run, or observed ready here), as a server's own
-    membership step decides (sglang_fleet.spec.pd.prefill_wait)."""
+    membership step decides (sglang_fleet.launch.pd.prefill_wait)."""
     ready = [r for r in observed if isinstance(r, dict) and r.get("verdict") == "ready"]
     prefills = {r["item"].get("pd_deployment") for r in ready
                 if r["item"].get("worker_type") == "prefill"}

@@ -1,6 +1,6 @@
 """Render a RouterSpec into the files its host runs: launch script, env file (0600), systemd unit.
 
-The same shapes as a server's (render.py): the script loads the env file, opens the run with the
+The same shapes as a server's (spec.render): the script loads the env file, opens the run with the
 separator line in the log and refuses an empty secret. The secrets reach the router through its
 own CLI entry point as names of env-file variables (router_spec.LAUNCHER), so the router's
 command line, in `ps` and /proc, never holds them.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from sglang_fleet.launch.render import HEADER, env_file, service_unit
 from sglang_fleet.router.spec import SECRET_ARG
 from sglang_fleet.settings.router import OWNED_FLAGS
-from sglang_fleet.spec.render import HEADER, env_file, service_unit
 
 # The installed router's own parser, the one behind `sglang-router launch`.
 ROUTER_PARSER = "sglang_router.launch_router:parse_router_args"

@@ -21,13 +21,13 @@ import re
 from typing import Any
 
 from sglang_fleet.known.catalogue import Catalogue
+from sglang_fleet.launch.render import unit_path_problem
+from sglang_fleet.launch.spec import MARKER_VAR, config_hash, is_loopback, secret_fingerprint
 from sglang_fleet.router.catalogue import router_catalogue, shipped_versions
 from sglang_fleet.settings import router as router_settings
 from sglang_fleet.settings.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
 from sglang_fleet.settings.problems import Problems, describe_value
 from sglang_fleet.settings.router import BY_NAME, BY_VARIABLE, PREFIX, TABLE
-from sglang_fleet.spec.launch_spec import MARKER_VAR, config_hash, is_loopback, secret_fingerprint
-from sglang_fleet.spec.render import unit_path_problem
 
 API_KEY_VAR = BY_NAME["api_key"].env
 CONTROL_PLANE_KEY_VAR = str(BY_NAME["control_plane_api_keys"].env).replace("*", "{}")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ansible.utils.helpers import pct_to_int
 
-from sglang_fleet.spec.pd import keep_sides_serving
+from sglang_fleet.launch.pd import keep_sides_serving
 
 PLAN_HINT = "sglang-fleet plan --slices N writes limits that keep every group whole"
 

@@ -1,7 +1,7 @@
 """The one table of `sglang_server_*` settings: name, type, range, default, the SGLang option it
 renders and the Rule fact it feeds.
 
-Its rows are sglang_fleet.settings.kinds.Setting, as the router's are. Validation (spec.py),
+Its rows are sglang_fleet.settings.kinds.Setting, as the router's are. Validation (launch_spec),
 rendering, Rule facts (rule_facts), what recovery may change (NOT_CONFIGURATION), the secret
 registry (sglang_fleet.settings.secrets), the role's defaults/main.yml and
 meta/argument_specs.yml all come from this table:
@@ -348,7 +348,7 @@ ROLE_FILES = RoleFiles(
     table=SETTINGS, section_notes=SECTION_NOTES, role_dir=ROLE_DIR,
     module="sglang_fleet.settings.server",
     intro=("Every public variable of a deployment; the LaunchSpec is built from these on the",
-           "controller (sglang_fleet.spec.launch_spec). meta/argument_specs.yml mirrors this",
+           "controller (sglang_fleet.launch.spec). meta/argument_specs.yml mirrors this",
            "file."),
     short_description="Deploy one SGLang server per node from inventory variables",
     description=("Builds and validates the LaunchSpec on the controller, checks the node, "

@@ -31,6 +31,8 @@ from sglang_fleet.known.reviewed import (
 )
 from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import refusals, resolved
+from sglang_fleet.launch import clashes, pd
+from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet.node.common.vocab import PHASES, default_windows
 from sglang_fleet.node.deploy.lock import lease_for
@@ -48,8 +50,6 @@ from sglang_fleet.settings.server import (
     owners_by_dest,
     rule_facts,
 )
-from sglang_fleet.spec import clashes, pd
-from sglang_fleet.spec.render import unit_path_problem
 
 __all__ = ["API_KEY_VAR", "CONFIG_VAR", "FACT_OF_SETTING", "HF_TOKEN_VAR", "MARKER_VAR",
            "IDENTITY_SETTINGS", "OUTPUT_FACTS", "PREFIX", "SECRET_SETTINGS",
