@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_fleet.staging.loopback import LoopbackFleet, Origin
+from sglang_fleet.node.staging import manifest as mf
+from sglang_fleet.node.staging import node
 from sglang_fleet.staging.synthetic import make_checkpoint
-from sglang_fleet_node import sglang_fleet_stagemanifest as mf
-from sglang_fleet_node import sglang_fleet_stagenode as node
+from sglang_fleet.testfleet.staging import LoopbackFleet, Origin
 
 
 def run_fleet(n: int, work: Path, manifest: dict, origin: Origin, options: dict,

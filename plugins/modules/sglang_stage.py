@@ -162,12 +162,8 @@ pruned:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils import (
-    sglang_fleet_stagemanifest as mf,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils import (
-    sglang_fleet_stagenode as node,
-)
+from ansible_collections.sglang.fleet.plugins.module_utils.staging import manifest as mf
+from ansible_collections.sglang.fleet.plugins.module_utils.staging import node
 
 
 def agent_options(p):

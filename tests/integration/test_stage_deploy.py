@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from sglang_fleet.models import known_model
-from sglang_fleet.staging.loopback import free_ports, stop_agents_under
+from sglang_fleet.known.models import known_model
+from sglang_fleet.node.staging import manifest as mf
 from sglang_fleet.staging.synthetic import make_checkpoint
 from sglang_fleet.testfleet.local import make_fleet
-from sglang_fleet_node import sglang_fleet_stagemanifest as mf
+from sglang_fleet.testfleet.staging import free_ports, stop_agents_under
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from sglang_fleet.node.staging import manifest as mf
+from sglang_fleet.node.staging import node
 from sglang_fleet.staging.chain import sources_by_node
 from sglang_fleet.staging.synthetic import make_checkpoint
-from sglang_fleet_node import sglang_fleet_stagemanifest as mf
-from sglang_fleet_node import sglang_fleet_stagenode as node
 
 PIECE = 64 * 1024
 

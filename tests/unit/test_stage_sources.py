@@ -10,11 +10,11 @@ from http.server import SimpleHTTPRequestHandler
 
 import pytest
 
+from sglang_fleet.node.staging import manifest as mf
 from sglang_fleet.staging import sources
 from sglang_fleet.staging.synthetic import make_checkpoint
 from sglang_fleet.testfleet.hub import FakeHub, serve_hub
 from sglang_fleet.testfleet.local import loopback_http_server
-from sglang_fleet_node import sglang_fleet_stagemanifest as mf
 
 PIECE = 64 * 1024
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

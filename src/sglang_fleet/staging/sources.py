@@ -24,8 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet_node import sglang_fleet_stagemanifest as mf
-from sglang_fleet_node import sglang_fleet_stagenode as node
+from sglang_fleet.node.staging import manifest as mf
+from sglang_fleet.node.staging import node
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 KINDS = ("folder", "url", "hf_repo")
