@@ -19,9 +19,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_fleet import clashes, pd
+from sglang_fleet import clashes, pd, release_check
 from sglang_fleet import settings as server_settings
-from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, shipped_versions
+from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, known_versions
 from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.problems import Problems, SpecError, describe_value
 from sglang_fleet.render import unit_path_problem
@@ -29,7 +29,7 @@ from sglang_fleet.reviewed import (
     Release,
     nccl_did_you_mean,
     nccl_variable_names,
-    releases,
+    release_of,
     sim_profile,
 )
 from sglang_fleet.rules import Rule, matching_rules
@@ -44,7 +44,7 @@ from sglang_fleet.settings import (
     owners_by_dest,
     rule_facts,
 )
-from sglang_fleet.sglang_checks import refusals, resolved
+from sglang_fleet.sglang_checks import resolved
 from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 from sglang_fleet_node.sglang_fleet_lock import lease_for
 from sglang_fleet_node.sglang_fleet_secrets import fingerprint, is_secret_name, mask_argv
@@ -120,13 +120,12 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
     effective[PREFIX + "overrides"] = overrides
 
     version = effective.get(PREFIX + "version")
-    known = [v for v in shipped_versions() if v in releases()]
-    if not isinstance(version, str) or version not in known:
-        p.error("version", version, "is not a SGLang release this toolkit has catalogued",
-                f"pin one of: {', '.join(reversed(known))} (docs/sglang-reference.md: adding "
-                "a release)")
+    cat = _pinned_catalogue(version, p)
+    if cat is None:
         return None
-    cat = catalogue(version)
+    release, note = release_of(cat.version, cat.by_flag)
+    if note:
+        p.warn(note)
 
     values: dict[str, Any] = {}
     for setting in table:
@@ -136,7 +135,28 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
     _check_exposure(values, p)
-    return Validated(values, effective, releases()[version], cat)
+    return Validated(values, effective, release, cat)
+
+
+def _pinned_catalogue(version: Any, p: Problems) -> Catalogue | None:
+    """The pinned release's catalogue: cached on this controller, or built from the release's
+    package on first use (refenv); a release that cannot be built is refused, with why."""
+    from sglang_fleet import refenv
+
+    if not isinstance(version, str) or not version:
+        p.error("version", version, "must name a SGLang release",
+                f"pin one of: {', '.join(reversed(known_versions()))}, or any release from "
+                f"{refenv.MIN_SUPPORTED} on")
+        return None
+    if version not in known_versions():
+        try:
+            refenv.ensure_catalogue(version)
+        except refenv.RefEnvError as exc:
+            p.error("version", version, str(exc),
+                    f"pin a release this controller can build, or prepare it with "
+                    f"`sglang-fleet release add {version} --wheelhouse DIR`")
+            return None
+    return catalogue(version)
 
 
 def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: dict[str, Any],
@@ -313,6 +333,8 @@ class ServerCommand:
     layout: dict[str, int] = field(default_factory=dict)
     # The command line as the pinned release's parser reads it (secrets as placeholders).
     parsed: dict[str, Any] = field(default_factory=dict)
+    # What the pinned release itself is asked about this command line (release_check).
+    release_case: dict[str, Any] | None = None
 
 
 def _scalar(value: Any) -> bool:
@@ -464,8 +486,8 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             values = resolved(cmd.parsed)
             cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
                           "attn_dp": values.get("attn_dp_size", 1)}
-            if not _sglang_refusals(v, cmd.parsed, p):
-                _model_refusals(v, cmd.layout, p)
+            cmd.release_case = _release_case(v, cmd.args)
+            _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
     cmd.secret_env_names = [s.env for s in _table() if s.secret and s.env and v[s.name]]
     cmd.facts = rule_facts(v.values, v.release)
@@ -480,20 +502,22 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
     return cmd
 
 
-def _sglang_refusals(v: Validated, values: dict[str, Any], p: Problems) -> bool:
-    """What SGLang refuses after its parser accepted the command line (sglang_checks), each
-    named by the setting or extra_args token that set it. A refusal that only follows from
-    one already named (it reads the same values) is left out: SGLang stops at the first."""
+def _release_case(v: Validated, args: list[Any]) -> dict[str, Any]:
+    """The question the pinned release answers about this command line (release_check): the
+    rendered arguments, the facts the toolkit has for what only the node knows, and which
+    inventory variable set each of SGLang's options."""
     owners = owners_by_dest(v.catalogue)
-    named: set[str] = set()
-    for refusal in refusals(v.release.version, values):
-        if named & set(refusal.dests):
-            continue
-        named |= set(refusal.dests)
-        variable, value = _refused_by(v, refusal.dests, owners)
-        p.error(variable, value, f"SGLang {v.release.version} refuses it before any worker "
-                f"starts: {refusal.describe().replace(chr(10), '; ')}", refusal.fix)
-    return bool(named)
+    words = [a if isinstance(a, str) else release_check.SECRET_PLACEHOLDER for a in args]
+    sources: dict[str, list[Any]] = {}
+    for dest in v.catalogue.check_args(words).dests:
+        variable, value = _refused_by(v, (dest,), owners)
+        secret = variable in _table().secret_variables
+        sources[dest] = [PREFIX + variable if not variable.startswith(PREFIX) else variable,
+                         "<secret>" if secret else describe_value(value)]
+    return release_check.case_of(
+        v.release.version, args, v["model_path"], sources,
+        gpu_memory_bytes(v["gpu_model"], v["gpu_memory_gb"]),
+        compute_capability(v["gpu_compute_capability"]))
 
 
 def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
@@ -984,7 +1008,7 @@ def build_launch_spec(
         "sim": _simulated_node(v, cmd, layout, topo) if simulated else None,
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
-    return _result(p, spec)
+    return {**_result(p, spec), "release_case": cmd.release_case}
 
 
 def _binds(v: Validated, cmd: ServerCommand, topo: Topology, sim_gpus: str | None
