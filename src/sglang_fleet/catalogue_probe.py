@@ -146,18 +146,28 @@ def _raised_at(exc: BaseException) -> dict[str, Any] | None:
 
 
 def _statement(filename: str, line: int) -> str:
-    """The whole statement that raised (a raise or assert spans lines): what it reads names
-    the arguments it refuses."""
+    """The whole statement that raised (a raise or assert spans lines), with the condition of
+    the `if` that guards a raise: what they read names the arguments refused."""
     import linecache
 
+    first = linecache.getline(filename, line)
+    indent = len(first) - len(first.lstrip())
+    start = line
+    if first.lstrip().startswith("raise"):
+        for number in range(line - 1, max(line - 12, 0), -1):
+            source = linecache.getline(filename, number)
+            if source.strip() and len(source) - len(source.lstrip()) < indent:
+                if source.lstrip().startswith(("if ", "elif ")):
+                    start = number
+                break
     text, depth = [], 0
-    for number in range(line, line + 20):
+    for number in range(start, line + 20):
         source = linecache.getline(filename, number)
         if not source:
             break
         text.append(source.strip())
         depth += source.count("(") + source.count("[") - source.count(")") - source.count("]")
-        if depth <= 0:
+        if number >= line and depth <= 0:
             break
     return " ".join(text)
 

@@ -33,8 +33,6 @@ MODEL_TOKEN = "<model>"  # replaced by the controller's copy of the model's conf
 NODE_FILE_DESTS = ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "tokenizer_path",
                    "chat_template", "completion_template", "json_model_override_args_file",
                    "load_balance_method_config", "kv_events_config")
-_MENTIONED_DEST = re.compile(r"\b(?:cfg|server_args|self|args)\.([a-z_][a-z0-9_]*)")
-_MENTIONED_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 # An MLA model of the DeepSeek-V3 family as transformers' DeepseekV3Config takes it; the known
 # model's own shape replaces the fields that decide layouts.
 _MLA_BASE = {
@@ -185,33 +183,37 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
 
 # ---- the verdict, said to the operator -----------------------------------------------------
 
-def _mentioned_dests(verdict: dict[str, Any], flag_dests: dict[str, str]) -> list[str]:
-    """The SGLang arguments a refusal names: in its message, then in its statement."""
+def _mentioned_dests(verdict: dict[str, Any], flag_dests: dict[str, str],
+                     known: set[str]) -> list[str]:
+    """The SGLang arguments a refusal names, in order: as flags or `cfg.<name>` in its
+    message and statement, or by their own name (`known`: the command line's)."""
     raised = verdict.get("raised_at") or {}
     text = " ".join((verdict.get("error") or []) + [raised.get("statement") or "",
                                                     raised.get("code") or ""])
     found: list[str] = []
-    for match in re.finditer(f"{_MENTIONED_FLAG.pattern}|{_MENTIONED_DEST.pattern}", text):
+    for match in re.finditer(r"--[a-z0-9][a-z0-9-]*|\b[a-z][a-z0-9_]*\b", text):
         word = match.group(0)
-        dest = flag_dests.get(word) if word.startswith("--") else match.group(1)
-        if dest and dest not in found:
+        dest = flag_dests.get(word) if word.startswith("--") else (
+            word if word in known else None)
+        if dest in known and dest not in found:
             found.append(dest)
     return found
 
 
 def refused_by(case: dict[str, Any], verdict: dict[str, Any],
-               flag_dests: dict[str, str]) -> tuple[str, str]:
-    """The inventory variable (and its value as shown) behind a refusal: the first argument
-    the refusal names that the host's command line sets."""
+               flag_dests: dict[str, str]) -> list[tuple[str, str]]:
+    """The inventory variables (and their values as shown) behind a refusal: those that set
+    the arguments it names, first named first; else extra_args, else the release itself."""
     sources = case["sources"]
-    for dest in _mentioned_dests(verdict, flag_dests):
-        if dest in sources:
-            variable, shown = sources[dest]
-            return variable, shown
-    if "extra_args" in {v for v, _ in sources.values()}:
-        return "sglang_server_extra_args", next(
-            s for v, s in sources.values() if v == "sglang_server_extra_args")
-    return "sglang_server_version", repr(case["version"])
+    named: list[tuple[str, str]] = []
+    for dest in _mentioned_dests(verdict, flag_dests, set(sources)):
+        pair = (sources[dest][0], sources[dest][1])
+        if pair not in named:
+            named.append(pair)
+    if named:
+        return named
+    extra = [(v, s) for v, s in sources.values() if v == "sglang_server_extra_args"]
+    return extra[:1] or [("sglang_server_version", repr(case["version"]))]
 
 
 def describe(verdict: dict[str, Any]) -> str:
@@ -241,13 +243,15 @@ def problems(host: str, case: dict[str, Any], verdict: dict[str, Any],
                               "where the registry is out of reach)"))], notes
     if verdict.get("ok"):
         return [], notes
-    variable, shown = refused_by(case, verdict, flag_dests)
+    named = refused_by(case, verdict, flag_dests)
+    (variable, shown), others = named[0], named[1:]
     stage = "its parser" if case["model_config"] is None else "its argument resolution"
+    also = f" (with {', '.join(f'{v}={s}' for v, s in others)})" if others else ""
     error = SpecError(host, variable, shown,
                       f"SGLang {version} refuses the command line in {stage}, before any "
-                      f"worker starts: {describe(verdict)}",
-                      f"change {variable} (or the options it is combined with) as SGLang's "
-                      f"reason says, or pin a release that accepts it")
+                      f"worker starts{also}: {describe(verdict)}",
+                      f"change {' or '.join(v for v, _ in named)} as SGLang's reason says, or "
+                      f"pin a release that accepts the line")
     return [str(error)], notes
 
 
