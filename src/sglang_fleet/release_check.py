@@ -54,12 +54,31 @@ _MHA_BASE = {
 }
 
 
-def model_config(model_path: str | None) -> tuple[dict[str, Any] | None, str]:
-    """The config.json SGLang's resolution reads for this model, and where it came from."""
+def read_model_config(path: str) -> dict[str, Any]:
+    """An operator's copy of a model's config.json (the file, or the folder that holds it);
+    ValueError says why it is not usable."""
+    file = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot be read on the controller ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"is not JSON ({exc})") from None
+    if not isinstance(config, dict) or not config.get("architectures"):
+        raise ValueError("is not a model's config.json (it has no architectures)")
+    return config
+
+
+def model_config(model_path: str | None, copy: str | None = None
+                 ) -> tuple[dict[str, Any] | None, str]:
+    """The config.json SGLang's resolution reads for this model, and where it came from: the
+    operator's copy, else one with the known model's shape."""
+    if copy:
+        return read_model_config(copy), f"sglang_server_model_config ({copy})"
     model = known_model(model_path)
     if model is None:
         return None, (f"the controller has no config.json for model {model_path!r} (not in "
-                      "data/models.yml)")
+                      "data/models.yml): set sglang_server_model_config to a copy of it")
     shape = {"num_attention_heads": model.num_attention_heads,
              "num_key_value_heads": model.num_key_value_heads,
              "num_hidden_layers": model.num_hidden_layers}
@@ -70,12 +89,13 @@ def model_config(model_path: str | None) -> tuple[dict[str, Any] | None, str]:
     return config, f"the known model {model.name}'s shape (data/models.yml)"
 
 
-def case_of(version: str, argv: list[Any], model_path: str | None,
+def case_of(version: str, argv: list[Any], model: tuple[dict[str, Any] | None, str],
             sources: dict[str, list[Any]], gpu_memory_bytes: int | None,
             capability: str | None) -> dict[str, Any]:
     """One host's question to its release, as plain data (Ansible carries it as a fact).
-    `sources`: SGLang destination -> [inventory variable, the value as shown]."""
-    config, config_source = model_config(model_path)
+    `model`: the config.json and where it came from (model_config); `sources`: SGLang
+    destination -> [inventory variable, the value as shown]."""
+    config, config_source = model
     words: list[str] = []
     for i, item in enumerate(argv):
         if isinstance(item, dict):
@@ -193,8 +213,9 @@ def _mentioned_dests(verdict: dict[str, Any], flag_dests: dict[str, str],
     found: list[str] = []
     for match in re.finditer(r"--[a-z0-9][a-z0-9-]*|\b[a-z][a-z0-9_]*\b", text):
         word = match.group(0)
+        # SGLang names the expert-parallel size moe_ep_size where it resolves it.
         dest = flag_dests.get(word) if word.startswith("--") else (
-            word if word in known else None)
+            word if word in known else word.removeprefix("moe_"))
         if dest in known and dest not in found:
             found.append(dest)
     return found

@@ -486,7 +486,7 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             values = resolved(cmd.parsed)
             cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
                           "attn_dp": values.get("attn_dp_size", 1)}
-            cmd.release_case = _release_case(v, cmd.args)
+            cmd.release_case = _release_case(v, cmd.args, p)
             _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
     cmd.secret_env_names = [s.env for s in _table() if s.secret and s.env and v[s.name]]
@@ -502,7 +502,7 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
     return cmd
 
 
-def _release_case(v: Validated, args: list[Any]) -> dict[str, Any]:
+def _release_case(v: Validated, args: list[Any], p: Problems) -> dict[str, Any] | None:
     """The question the pinned release answers about this command line (release_check): the
     rendered arguments, the facts the toolkit has for what only the node knows, and which
     inventory variable set each of SGLang's options."""
@@ -514,8 +514,14 @@ def _release_case(v: Validated, args: list[Any]) -> dict[str, Any]:
         secret = variable in _table().secret_variables
         sources[dest] = [PREFIX + variable if not variable.startswith(PREFIX) else variable,
                          "<secret>" if secret else describe_value(value)]
+    try:
+        model = release_check.model_config(v["model_path"], v["model_config"])
+    except ValueError as exc:
+        p.error("model_config", v["model_config"], str(exc), "point it at a copy of the "
+                "model's config.json on the controller (the file or its folder), or unset it")
+        return None
     return release_check.case_of(
-        v.release.version, args, v["model_path"], sources,
+        v.release.version, args, model, sources,
         gpu_memory_bytes(v["gpu_model"], v["gpu_memory_gb"]),
         compute_capability(v["gpu_compute_capability"]))
 
