@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sglang_fleet import diagnose, experiments, slices
+from sglang_fleet import diagnose, experiments, release_cli, slices
 from sglang_fleet.bisect import find_culprit
 from sglang_fleet.extra_vars import replacement_warnings
 from sglang_fleet.inputs import InputError, check_inventory_files, parse_extra_vars
@@ -891,6 +891,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "standard input")
     diag.add_argument("--json", action="store_true", help="print one JSON object")
     diag.set_defaults(func=diagnose.command)  # exit 0 no fatal failure, 1 fatal, 2 unreadable
+
+    release_cli.add_parser(sub)
     return parser
 
 
@@ -898,7 +900,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
-    except (UsageError, InputError, experiments.PlanError, slices.SliceError) as exc:
+    except (UsageError, InputError, experiments.PlanError, slices.SliceError,
+            release_cli.ReleaseError) as exc:
         print(f"sglang-fleet {args.command}: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except FileNotFoundError as exc:

@@ -165,14 +165,15 @@ def _explain_install_failure(version: str, error: str, wheelhouse: Path | None) 
 
 
 def nearest_releases(version: str, offered: list[str], count: int = 3) -> list[str]:
-    """The releases next to `version` in order (the one just below, the ones just above)."""
+    """The `count` releases next to `version` in release order, oldest first."""
     known = sorted({v for v in offered if _valid(v)}, key=Version)
     if not _valid(version):
-        return difflib.get_close_matches(version, known, n=count, cutoff=0) or known[-count:]
+        return sorted(difflib.get_close_matches(version, known, n=count, cutoff=0), key=Version)
     wanted = Version(version)
-    below = [v for v in known if Version(v) < wanted][-1:]
-    above = [v for v in known if Version(v) > wanted][:count - len(below)]
-    return below + above
+    at = sum(1 for v in known if Version(v) < wanted)
+    # By distance from where `version` would sit; the older one first on a tie.
+    order = sorted(range(len(known)), key=lambda i: (abs(i - at + 0.5), -i))
+    return sorted((known[i] for i in order[:count]), key=Version)
 
 
 def _valid(version: str) -> bool:
