@@ -65,6 +65,9 @@ SAMPLE_MODEL_CONFIG = {
     "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
     "rms_norm_eps": 1e-5, "hidden_act": "silu", "bos_token_id": 163584, "eos_token_id": 163585,
 }
+# The installed torch pair, read from its metadata (importing torch takes seconds).
+_TORCH_PINS = ("from importlib.metadata import version as v; "
+               "print(f\"torch=={v('torch')}\\ntorchvision=={v('torchvision')}\")")
 _MISSING = re.compile(r"No module named '([A-Za-z0-9_]+)")
 MAX_DISCOVERY_ROUNDS = 40
 
@@ -112,9 +115,7 @@ def _pip(python: Path, *args: str, wheelhouse: Path | None = None) -> None:
     reads that folder only, for a controller without registry access."""
     # The installed torch stays: a parser import must never pull a multi-GB CUDA build.
     pin = python.parent.parent / "torch-constraint.txt"
-    proc = subprocess.run([str(python), "-c", "import torch, torchvision; "
-                           "print(f'torch=={torch.__version__}\\ntorchvision=="
-                           "{torchvision.__version__}')"], capture_output=True, text=True)
+    proc = subprocess.run([str(python), "-c", _TORCH_PINS], capture_output=True, text=True)
     # Without the local label (+cpu, +cu130): `==2.14.1` admits the installed build, while a
     # label the wheel's file name lacks would match no candidate at all.
     pin.write_text(re.sub(r"\+\S+", "", proc.stdout) if proc.returncode == 0 else "")
@@ -145,20 +146,22 @@ def release_name_problem(version: str) -> str | None:
     return None
 
 
-def _explain_install_failure(version: str, error: str, wheelhouse: Path | None) -> RefEnvError:
+def _explain_install_failure(version: str, error: str, wheelhouse: Path | None,
+                             requirement: str | None = None) -> RefEnvError:
     """pip's refusal, said as what the operator does next: the nearest releases for a name
     that does not exist, --wheelhouse for a registry out of reach."""
     listed = _FROM_VERSIONS.search(error)
     offered = [v.strip() for v in listed.group(1).split(",")] if listed else []
     offered = [v for v in offered if v and v != "none"]
     where = f"the wheelhouse {wheelhouse}" if wheelhouse else "the package registry"
-    if offered:
+    wanted = requirement or f"sglang=={version}"
+    if offered and requirement is None:
         return RefEnvError(f"sglang {version} is not a release in {where}; the nearest are: "
                            f"{', '.join(nearest_releases(version, offered))}")
     if wheelhouse:
-        return RefEnvError(f"the wheelhouse {wheelhouse} holds no sglang=={version} wheel (pip: "
-                           f"{error.strip().splitlines()[-1]}); put the release's wheel there")
-    return RefEnvError(f"could not reach the package registry to fetch sglang=={version} (pip: "
+        return RefEnvError(f"the wheelhouse {wheelhouse} holds no {wanted} wheel (pip: "
+                           f"{error.strip().splitlines()[-1]}); put the wheel there")
+    return RefEnvError(f"could not reach the package registry to fetch {wanted} (pip: "
                        f"{error.strip().splitlines()[-1]}); on a controller without registry "
                        f"access pass --wheelhouse DIR: a folder with the release's wheel and the "
                        f"modules its parser imports (`pip download sglang=={version}` elsewhere)")
@@ -207,15 +210,20 @@ def _build(version: str, quiet: bool, wheelhouse: Path | None) -> RefEnv:
     ready = target / ".ready"
     if ready.exists():
         return env
-    if not python.exists():
+    created = not python.exists()
+    if created:
         _say(quiet, f"creating {venv}")
         root.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     torch_req = os.environ.get("SGLANG_FLEET_REF_TORCH", TORCH_REQUIREMENT)
-    if subprocess.run([str(python), "-c", "import torch, torchvision"],
-                      capture_output=True).returncode:
+    if subprocess.run([str(python), "-c", _TORCH_PINS], capture_output=True).returncode:
         _say(quiet, f"installing {torch_req} into {venv}")
-        _pip(python, *torch_req.split(), wheelhouse=wheelhouse)
+        try:
+            _pip(python, *torch_req.split(), wheelhouse=wheelhouse)
+        except RefEnvError as exc:
+            if created:  # nothing half-built stays behind
+                shutil.rmtree(venv, ignore_errors=True)
+            raise _explain_install_failure(version, str(exc), wheelhouse, torch_req) from None
     if not (target / "sglang").is_dir():
         _say(quiet, f"installing sglang=={version} --no-deps into {target}")
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")

@@ -264,6 +264,14 @@ def problems(host: str, case: dict[str, Any], verdict: dict[str, Any],
                               "where the registry is out of reach)"))], notes
     if verdict.get("ok"):
         return [], notes
+    final = " ".join(verdict.get("error") or [])
+    if final.startswith(("ModuleNotFoundError", "ImportError")):
+        # Not SGLang's verdict on the line: its resolution needs a GPU build of a module.
+        raised = verdict.get("raised_at") or {}
+        return [], notes + [f"host {host}: not checked by SGLang {version}'s resolution: it "
+                            f"imports what a CPU-only controller cannot load ({final}, "
+                            f"{raised.get('file')}:{raised.get('line')}); its parser and the "
+                            f"toolkit's own checks ran"]
     named = refused_by(case, verdict, flag_dests)
     (variable, shown), others = named[0], named[1:]
     stage = "its parser" if case["model_config"] is None else "its argument resolution"
