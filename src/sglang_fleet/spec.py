@@ -543,8 +543,8 @@ def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
                                v["mem_fraction_static"])
     for problem in found + ([fit] if fit else []):
         p.error(problem["variable"], problem["value"], problem["problem"] + (
-            f" (known model {model.name}, matched by sglang_server_model_path)"),
-                problem["fix"])
+            f" (the toolkit's own check: SGLang decides it only at model load; known model "
+            f"{model.name}, matched by sglang_server_model_path)"), problem["fix"])
 
 
 def _refused_by(v: Validated, dests: tuple[str, ...], owners: dict[str, Setting]
