@@ -149,6 +149,7 @@ class Asked:
     host: str
     question: dict[str, Any]
     key: str
+    shifted_key: str | None  # where an accepted verdict also serves other ports
 
 
 def _probe_version() -> str:
@@ -159,6 +160,34 @@ def _probe_version() -> str:
 def _key(version: str, question: dict[str, Any]) -> str:
     blob = json.dumps([version, _probe_version(), question], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+_PORT_FLAG = re.compile(r"^--[a-z-]*port$")
+CANONICAL_LOWEST_PORT = 30000
+
+
+def _port_shifted(question: dict[str, Any]) -> dict[str, Any] | None:
+    """The question with every port moved by one offset, the lowest to 30000: SGLang's
+    resolution compares ports with each other and with their range, so a line it accepts is
+    accepted at any offset that keeps them in range. Lets an accepted verdict serve the same
+    fleet on other ports (None: no ports, or one out of range)."""
+    argv = list(question["argv"])
+    places: list[tuple[int, str]] = []
+    for i, word in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        if _PORT_FLAG.match(word) and value.isdigit():
+            places.append((i + 1, ""))
+        elif word == "--dist-init-addr" and value.rpartition(":")[2].isdigit():
+            places.append((i + 1, value.rpartition(":")[0] + ":"))
+    ports = [int(argv[i][len(prefix):]) for i, prefix in places]
+    if not ports or not all(1 <= port <= 65535 for port in ports):
+        return None
+    shift = CANONICAL_LOWEST_PORT - min(ports)
+    if max(ports) + shift > 65535:
+        return None
+    for (i, prefix), port in zip(places, ports, strict=True):
+        argv[i] = f"{prefix}{port + shift}"
+    return {**question, "argv": argv}
 
 
 def _cached(version: str, key: str) -> dict[str, Any] | None:
@@ -180,11 +209,14 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
     for host, case in cases.items():
         question = probe_case(case)
         key = _key(case["version"], question)
+        shifted = _port_shifted(question)
+        also = _key(case["version"], shifted) if shifted else None
         hit = _cached(case["version"], key)
-        if hit is not None:
-            verdicts[host] = hit
+        accepted = _cached(case["version"], also) if also and hit is None else None
+        if hit is not None or (accepted or {}).get("ok"):
+            verdicts[host] = hit if hit is not None else accepted  # type: ignore[assignment]
         else:
-            pending.setdefault(case["version"], []).append(Asked(host, question, key))
+            pending.setdefault(case["version"], []).append(Asked(host, question, key, also))
     for version, asked in pending.items():
         try:
             env = refenv.ensure(version, quiet=quiet)
@@ -195,8 +227,10 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
             continue
         for a, answer in zip(asked, answers, strict=True):
             answer = {k: answer.get(k) for k in ("ok", "error", "raised_at")}
-            release_cache.write_json(
-                release_cache.root() / "verdicts" / version / f"{a.key}.json", answer)
+            folder = release_cache.root() / "verdicts" / version
+            release_cache.write_json(folder / f"{a.key}.json", answer)
+            if answer["ok"] and a.shifted_key:
+                release_cache.write_json(folder / f"{a.shifted_key}.json", answer)
             verdicts[a.host] = answer
     return verdicts
 
