@@ -21,7 +21,14 @@ from typing import Any
 
 from sglang_fleet import clashes, pd, release_check
 from sglang_fleet import settings as server_settings
-from sglang_fleet.catalogue import Catalogue, ParseError, catalogue, known_versions
+from sglang_fleet.catalogue import (
+    Catalogue,
+    ParseError,
+    catalogue,
+    catalogue_path,
+    catalogue_source,
+    known_versions,
+)
 from sglang_fleet.models import gpu_memory_bytes, known_model
 from sglang_fleet.problems import Problems, SpecError, describe_value
 from sglang_fleet.render import unit_path_problem
@@ -947,6 +954,7 @@ def build_launch_spec(
             "SGLANG_SIM_FAULT": str(v["sim_fault"] or ""),
             # The simulator parses with the pinned release's catalogue, as that release would.
             "SGLANG_SIM_VERSION": v.release.version,
+            **_sim_catalogue(v.release.version),
         })
     service = _service(v, deployment)
     server_argv, config_options = config_file_options(cmd.args, layout["config_file"])
@@ -1015,6 +1023,15 @@ def build_launch_spec(
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
     return {**_result(p, spec), "release_case": cmd.release_case}
+
+
+def _sim_catalogue(version: str) -> dict[str, str]:
+    """Where the simulator reads a release's catalogue that only the controller's cache holds
+    (one the package does not carry): the simulated node is this machine."""
+    source = catalogue_source(version)
+    if source is None or source == catalogue_path(version):
+        return {}
+    return {"SGLANG_SIM_CATALOGUE": str(source)}
 
 
 def _binds(v: Validated, cmd: ServerCommand, topo: Topology, sim_gpus: str | None

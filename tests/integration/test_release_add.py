@@ -89,7 +89,7 @@ def fleet(added, tmp_path_factory):
 
 def test_the_added_release_deploys_on_the_simulated_fleet(fleet):
     run = fleet.deploy()
-    assert run.rc == 0, run.stdout[-3000:]
+    assert run.rc == 0, run.output[-3000:]
     spec = json.loads((fleet.host_root(fleet.hosts[0]) / "run").glob(
         "*.running-spec.json").__next__().read_text())
     assert spec["sglang_version"] == NEW

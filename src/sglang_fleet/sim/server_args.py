@@ -11,9 +11,11 @@ The release is SGLANG_SIM_VERSION (the deploy sets it to the pinned release), de
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from pathlib import Path
 
-from sglang_fleet.catalogue import catalogue
+from sglang_fleet.catalogue import Catalogue, catalogue
 from sglang_fleet.sglang_checks import refusals
 from sglang_fleet.sim.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.failures import refusal_error
@@ -23,6 +25,10 @@ VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # A release only the controller's cache holds: the deploy names its catalogue's file.
+    path = os.environ.get("SGLANG_SIM_CATALOGUE")
+    if path:
+        return Catalogue(json.loads(Path(path).read_text(encoding="utf-8"))).build_parser()
     return catalogue(VERSION).build_parser()
 
 
