@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_fleet import release_cache
+from sglang_fleet.known import release_cache
 from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet
 
 

@@ -17,9 +17,9 @@ import sys
 import pytest
 import yaml
 
-from sglang_fleet import release_cache
-from sglang_fleet.catalogue import catalogue
-from sglang_fleet.release_cli import diff
+from sglang_fleet.cli.main.release import diff
+from sglang_fleet.known import release_cache
+from sglang_fleet.known.catalogue import catalogue
 from sglang_fleet.testfleet.local import REPO, make_fleet, sglang_fleet
 
 pytestmark = pytest.mark.integration

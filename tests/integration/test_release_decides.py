@@ -16,8 +16,8 @@ import subprocess
 import pytest
 import yaml
 
-from sglang_fleet.catalogue import catalogue
-from sglang_fleet.settings import owners_by_dest
+from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.settings.server import owners_by_dest
 from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet
 
 pytestmark = pytest.mark.integration

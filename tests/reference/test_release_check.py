@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from sglang_fleet import release_check
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.known import release_check
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 VERSION = "0.5.23"

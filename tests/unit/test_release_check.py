@@ -4,8 +4,8 @@ what a host's case says it could not check."""
 
 from __future__ import annotations
 
-from sglang_fleet import release_check
-from sglang_fleet.refenv import nearest_releases, release_name_problem
+from sglang_fleet.known import release_check
+from sglang_fleet.known.refenv import nearest_releases, release_name_problem
 
 OFFERED = ["0.5.4.post3", "0.5.5", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 
