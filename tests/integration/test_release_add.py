@@ -17,7 +17,7 @@ import sys
 import pytest
 import yaml
 
-from sglang_fleet.cli.main.release import diff
+from sglang_fleet.cli.release import diff
 from sglang_fleet.known import release_cache
 from sglang_fleet.known.catalogue import catalogue
 from sglang_fleet.testfleet.local import REPO, make_fleet, sglang_fleet
