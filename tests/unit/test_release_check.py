@@ -66,3 +66,17 @@ def test_what_the_controller_lacks_is_named():
     assert len(case["unchecked"]) == 3
     assert "set sglang_server_model_config" in case["unchecked"][0]
     assert release_check.probe_case(case)["parse_only"]
+
+
+def test_an_environment_variable_the_release_does_not_read_is_named_with_the_nearest():
+    from sglang_fleet.launch.spec import build_launch_spec
+    from sglang_fleet.testfleet.local import role_defaults
+
+    settings = {**role_defaults(), "sglang_server_attention_backend": "triton",
+                "sglang_server_extra_env": {"SGLANG_ENABLE_JIT_DEEPGEM": 0,
+                                            "SGLANG_ENABLE_JIT_DEEPGEMM": 0}}
+    built = build_launch_spec(settings, "n1")
+    assert built["ok"], built["errors"]
+    assert built["warnings"] == ["host n1: sglang_server_extra_env: SGLang 0.5.23 reads no "
+                                 "SGLANG_ENABLE_JIT_DEEPGEM; did you mean "
+                                 "SGLANG_ENABLE_JIT_DEEPGEMM?"]

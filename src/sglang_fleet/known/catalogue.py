@@ -392,6 +392,10 @@ class Catalogue:
         self.by_dest: dict[str, Option] = {}
         for option in self.options:
             self.by_dest.setdefault(option.dest, option)
+        # The environment variables the release declares it reads (empty where the catalogue
+        # predates recording them).
+        self.environment: frozenset[str] = frozenset(
+            e["name"] for e in data.get("environment") or ())
         # Flags an older shipped release had and this one lacks.
         self.removed: frozenset[str] = frozenset(removed)
         self._raising_parser: argparse.ArgumentParser | None = None

@@ -453,6 +453,12 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
         elif not _scalar(value):
             p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
                     "quote it as one string")
+        elif text.startswith("SGLANG_") and v.catalogue.environment and \
+                text not in v.catalogue.environment:
+            close = difflib.get_close_matches(text, sorted(v.catalogue.environment), n=1)
+            p.warn(f"sglang_server_extra_env: SGLang {v.catalogue.version} reads no {text}"
+                   + (f"; did you mean {close[0]}?" if close else ""))
+            env[text] = _env_value(value)
         elif "\n" in str(value) or "\x00" in str(value):
             p.error("extra_env", name, f"value of {name} contains a newline or NUL byte",
                     "remove control characters")
