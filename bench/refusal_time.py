@@ -46,11 +46,11 @@ def timed(cmd: list[str], env: dict[str, str] | None = None
     return time.monotonic() - start, proc
 
 
-def private_cache(tmp: Path) -> Path:
+def private_cache(tmp: Path, name: str) -> Path:
     """A cache of its own that shares the controller's CPU torch environment and built
     releases (links), so that verdicts and new releases land only here."""
     shared = release_cache.root()
-    cache = tmp / "cache"
+    cache = tmp / name
     cache.mkdir()
     for entry in shared.iterdir():
         if entry.name == "venv" or (entry.name.startswith("sglang-") and
@@ -71,7 +71,7 @@ def release_check_times(tmp: Path, fleet, runs: int) -> dict[str, list[float]]:
     """`sglang-fleet check` of a valid fleet, the release's environment built: with every
     verdict cached, and with none (a new verdicts folder each run)."""
     fleet.set_host_vars(fleet.hosts[-1], {})
-    cache = private_cache(tmp)
+    cache = private_cache(tmp, "check-cache")
     env = {"SGLANG_FLEET_REF_DIR": str(cache)}
     cmd = [str(BIN / "sglang-fleet"), "check", "-i", str(fleet.inventory), "-e",
            json.dumps(fleet.extra), "--run-dir", str(tmp / "check-runs")]
@@ -90,7 +90,7 @@ def release_check_times(tmp: Path, fleet, runs: int) -> dict[str, list[float]]:
 def first_build_time(tmp: Path, version: str) -> float:
     """`sglang-fleet release add VERSION --wheelhouse` into a private cache: the release's
     package installed, the modules its parser and checks import found, its catalogue dumped."""
-    cache = private_cache(tmp)
+    cache = private_cache(tmp, "build-cache")
     shutil.rmtree(cache / f"sglang-{version}", ignore_errors=True)
     (cache / f"sglang-{version}").unlink(missing_ok=True)
     wheels = tmp / "wheels"
@@ -106,9 +106,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only-build", action="store_true",
+                        help="time the first build of --build alone")
     parser.add_argument("--build", default="0.5.22", metavar="VERSION",
                         help="the release whose first build is timed ('' skips it)")
     args = parser.parse_args()
+    if args.only_build:
+        with tempfile.TemporaryDirectory(prefix="refusal-") as tmp:
+            took = first_build_time(Path(tmp), args.build)
+        print(f"first build of SGLang {args.build}'s environment and catalogue (release add "
+              f"--wheelhouse; CPU torch already on the controller): {took:.1f} s")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     with tempfile.TemporaryDirectory(prefix="refusal-") as tmp:
         fleet = make_fleet(Path(tmp), hosts=args.hosts)
         fleet.set_host_vars(fleet.hosts[-1], {"sglang_server_tp": 3})
