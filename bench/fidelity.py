@@ -7,7 +7,7 @@ For each shipped release: options in the catalogue against the release's own par
 simulator's parser against SGLang's on generated command lines (accept/refuse, and every parsed
 value where both accept); then every shipped inventory's rendered command line through the
 pinned release's parser (argparse, and prepare_server_args for 0.5.23). Builds the reference
-environments first when they are missing (python -m sglang_fleet.reference.refenv ensure).
+environments first when they are missing (python -m sglang_fleet.known.refenv ensure).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
 _VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.bench.results import canary_check, hardware_key, result_entry, results_for
+    from sglang_fleet.known.release_check import batch_problems
     from sglang_fleet.launch.clashes import clash_errors, machine_of
     from sglang_fleet.launch.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
     from sglang_fleet.launch.render import deployment_files, render_files
@@ -103,6 +104,9 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
                                      str(canary) if canary else None)
     # Two servers of one machine on one port or GPU set (machine_clashes, once per batch).
     errors += list((hv.get("sglang_server__clashes") or {}).get(host) or [])
+    # The pinned release's own refusal of the command line (release_verdicts, once per batch).
+    errors += list(((hv.get("sglang_server__release") or {}).get(host) or {}).get("errors")
+                   or [])
     # A server outside any PD deployment is checked too: it cannot sit behind a PD router.
     deployment = (spec.get("pd") or {}).get("deployment") or ""
     pd_hosts = list(groups.get(deployment, [])) if deployment else []
@@ -110,6 +114,19 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
     specs = {h: hostvars[h].get("sglang_server_launch_spec") for h in batch if h in pd_hosts}
     return errors + pd_refusals_filter(deployment, host, pd_hosts, modes, specs, groups,
                                        hostvars)
+
+
+def release_verdicts(batch, hostvars):
+    """ansible_play_batch | sglang_fleet_release_verdicts(hostvars), once per batch (run_once):
+    each pinned release's own verdict on its servers' command lines, all of one release's
+    hosts in one run of its environment (release_check): {host: {"errors", "notes"}}."""
+    _need_package()
+    cases = {}
+    for host in batch:
+        launch = hostvars[host].get("sglang_server__launch") or {}
+        if launch.get("ok") and launch.get("release_case"):
+            cases[host] = dict(launch["release_case"])
+    return batch_problems(cases)
 
 
 def machine_clashes(batch, hostvars, groups):
@@ -352,6 +369,7 @@ class FilterModule(object):
             "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_machine_clashes": machine_clashes,
+            "sglang_fleet_release_verdicts": release_verdicts,
             "sglang_fleet_serial_with_routers": serial_with_routers_filter,
             "sglang_fleet_pd_held_side": pd_held_side,
         }

@@ -545,8 +545,8 @@ def test_check_and_a_refused_deploy_touch_no_node(tmp_path):
     bad = sglang_fleet("check", "-i", str(fleet.inventory), "-e", extra)
     assert bad.returncode == 2, bad.stdout
     assert "refused [sim-node-3]:\n    sglang_server_extra_args=['--tokenizer-worker-num', " \
-        "'0']: SGLang 0.5.23 refuses it before any worker starts: AssertionError: Tokenizer " \
-        "worker num must >= 1" in bad.stdout
+        "'0']: SGLang 0.5.23 refuses the command line in its argument resolution, before any " \
+        "worker starts: AssertionError: Tokenizer worker num must >= 1" in bad.stdout
     assert "result: refused (exit 2): 1 of 3 hosts have problems; no node was contacted" in \
         bad.stdout
     run = sglang_fleet("deploy", "-i", str(fleet.inventory), "-e", extra, "--run-dir",

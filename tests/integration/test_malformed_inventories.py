@@ -69,7 +69,7 @@ CASES = {
     "api-key-short": ({"sglang_server_api_key": "ready"}, "sglang_server_api_key",
                       "too short to keep out of logs"),
     "version-unknown": ({"sglang_server_version": "0.5.99"}, "sglang_server_version",
-                        "pin one of"),
+                        "is not a release in the package registry; the nearest are: "),
     "window-negative": ({"sglang_server_gate_stall_windows": {"loading_weights": -5}},
                         "sglang_server_gate_stall_windows", "positive number of seconds"),
     "tp-beyond-gpus": ({"sglang_server_tp": 16}, "sglang_server_tp", "needs 16 GPUs per node"),

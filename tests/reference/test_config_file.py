@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_fleet.reference import refenv
+from sglang_fleet.known import refenv
 
 VERSION = "0.5.23"
 FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password", "tp_size", "enable_metrics",

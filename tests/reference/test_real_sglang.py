@@ -1,7 +1,7 @@
 """The real SGLang package is the reference: the shipped catalogues, the simulator's parser and
 every inventory's command line are checked against each release's own parser.
 
-The reference environment (`python -m sglang_fleet.reference.refenv ensure <version>`, built by
+The reference environment (`python -m sglang_fleet.known.refenv ensure <version>`, built by
 .ci/run) is reused when present and built here when not (a few minutes, no GPU needed).
 """
 
@@ -36,7 +36,7 @@ def test_shipped_catalogue_is_what_the_real_package_reports(release):
         f for o in shipped["options"] for f in o["flags"]}
     assert not missing, f"options the catalogue lacks: {sorted(missing)[:20]}"
     assert real == shipped, ("the catalogue differs from the package: regenerate with "
-                             f"python -m sglang_fleet.reference.refenv catalogue {version} --write")
+                             f"python -m sglang_fleet.known.refenv catalogue {version} --write")
 
 
 def test_simulator_parser_agrees_with_the_real_parser_on_generated_lines(release):

@@ -3,7 +3,7 @@ and the simulator make gives the verdict SGLang 0.5.23 gives (its final line, fi
 and the node check, which asks the installed SGLang itself, refuses the same command lines.
 
 The reference machine has no GPU: the probe answers the two questions SGLang's resolution asks
-the machine (sglang_fleet.reference.catalogue_probe._answer_hardware) as an 8-GPU CUDA node
+the machine (sglang_fleet.known.catalogue_probe._answer_hardware) as an 8-GPU CUDA node
 with 96 GB GPUs would; everything else the checks read comes from the arguments and the model's
 config.json (a folder with Kimi-K2.5's language-model shape, refenv.sample_model_dir).
 """
@@ -16,10 +16,10 @@ import textwrap
 
 import pytest
 
+from sglang_fleet.known import refenv
 from sglang_fleet.known.catalogue import catalogue
 from sglang_fleet.known.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
 from sglang_fleet.node.deploy.argcheck import parse_args
-from sglang_fleet.reference import refenv
 from sglang_fleet.sim.args.server_args import prepare_server_args
 from sglang_fleet.sim.engine.failures import HEADS_FRAMES, SGLangError
 

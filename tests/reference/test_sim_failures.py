@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_fleet.reference import refenv
+from sglang_fleet.known import refenv
 from sglang_fleet.sim import launch_server
 from sglang_fleet.sim.engine import detokenizer, failures, rendezvous, scheduler
 from sglang_fleet.sim.frontend import http_api, metrics

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.cli.inputs import (
+from sglang_fleet.runs.inputs import (
     InputError,
     check_inventory_files,
     inventory_yaml_files,

@@ -206,7 +206,7 @@ def test_a_refusal_from_the_installed_router_names_the_variable():
 
 
 def test_the_cli_refuses_a_router_secret_on_its_command_line():
-    from sglang_fleet.cli.inputs import InputError, parse_extra_vars
+    from sglang_fleet.runs.inputs import InputError, parse_extra_vars
 
     with pytest.raises(InputError, match="sglang_router_api_key: a secret on the command line"):
         parse_extra_vars([f"sglang_router_api_key={API_KEY}"])

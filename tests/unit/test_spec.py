@@ -53,8 +53,10 @@ def test_hash_is_stable_and_names_one_variable_change():
     assert a == b != c
 
 
-def test_unknown_version_names_the_known_ones():
-    only_error(build(version="0.9.99"), "sglang_server_version='0.9.99'", "0.5.23")
+def test_a_release_older_than_the_builder_knows_is_refused_without_fetching_anything():
+    only_error(build(version="0.4.0"), "sglang_server_version='0.4.0'",
+               "not supported: releases before 0.5.4.post3", "release add 0.4.0")
+    only_error(build(version="latest"), "'latest' is not a release number")
 
 
 def test_attention_backend_checked_against_pinned_release_with_did_you_mean():

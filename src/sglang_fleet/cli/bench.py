@@ -12,7 +12,7 @@ from sglang_fleet.cli.common import (
     run_playbook_command,
     say,
 )
-from sglang_fleet.cli.inputs import parse_extra_vars
+from sglang_fleet.runs.inputs import parse_extra_vars
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sglang_fleet.cli.common import _parse_problems, check_inventory, say
-from sglang_fleet.cli.inputs import parse_extra_vars
+from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.outcomes import REFUSED_RUN_TASK
 from sglang_fleet.runs.reasons import group_by_reason, host_order, hosts_text
 from sglang_fleet.runs.runner import (

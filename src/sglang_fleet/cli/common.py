@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.bench import experiments
-from sglang_fleet.cli.inputs import check_inventory_files, parse_extra_vars
 from sglang_fleet.launch.pd import PD_SIDE_VARS, decodes_beside
 from sglang_fleet.node.common.text import inert
 from sglang_fleet.node.common.vocab import verdict_phrase
+from sglang_fleet.runs.inputs import check_inventory_files, parse_extra_vars
 from sglang_fleet.runs.inventory_read import read_servers
 from sglang_fleet.runs.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.runs.progress import Progress

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sglang_fleet.cli.common import run_playbook_command
-from sglang_fleet.cli.inputs import parse_extra_vars
+from sglang_fleet.runs.inputs import parse_extra_vars
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -7,13 +7,13 @@ import sys
 import traceback
 
 from sglang_fleet.bench import experiments
+from sglang_fleet.cli import release
 from sglang_fleet.cli.bench import cmd_bench
 from sglang_fleet.cli.bisect import cmd_bisect
 from sglang_fleet.cli.check import cmd_check
 from sglang_fleet.cli.common import UsageError, _interruption_lines
 from sglang_fleet.cli.deploy import cmd_deploy
 from sglang_fleet.cli.health import cmd_health
-from sglang_fleet.cli.inputs import InputError
 from sglang_fleet.cli.plan import cmd_plan
 from sglang_fleet.cli.recover import cmd_recover
 from sglang_fleet.cli.render import cmd_render
@@ -22,6 +22,7 @@ from sglang_fleet.cli.watch import cmd_watch
 from sglang_fleet.cli.weights import cmd_weights
 from sglang_fleet.recovery import diagnose
 from sglang_fleet.runs import slices
+from sglang_fleet.runs.inputs import InputError
 from sglang_fleet.runs.runner import (
     Interrupted,
 )
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--piece-size", type=int, default=16 << 20,
                           help="bytes per piece (default %(default)s)")
     manifest.set_defaults(func=cmd_weights)
+    release.add_parser(sub)
     return parser
 
 
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
-    except (UsageError, InputError, experiments.PlanError, slices.SliceError) as exc:
+    except (UsageError, InputError, experiments.PlanError, slices.SliceError,
+            release.ReleaseError) as exc:
         print(f"sglang-fleet {args.command}: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except FileNotFoundError as exc:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from sglang_fleet.cli.common import RENDER_TASK, check_inventory, say
-from sglang_fleet.cli.inputs import parse_extra_vars
+from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.reasons import host_order
 from sglang_fleet.runs.runner import (
     failures,

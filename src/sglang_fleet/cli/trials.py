@@ -12,7 +12,7 @@ from typing import Any
 from sglang_fleet.bench import experiments
 from sglang_fleet.bench.results import headline_tok_s
 from sglang_fleet.cli.common import UsageError, _failure_text, check_inventory, say
-from sglang_fleet.cli.inputs import parse_extra_vars
+from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.runner import (
     Interrupted,
 )

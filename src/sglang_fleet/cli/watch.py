@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.cli.common import check_inventory, pd_unit_limit, run_folder, say
-from sglang_fleet.cli.inputs import parse_extra_vars
 from sglang_fleet.router.view import router_lines
+from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.metrics import is_router, prometheus_text, write_textfile
 from sglang_fleet.runs.outcomes import HostOutcome, host_outcomes
 from sglang_fleet.runs.progress import Progress

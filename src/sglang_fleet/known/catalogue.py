@@ -1,10 +1,14 @@
 """The flag catalogue of each SGLang release, generated from the release's own parser.
 
-`python -m sglang_fleet.reference.refenv catalogue VERSION --write` writes
-`data/catalogue/sglang-VERSION.json`: every option with its flags (aliases included), destination,
-argparse kind, type, nargs, choices, default and deprecation. Nobody types SGLang's flags from
-memory: validation (`check_args`), rendering and the simulator's parser (`build_parser`) all
-read this. A flag of an older shipped release that this one lacks is "removed".
+A release's catalogue is built from its package on the controller, on first use or by
+`sglang-fleet release add VERSION`, and cached there (release_cache: <root>/catalogue/
+sglang-VERSION.json): every option with its flags (aliases included), destination, argparse
+kind, type, nargs, choices, default and deprecation. Nobody types SGLang's flags from memory:
+validation (`check_args`), rendering and the simulator's parser (`build_parser`) all read this.
+The package carries the catalogues of the releases its own tests run against (data/catalogue,
+checked against the packages by tests/reference), for a controller that has built none yet;
+a catalogue built from the package wins. A flag of an older known release that this one lacks
+is "removed".
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from sglang_fleet.known import release_cache
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test
 
@@ -69,6 +75,30 @@ def write_catalogue(dump: dict[str, Any]) -> Path:
 def shipped_versions() -> tuple[str, ...]:
     """Releases with a catalogue in the package, oldest first."""
     return FILES.versions()
+
+
+@cache
+def known_versions() -> tuple[str, ...]:
+    """Releases with a catalogue on this controller (cached or shipped), oldest first."""
+    from packaging.version import Version
+
+    return tuple(sorted(set(shipped_versions()) | set(release_cache.cached_versions()),
+                        key=Version))
+
+
+def catalogue_source(version: str) -> Path | None:
+    """The file a release's catalogue is read from: the one built from its package on this
+    controller, else the one the toolkit ships; None when there is neither."""
+    for path in (release_cache.catalogue_file("sglang", version), catalogue_path(version)):
+        if path.exists():
+            return path
+    return None
+
+
+def forget_catalogues() -> None:
+    """After a release was added: the next lookups read the cache again."""
+    for cached in (known_versions, _raw, catalogue):
+        cached.cache_clear()
 
 
 # ---- SGLang's argparse types, re-implemented exactly (each names its source) ----------------
@@ -362,6 +392,10 @@ class Catalogue:
         self.by_dest: dict[str, Option] = {}
         for option in self.options:
             self.by_dest.setdefault(option.dest, option)
+        # The environment variables the release declares it reads (empty where the catalogue
+        # predates recording them).
+        self.environment: frozenset[str] = frozenset(
+            e["name"] for e in data.get("environment") or ())
         # Flags an older shipped release had and this one lacks.
         self.removed: frozenset[str] = frozenset(removed)
         self._raising_parser: argparse.ArgumentParser | None = None
@@ -548,18 +582,18 @@ def _add_option(parser: argparse.ArgumentParser, o: Option) -> None:
 
 @cache
 def _raw(version: str) -> dict[str, Any]:
-    path = catalogue_path(version)
-    if not path.exists():
+    path = catalogue_source(version)
+    if path is None:
         raise KeyError(f"no catalogue for SGLang {version}; known: "
-                       f"{', '.join(shipped_versions())}")
+                       f"{', '.join(known_versions())} (sglang-fleet release add {version})")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 @cache
 def catalogue(version: str) -> Catalogue:
-    """The catalogue of one release, with the flags removed since the older shipped ones."""
+    """The catalogue of one release, with the flags removed since the older known ones."""
     data = _raw(version)
-    versions = shipped_versions()
+    versions = known_versions()
     current = {f for o in data["options"] for f in o["flags"]}
     removed = {flag for older in (versions[:versions.index(version)]
                                   if version in versions else ())

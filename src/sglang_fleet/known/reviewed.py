@@ -5,7 +5,7 @@ catalogue (sglang_fleet.known.catalogue)."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -52,6 +52,29 @@ def releases() -> dict[str, Release]:
         cuda_graph_captured_by_default=tuple(r["cuda_graph"]["captured_by_default"]),
         cuda_graph_disable=dict(r["cuda_graph"]["disable"]),
         cuda_graph_max_bs_flag=r["cuda_graph"]["max_bs_flag"]) for version, r in raw.items()}
+
+
+def release_of(version: str, flags: Any) -> tuple[Release, str | None]:
+    """What the toolkit models of a release (sglang_versions.yml), and a note when it is not
+    modelled: then the nearest modelled release whose CUDA-graph flags this one has (by its
+    own catalogue's `flags`), the older one first, stands in for it."""
+    from packaging.version import Version
+
+    known = releases()
+    if version in known:
+        return known[version], None
+    fits = [r for r in known.values()
+            if all(f in flags for f in (*r.cuda_graph_disable, r.cuda_graph_max_bs_flag))]
+    if not fits:
+        fits = list(known.values())
+    wanted = Version(version)
+    older = sorted((r for r in fits if Version(r.version) <= wanted),
+                   key=lambda r: Version(r.version))
+    base = older[-1] if older else min(fits, key=lambda r: Version(r.version))
+    return replace(base, version=version), (
+        f"SGLang {version}'s default attention backends and CUDA-graph flags are taken from "
+        f"{base.version}'s (data/sglang_versions.yml models no other); its flags, defaults "
+        f"and refusals are its own")
 
 
 @cache

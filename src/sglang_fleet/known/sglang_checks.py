@@ -1,8 +1,9 @@
-"""SGLang's own refusals of a command line after its parser accepted it, before any worker
-starts, per release: the checks of its argument resolution (ServerArgs.resolve_once), of
-check_server_args, and of the parallel topology it validates when the configuration is
-published. The controller runs them on every host's parsed command line; the simulator runs
-them as SGLang does and fails with the same message and exit path.
+"""The simulator's model of 17 of SGLang 0.5.23's refusals of a command line after its parser
+accepted it, before any worker starts: checks of its argument resolution
+(ServerArgs.resolve_once), of check_server_args, and of the parallel topology it validates
+when the configuration is published. The simulator runs them as SGLang does and fails with the
+same message, traceback and exit path. The controller does not use them: there the pinned
+release's own resolution pipeline decides (release_check).
 
 Each check names the release's own source file, line and statement; tests/reference runs
 every one against the installed release and holds the message, the file and the line to
@@ -323,11 +324,8 @@ CHECKS_0_5_23: tuple[Check, ...] = (
           "{tp_size}, and attention-DP x attention-CP sizes that divide it"),
 )
 
-# The controller mirrors 0.5.23's checks only. SGLang 0.5.4.post3 has its own, with other
-# conditions and texts, in ServerArgs.check_server_args (sglang/srt/server_args.py:3649), none
-# mirrored here: for that release the controller checks nothing after the parser, and the
-# node check (module_utils/deploy/argcheck._PARSE) runs the installed SGLang's check_server_args on
-# the exact command line before anything on the node changes.
+# The simulator models 0.5.23's checks only; for any other release it refuses nothing after
+# the parser (the controller asks that release itself, and the node check the installed one).
 CHECKS: dict[str, tuple[Check, ...]] = {
     "0.5.23": CHECKS_0_5_23,
     "0.5.4.post3": (),

@@ -20,17 +20,25 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_fleet.known.catalogue import Catalogue, ParseError, catalogue, shipped_versions
+from sglang_fleet.known import release_check
+from sglang_fleet.known.catalogue import (
+    Catalogue,
+    ParseError,
+    catalogue,
+    catalogue_path,
+    catalogue_source,
+    known_versions,
+)
 from sglang_fleet.known.models import gpu_memory_bytes, known_model
 from sglang_fleet.known.reviewed import (
     Release,
     nccl_did_you_mean,
     nccl_variable_names,
-    releases,
+    release_of,
     sim_profile,
 )
 from sglang_fleet.known.rules import Rule, matching_rules
-from sglang_fleet.known.sglang_checks import refusals, resolved
+from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.launch import clashes, pd
 from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
@@ -121,13 +129,12 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
     effective[PREFIX + "overrides"] = overrides
 
     version = effective.get(PREFIX + "version")
-    known = [v for v in shipped_versions() if v in releases()]
-    if not isinstance(version, str) or version not in known:
-        p.error("version", version, "is not a SGLang release this toolkit has catalogued",
-                f"pin one of: {', '.join(reversed(known))} (docs/sglang-reference.md: adding "
-                "a release)")
+    cat = _pinned_catalogue(version, p)
+    if cat is None:
         return None
-    cat = catalogue(version)
+    release, note = release_of(cat.version, cat.by_flag)
+    if note:
+        p.warn(note)
 
     values: dict[str, Any] = {}
     for setting in table:
@@ -137,7 +144,28 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
     _check_exposure(values, p)
-    return Validated(values, effective, releases()[version], cat)
+    return Validated(values, effective, release, cat)
+
+
+def _pinned_catalogue(version: Any, p: Problems) -> Catalogue | None:
+    """The pinned release's catalogue: cached on this controller, or built from the release's
+    package on first use (refenv); a release that cannot be built is refused, with why."""
+    from sglang_fleet.known import refenv
+
+    if not isinstance(version, str) or not version:
+        p.error("version", version, "must name a SGLang release",
+                f"pin one of: {', '.join(reversed(known_versions()))}, or any release from "
+                f"{refenv.MIN_SUPPORTED} on")
+        return None
+    if version not in known_versions():
+        try:
+            refenv.ensure_catalogue(version)
+        except refenv.RefEnvError as exc:
+            p.error("version", version, str(exc),
+                    f"pin a release this controller can build, or prepare it with "
+                    f"`sglang-fleet release add {version} --wheelhouse DIR`")
+            return None
+    return catalogue(version)
 
 
 def _catalogue_choice(setting: Setting, value: Any, cat: Catalogue, effective: dict[str, Any],
@@ -314,6 +342,8 @@ class ServerCommand:
     layout: dict[str, int] = field(default_factory=dict)
     # The command line as the pinned release's parser reads it (secrets as placeholders).
     parsed: dict[str, Any] = field(default_factory=dict)
+    # What the pinned release itself is asked about this command line (release_check).
+    release_case: dict[str, Any] | None = None
 
 
 def _scalar(value: Any) -> bool:
@@ -423,6 +453,12 @@ def _environment(v: Validated, p: Problems) -> dict[str, str]:
         elif not _scalar(value):
             p.error("extra_env", value, f"value of {name} must be a word, number or boolean",
                     "quote it as one string")
+        elif text.startswith("SGLANG_") and v.catalogue.environment and \
+                text not in v.catalogue.environment:
+            close = difflib.get_close_matches(text, sorted(v.catalogue.environment), n=1)
+            p.warn(f"sglang_server_extra_env: SGLang {v.catalogue.version} reads no {text}"
+                   + (f"; did you mean {close[0]}?" if close else ""))
+            env[text] = _env_value(value)
         elif "\n" in str(value) or "\x00" in str(value):
             p.error("extra_env", name, f"value of {name} contains a newline or NUL byte",
                     "remove control characters")
@@ -465,8 +501,8 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
             values = resolved(cmd.parsed)
             cmd.layout = {"tp": v["tp"], "pp": v["pp"], "ep": v["ep"],
                           "attn_dp": values.get("attn_dp_size", 1)}
-            if not _sglang_refusals(v, cmd.parsed, p):
-                _model_refusals(v, cmd.layout, p)
+            cmd.release_case = _release_case(v, cmd.args, p)
+            _model_refusals(v, cmd.layout, p)
     cmd.env = _environment(v, p)
     cmd.secret_env_names = [s.env for s in _table() if s.secret and s.env and v[s.name]]
     cmd.facts = rule_facts(v.values, v.release)
@@ -481,20 +517,28 @@ def server_command(v: Validated, topo: Topology, host: str, served: str, p: Prob
     return cmd
 
 
-def _sglang_refusals(v: Validated, values: dict[str, Any], p: Problems) -> bool:
-    """What SGLang refuses after its parser accepted the command line (sglang_checks), each
-    named by the setting or extra_args token that set it. A refusal that only follows from
-    one already named (it reads the same values) is left out: SGLang stops at the first."""
+def _release_case(v: Validated, args: list[Any], p: Problems) -> dict[str, Any] | None:
+    """The question the pinned release answers about this command line (release_check): the
+    rendered arguments, the facts the toolkit has for what only the node knows, and which
+    inventory variable set each of SGLang's options."""
     owners = owners_by_dest(v.catalogue)
-    named: set[str] = set()
-    for refusal in refusals(v.release.version, values):
-        if named & set(refusal.dests):
-            continue
-        named |= set(refusal.dests)
-        variable, value = _refused_by(v, refusal.dests, owners)
-        p.error(variable, value, f"SGLang {v.release.version} refuses it before any worker "
-                f"starts: {refusal.describe().replace(chr(10), '; ')}", refusal.fix)
-    return bool(named)
+    words = [a if isinstance(a, str) else release_check.SECRET_PLACEHOLDER for a in args]
+    sources: dict[str, list[Any]] = {}
+    for dest in v.catalogue.check_args(words).dests:
+        variable, value = _refused_by(v, (dest,), owners)
+        secret = variable in _table().secret_variables
+        sources[dest] = [PREFIX + variable if not variable.startswith(PREFIX) else variable,
+                         "<secret>" if secret else describe_value(value)]
+    try:
+        model = release_check.model_config(v["model_path"], v["model_config"])
+    except ValueError as exc:
+        p.error("model_config", v["model_config"], str(exc), "point it at a copy of the "
+                "model's config.json on the controller (the file or its folder), or unset it")
+        return None
+    return release_check.case_of(
+        v.release.version, args, model, sources,
+        gpu_memory_bytes(v["gpu_model"], v["gpu_memory_gb"]),
+        compute_capability(v["gpu_compute_capability"]))
 
 
 def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
@@ -514,8 +558,8 @@ def _model_refusals(v: Validated, layout: dict[str, int], p: Problems) -> None:
                                v["mem_fraction_static"])
     for problem in found + ([fit] if fit else []):
         p.error(problem["variable"], problem["value"], problem["problem"] + (
-            f" (known model {model.name}, matched by sglang_server_model_path)"),
-                problem["fix"])
+            f" (the toolkit's own check: SGLang decides it only at model load; known model "
+            f"{model.name}, matched by sglang_server_model_path)"), problem["fix"])
 
 
 def _refused_by(v: Validated, dests: tuple[str, ...], owners: dict[str, Setting]
@@ -918,6 +962,7 @@ def build_launch_spec(
             "SGLANG_SIM_FAULT": str(v["sim_fault"] or ""),
             # The simulator parses with the pinned release's catalogue, as that release would.
             "SGLANG_SIM_VERSION": v.release.version,
+            **_sim_catalogue(v.release.version),
         })
     service = _service(v, deployment)
     server_argv, config_options = config_file_options(cmd.args, layout["config_file"])
@@ -985,7 +1030,16 @@ def build_launch_spec(
         "sim": _simulated_node(v, cmd, layout, topo) if simulated else None,
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
-    return _result(p, spec)
+    return {**_result(p, spec), "release_case": cmd.release_case}
+
+
+def _sim_catalogue(version: str) -> dict[str, str]:
+    """Where the simulator reads a release's catalogue that only the controller's cache holds
+    (one the package does not carry): the simulated node is this machine."""
+    source = catalogue_source(version)
+    if source is None or source == catalogue_path(version):
+        return {}
+    return {"SGLANG_SIM_CATALOGUE": str(source)}
 
 
 def _binds(v: Validated, cmd: ServerCommand, topo: Topology, sim_gpus: str | None

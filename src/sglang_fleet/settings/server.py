@@ -31,6 +31,11 @@ TABLE = SettingsTable(PREFIX, (
     S("model_path", "str", "/models/Kimi-K2.5",
       "Model folder on the node (or a hub id when the node can download).", "Model",
       flag="--model-path", render="value"),
+    S("model_config", "str", None,
+      "A copy of the model's config.json on the controller (the file, or its folder), for a "
+      "model data/models.yml does not know: the pinned release's own checks read it before "
+      "any node is touched; null: only the release's parser runs for such a model.", "Model",
+      nullable=True, configuration=False),
     S("served_model_name", "str", None, "Name clients use; null means the model folder's name.",
       "Model", flag="--served-model-name", render="custom", nullable=True, max_length=200),
     S("model_family", "str", "MLA",

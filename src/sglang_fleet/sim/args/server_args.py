@@ -12,9 +12,11 @@ The release is SGLANG_SIM_VERSION (the deploy sets it to the pinned release), de
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from pathlib import Path
 
-from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.known.catalogue import Catalogue, catalogue
 from sglang_fleet.known.sglang_checks import refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.engine.failures import refusal_error
@@ -24,6 +26,10 @@ VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # A release only the controller's cache holds: the deploy names its catalogue's file.
+    path = os.environ.get("SGLANG_SIM_CATALOGUE")
+    if path:
+        return Catalogue(json.loads(Path(path).read_text(encoding="utf-8"))).build_parser()
     return catalogue(VERSION).build_parser()
 
 

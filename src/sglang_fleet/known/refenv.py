@@ -2,8 +2,8 @@
 parser. One virtualenv holds a CPU torch and the modules SGLang's parser imports; each release
 is installed with `--no-deps` into its own folder and put on PYTHONPATH when probed.
 
-    python -m sglang_fleet.reference.refenv ensure 0.5.23    # build or reuse the environment
-    python -m sglang_fleet.reference.refenv catalogue 0.5.23 --write
+    python -m sglang_fleet.known.refenv ensure 0.5.23    # build or reuse the environment
+    python -m sglang_fleet.known.refenv catalogue 0.5.23 --write
                                                     # regenerate the shipped catalogue
 
 The environment lives in `.cache/sglang-ref/` of the project (SGLANG_FLEET_REF_DIR overrides).
@@ -14,6 +14,7 @@ e.g. with a PIP_EXTRA_INDEX_URL pointing at PyTorch's CPU wheels where no local 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -26,9 +27,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.known.catalogue import CATALOGUE_DIR, catalogue_path, write_catalogue
+from packaging.version import InvalidVersion, Version
 
-PROJECT = Path(__file__).resolve().parents[3]
+from sglang_fleet.known import release_cache
+from sglang_fleet.known.catalogue import (
+    CATALOGUE_DIR,
+    catalogue_path,
+    forget_catalogues,
+    write_catalogue,
+)
+
+PROJECT = release_cache.PROJECT
+# The oldest release whose parser this builder knows (sglang.srt.server_args'
+# ServerArgs.add_cli_args and prepare_server_args, probed by catalogue_probe.py).
+MIN_SUPPORTED = "0.5.4.post3"
+# pip's "Could not find a version that satisfies the requirement sglang==X (from versions: ...)"
+_FROM_VERSIONS = re.compile(r"from versions: ([^)]*)\)")
 # SGLang's post-parse checks (resolve_once) import its model configs, some of which import
 # torchvision at module load: torch and torchvision come as the pair this machine kind keeps on
 # disk (a CUDA build; it runs on the CPU, and nothing here allocates GPU memory).
@@ -52,6 +66,9 @@ SAMPLE_MODEL_CONFIG = {
     "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
     "rms_norm_eps": 1e-5, "hidden_act": "silu", "bos_token_id": 163584, "eos_token_id": 163585,
 }
+# The installed torch pair, read from its metadata (importing torch takes seconds).
+_TORCH_PINS = ("from importlib.metadata import version as v; "
+               "print(f\"torch=={v('torch')}\\ntorchvision=={v('torchvision')}\")")
 _MISSING = re.compile(r"No module named '([A-Za-z0-9_]+)")
 MAX_DISCOVERY_ROUNDS = 40
 
@@ -61,7 +78,7 @@ class RefEnvError(RuntimeError):
 
 
 def ref_root() -> Path:
-    return Path(os.environ.get("SGLANG_FLEET_REF_DIR") or PROJECT / ".cache" / "sglang-ref")
+    return release_cache.root()
 
 
 @dataclass(frozen=True)
@@ -84,7 +101,7 @@ class RefEnv:
         probe = self.sglang_dir.parent / "catalogue_probe.py"
         # A copy outside the package: run from src/sglang_fleet, our bisect.py would shadow
         # the standard library's for SGLang.
-        probe.write_text(resources.files("sglang_fleet").joinpath("reference", "catalogue_probe.py")
+        probe.write_text(resources.files("sglang_fleet.known").joinpath("catalogue_probe.py")
                          .read_text(encoding="utf-8"))
         proc = self.run(str(probe), command,
                         stdin=None if payload is None else json.dumps(payload))
@@ -94,17 +111,19 @@ class RefEnv:
         return json.loads(proc.stdout)
 
 
-def _pip(python: Path, *args: str) -> None:
+def _pip(python: Path, *args: str, wheelhouse: Path | None = None) -> None:
+    """pip of the release environment (never the project's own .venv). With a wheelhouse it
+    reads that folder only, for a controller without registry access."""
     # The installed torch stays: a parser import must never pull a multi-GB CUDA build.
     pin = python.parent.parent / "torch-constraint.txt"
-    proc = subprocess.run([str(python), "-c", "import torch, torchvision; "
-                           "print(f'torch=={torch.__version__}\\ntorchvision=="
-                           "{torchvision.__version__}')"], capture_output=True, text=True)
+    proc = subprocess.run([str(python), "-c", _TORCH_PINS], capture_output=True, text=True)
     # Without the local label (+cpu, +cu130): `==2.14.1` admits the installed build, while a
     # label the wheel's file name lacks would match no candidate at all.
     pin.write_text(re.sub(r"\+\S+", "", proc.stdout) if proc.returncode == 0 else "")
+    source = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else [
+        "--retries", "1", "--timeout", "20"]
     proc = subprocess.run([str(python), "-m", "pip", "install", "-q",
-                           "--disable-pip-version-check", "-c", str(pin), *args],
+                           "--disable-pip-version-check", *source, "-c", str(pin), *args],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RefEnvError(f"pip install {' '.join(args)} failed:\n{proc.stderr.strip()[-3000:]}")
@@ -115,37 +134,124 @@ def _say(quiet: bool, text: str) -> None:
         print(f"refenv: {text}", file=sys.stderr, flush=True)
 
 
-def ensure(version: str, quiet: bool = False) -> RefEnv:
-    """Build (or reuse) the reference environment of one SGLang release."""
+def release_name_problem(version: str) -> str | None:
+    """Why `version` cannot name a release this builder supports, before anything is fetched."""
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return f"{version!r} is not a release number (such as {MIN_SUPPORTED} or 0.5.23)"
+    if wanted < Version(MIN_SUPPORTED):
+        return (f"SGLang {version} is not supported: releases before {MIN_SUPPORTED} lay out "
+                f"their argument parser otherwise (no sglang.srt.server_args."
+                f"prepare_server_args with add_cli_args); pin {MIN_SUPPORTED} or newer")
+    return None
+
+
+def _explain_install_failure(version: str, error: str, wheelhouse: Path | None,
+                             requirement: str | None = None) -> RefEnvError:
+    """pip's refusal, said as what the operator does next: the nearest releases for a name
+    that does not exist, --wheelhouse for a registry out of reach."""
+    listed = _FROM_VERSIONS.search(error)
+    offered = [v.strip() for v in listed.group(1).split(",")] if listed else []
+    offered = [v for v in offered if v and v != "none"]
+    where = f"the wheelhouse {wheelhouse}" if wheelhouse else "the package registry"
+    wanted = requirement or f"sglang=={version}"
+    if offered and requirement is None:
+        return RefEnvError(f"sglang {version} is not a release in {where}; the nearest are: "
+                           f"{', '.join(nearest_releases(version, offered))}")
+    if wheelhouse:
+        return RefEnvError(f"the wheelhouse {wheelhouse} holds no {wanted} wheel (pip: "
+                           f"{error.strip().splitlines()[-1]}); put the wheel there")
+    return RefEnvError(f"could not reach the package registry to fetch {wanted} (pip: "
+                       f"{error.strip().splitlines()[-1]}); on a controller without registry "
+                       f"access pass --wheelhouse DIR: a folder with the release's wheel and the "
+                       f"modules its parser imports (`pip download sglang=={version}` elsewhere)")
+
+
+def nearest_releases(version: str, offered: list[str], count: int = 3) -> list[str]:
+    """The `count` releases next to `version` in release order, oldest first."""
+    known = sorted({v for v in offered if _valid(v)}, key=Version)
+    if not _valid(version):
+        return sorted(difflib.get_close_matches(version, known, n=count, cutoff=0), key=Version)
+    wanted = Version(version)
+    at = sum(1 for v in known if Version(v) < wanted)
+    # By distance from where `version` would sit; the older one first on a tie.
+    order = sorted(range(len(known)), key=lambda i: (abs(i - at + 0.5), -i))
+    return sorted((known[i] for i in order[:count]), key=Version)
+
+
+def _valid(version: str) -> bool:
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def ensure(version: str, quiet: bool = False, wheelhouse: Path | None = None) -> RefEnv:
+    """Build (or reuse) the reference environment of one SGLang release. A failed build leaves
+    no folder behind (the next call starts clean), and never touches the project's .venv."""
+    problem = release_name_problem(version)
+    if problem:
+        raise RefEnvError(problem)
+    root = ref_root()
+    target = root / f"sglang-{version}"
+    if (target / ".ready").exists() and (root / "venv" / "bin" / "python").exists():
+        return RefEnv(version, root / "venv" / "bin" / "python", target)
+    with release_cache.locked(f"sglang-{version}"):
+        return _build(version, quiet, wheelhouse)
+
+
+def _build(version: str, quiet: bool, wheelhouse: Path | None) -> RefEnv:
     root = ref_root()
     venv = root / "venv"
     python = venv / "bin" / "python"
-    if not python.exists():
-        _say(quiet, f"creating {venv}")
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    torch_req = os.environ.get("SGLANG_FLEET_REF_TORCH", TORCH_REQUIREMENT)
-    if subprocess.run([str(python), "-c", "import torch, torchvision"],
-                      capture_output=True).returncode:
-        _say(quiet, f"installing {torch_req} into {venv}")
-        _pip(python, *torch_req.split())
     target = root / f"sglang-{version}"
     env = RefEnv(version, python, target)
     ready = target / ".ready"
     if ready.exists():
         return env
+    created = not python.exists()
+    if created:
+        _say(quiet, f"creating {venv}")
+        root.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    torch_req = os.environ.get("SGLANG_FLEET_REF_TORCH", TORCH_REQUIREMENT)
+    if subprocess.run([str(python), "-c", _TORCH_PINS], capture_output=True).returncode:
+        _say(quiet, f"installing {torch_req} into {venv}")
+        try:
+            _pip(python, *torch_req.split(), wheelhouse=wheelhouse)
+        except RefEnvError as exc:
+            if created:  # nothing half-built stays behind
+                shutil.rmtree(venv, ignore_errors=True)
+            raise _explain_install_failure(version, str(exc), wheelhouse, torch_req) from None
     if not (target / "sglang").is_dir():
         _say(quiet, f"installing sglang=={version} --no-deps into {target}")
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            _pip(python, "--no-deps", "--target", str(partial), f"sglang=={version}",
+                 wheelhouse=wheelhouse)
+        except RefEnvError as exc:
+            raise _explain_install_failure(version, str(exc), wheelhouse) from None
+        finally:
+            if not (partial / "sglang").is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(target, ignore_errors=True)
-        _pip(python, "--no-deps", "--target", str(target), f"sglang=={version}")
-    installed = _install_parser_imports(env, quiet)
-    installed += _install_check_imports(env, quiet)
+        partial.rename(target)
+    try:
+        installed = _install_parser_imports(env, quiet, wheelhouse)
+        installed += _install_check_imports(env, quiet, wheelhouse)
+    except RefEnvError:
+        shutil.rmtree(target, ignore_errors=True)  # a rerun starts clean
+        raise
     ready.write_text(json.dumps({"version": version, "installed": installed,
                                  "at": time.time()}) + "\n")
     return env
 
 
-def _install_parser_imports(env: RefEnv, quiet: bool) -> list[str]:
+def _install_parser_imports(env: RefEnv, quiet: bool, wheelhouse: Path | None = None
+                            ) -> list[str]:
     """Install, one by one, the modules that importing SGLang's argument parser needs."""
     installed: list[str] = []
     check = "from sglang.srt.server_args import ServerArgs, prepare_server_args"
@@ -154,15 +260,18 @@ def _install_parser_imports(env: RefEnv, quiet: bool) -> list[str]:
         if proc.returncode == 0:
             return installed
         missing = _MISSING.search(proc.stderr)
-        if not missing:
-            raise RefEnvError(f"SGLang {env.version}'s parser does not import: "
-                              f"{proc.stderr.strip()[-2000:]}")
+        if not missing or missing.group(1) == "sglang":
+            # Not a module to install: the release's own files are laid out otherwise.
+            raise RefEnvError(f"SGLang {env.version} is not supported: its package has no "
+                              f"{check.removeprefix('from ').replace(' import ', ':')} "
+                              f"as releases from {MIN_SUPPORTED} have ("
+                              f"{proc.stderr.strip().splitlines()[-1]})")
         dist = _DISTRIBUTIONS.get(missing.group(1), missing.group(1))
         if dist in installed:
             raise RefEnvError(f"installing {dist} did not provide module {missing.group(1)}")
         _say(quiet, f"SGLang {env.version}'s parser imports {missing.group(1)}: installing "
                     f"{dist}")
-        _pip(env.python, dist)
+        _pip(env.python, dist, wheelhouse=wheelhouse)
         installed.append(dist)
     raise RefEnvError(f"SGLang {env.version}'s parser still misses modules after "
                       f"{MAX_DISCOVERY_ROUNDS} installs")
@@ -179,7 +288,8 @@ def sample_model_dir() -> Path:
     return folder
 
 
-def _install_check_imports(env: RefEnv, quiet: bool) -> list[str]:
+def _install_check_imports(env: RefEnv, quiet: bool, wheelhouse: Path | None = None
+                           ) -> list[str]:
     """Install, one by one, what SGLang's post-parse checks import (the probe's `check`) for
     a release whose server arguments have them (ServerArgs.resolve_once)."""
     installed: list[str] = []
@@ -198,15 +308,28 @@ def _install_check_imports(env: RefEnv, quiet: bool) -> list[str]:
             raise RefEnvError(f"installing {dist} did not provide module {missing.group(1)}")
         _say(quiet, f"SGLang {env.version}'s post-parse checks import {missing.group(1)}: "
                     f"installing {dist}")
-        _pip(env.python, dist)
+        _pip(env.python, dist, wheelhouse=wheelhouse)
         installed.append(dist)
     raise RefEnvError(f"SGLang {env.version}'s checks still miss modules after "
                       f"{MAX_DISCOVERY_ROUNDS} installs")
 
 
-def real_catalogue(version: str, quiet: bool = False) -> dict[str, Any]:
+def ensure_catalogue(version: str, quiet: bool = False, wheelhouse: Path | None = None
+                     ) -> Path:
+    """The release's catalogue on this controller: built from its package (its environment
+    first, where that is not built yet) and cached, or the cached one."""
+    path = release_cache.catalogue_file("sglang", version)
+    if path.exists():
+        return path
+    release_cache.write_json(path, real_catalogue(version, quiet, wheelhouse))
+    forget_catalogues()
+    return path
+
+
+def real_catalogue(version: str, quiet: bool = False, wheelhouse: Path | None = None
+                   ) -> dict[str, Any]:
     """The release's options as its own parser reports them."""
-    dump = ensure(version, quiet).probe("dump")
+    dump = ensure(version, quiet, wheelhouse).probe("dump")
     if dump["sglang_version"] != version:
         raise RefEnvError(f"asked for SGLang {version}, the environment has "
                           f"{dump['sglang_version']}")
@@ -214,7 +337,7 @@ def real_catalogue(version: str, quiet: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.reference.refenv",
+    parser = argparse.ArgumentParser(prog="python -m sglang_fleet.known.refenv",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_ensure = sub.add_parser("ensure", help="build or reuse reference environments")

@@ -4,7 +4,7 @@ never in sglang-fleet's own environment: standard library plus SGLang only.
     <ref python> catalogue_probe.py dump            -> the release's options as JSON
     <ref python> catalogue_probe.py parse  < argvs  -> SGLang's argparse verdict per command line
     <ref python> catalogue_probe.py prepare < argvs -> prepare_server_args() verdict per line
-    <ref python> catalogue_probe.py check < cases  -> the post-parse checks' verdict per case
+    <ref python> catalogue_probe.py check < cases  -> the whole resolution's verdict per case
 
 `parse` and `prepare` read a JSON list of argument lists on stdin and print a JSON list of
 {"ok", "error", "values"}: "values" holds every parsed destination (JSON-safe) when ok.
@@ -91,7 +91,27 @@ def dump() -> dict[str, Any]:
         "prog": parser.prog,
         "allow_abbrev": parser.allow_abbrev,
         "options": options,
+        "environment": _environment(),
     }
+
+
+def _environment() -> list[dict[str, Any]]:
+    """The environment variables the release declares it reads (sglang/srt/environ.py's
+    Envs), with their kind and, where one was renamed, the old name it still takes."""
+    try:
+        from sglang.srt.environ import EnvField, Envs
+    except ImportError:  # a release without the declared table
+        return []
+    out = []
+    for name, field in vars(Envs).items():
+        if isinstance(field, EnvField):
+            entry = {"name": name, "kind": type(field).__name__}
+            old = getattr(field, "deprecated_name", None) or getattr(field, "_deprecated_name",
+                                                                      None)
+            if isinstance(old, str):
+                entry["deprecated_name"] = old
+            out.append(entry)
+    return sorted(out, key=lambda e: e["name"])
 
 
 def _verdicts(argvs: list[list[str]], run) -> list[dict[str, Any]]:
@@ -122,7 +142,35 @@ def _raised_at(exc: BaseException) -> dict[str, Any] | None:
         return None
     last = frames[-1]
     return {"file": "sglang/" + last.filename.rsplit("/sglang/", 1)[1], "line": last.lineno,
-            "function": last.name, "code": (last.line or "").strip()}
+            "function": last.name, "code": (last.line or "").strip(),
+            "statement": _statement(last.filename, last.lineno)}
+
+
+def _statement(filename: str, line: int) -> str:
+    """The whole statement that raised (a raise or assert spans lines), with the condition of
+    the `if` that guards a raise: what they read names the arguments refused."""
+    import linecache
+
+    first = linecache.getline(filename, line)
+    indent = len(first) - len(first.lstrip())
+    start = line
+    if first.lstrip().startswith("raise"):
+        for number in range(line - 1, max(line - 12, 0), -1):
+            source = linecache.getline(filename, number)
+            if source.strip() and len(source) - len(source.lstrip()) < indent:
+                if source.lstrip().startswith(("if ", "elif ")):
+                    start = number
+                break
+    text, depth = [], 0
+    for number in range(start, line + 20):
+        source = linecache.getline(filename, number)
+        if not source:
+            break
+        text.append(source.strip())
+        depth += source.count("(") + source.count("[") - source.count(")") - source.count("]")
+        if number >= line and depth <= 0:
+            break
+    return " ".join(text)
 
 
 def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
@@ -141,15 +189,30 @@ def prepare(argvs: list[list[str]]) -> list[dict[str, Any]]:
     return _verdicts(argvs, run)
 
 
-def _answer_hardware(memory_mb: float) -> None:
-    """The two questions SGLang's resolution asks the machine (sglang/srt/utils/common.py:
-    get_device, get_device_memory_capacity), answered as a CUDA node with GPUs of
-    `memory_mb` would answer them: a reference machine has no GPU, and everything else the
+def _answer_hardware(memory_mb: float, capability: list[int] | None) -> None:
+    """The questions SGLang's resolution asks the machine (sglang/srt/utils/common.py:
+    get_device, get_device_memory_capacity; torch.cuda.get_device_capability), answered as the
+    node's GPUs would answer them: a reference machine has no GPU, and everything else the
     checks read comes from the arguments and the model's config.json."""
     import sglang.srt.utils.common as common
 
     common.get_device = lambda *args, **kwargs: "cuda"
     common.get_device_memory_capacity = lambda *args, **kwargs: memory_mb
+    if capability:
+        import torch
+
+        torch.cuda.get_device_capability = lambda *args, **kwargs: tuple(capability)
+
+
+def _node_files(paths: list[str]) -> None:
+    """Files that lie on the node (certificates, key files): the checks that they exist are
+    the node's, so here they exist."""
+    import os.path
+
+    present = frozenset(paths)
+    real_isfile, real_exists = os.path.isfile, os.path.exists
+    os.path.isfile = lambda p: p in present or real_isfile(p)
+    os.path.exists = lambda p: p in present or real_exists(p)
 
 
 def _resolve_and_check(argv: list[str]) -> dict[str, Any]:
@@ -172,13 +235,23 @@ def _resolve_and_check(argv: list[str]) -> dict[str, Any]:
 
 
 def check(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """cases: {"argv": [...], "gpu_memory_mb": N}. Each verdict's error is SGLang's final
-    line (`AssertionError: ...`, or a bare `AssertionError`)."""
+    """cases: {"argv": [...], "gpu_memory_mb": N, "capability": [major, minor] or None,
+    "node_paths": [files that lie on the node]}. Each verdict's error is SGLang's final line
+    (`AssertionError: ...`, or a bare `AssertionError`). A case that only parses ("parse_only":
+    no config.json for its model) gets prepare_server_args' verdict alone."""
     out = []
+    _node_files([p for case in cases for p in case.get("node_paths") or ()])
     for case in cases:
-        _answer_hardware(case.get("gpu_memory_mb", 96 * 1024))
-        out.append(_verdicts([case["argv"]], _resolve_and_check)[0])
+        _answer_hardware(case.get("gpu_memory_mb") or 96 * 1024, case.get("capability"))
+        run = _prepare_only if case.get("parse_only") else _resolve_and_check
+        out.append(_verdicts([case["argv"]], run)[0])
     return out
+
+
+def _prepare_only(argv: list[str]) -> dict[str, Any]:
+    from sglang.srt.server_args import prepare_server_args
+
+    return {"tp_size": prepare_server_args(argv).tp_size}
 
 
 def main() -> None:
