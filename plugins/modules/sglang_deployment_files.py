@@ -20,8 +20,14 @@ description:
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
   - sglang.fleet.sglang_fleet.files
+options:
+  secret_values:
+    description: With I(from_spec), the secrets' values by env file variable; the files are
+      rendered with them on the controller. Controller side only, never sent as an option.
+    type: dict
 attributes:
   diff_mode:
     support: full
