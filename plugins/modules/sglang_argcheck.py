@@ -43,6 +43,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Let SGLang parse the arguments of the LaunchSpec the sglang_server role built
+  sglang.fleet.sglang_argcheck:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Let SGLang parse the rendered arguments
   sglang.fleet.sglang_argcheck:
     python: /opt/sglang-fleet/venv/bin/python

@@ -74,6 +74,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Measure the LaunchSpec's server at concurrency 1 and 8
+  sglang.fleet.sglang_bench:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    concurrency: [1, 8]
+
 - name: Single-stream decode speed, 3 repetitions after one warm-up
   sglang.fleet.sglang_bench:
     port: 30000

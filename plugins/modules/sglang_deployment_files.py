@@ -34,6 +34,11 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Write the deployment's files of the LaunchSpec, rendered with its secrets' values
+  sglang.fleet.sglang_deployment_files:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    secret_values: {SGLANG_FLEET_API_KEY: "{{ vault_sglang_api_key }}"}
+
 - name: Write a deployment's files
   sglang.fleet.sglang_deployment_files:
     folders:

@@ -68,6 +68,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Keep the evidence of the LaunchSpec's stalled server
+  sglang.fleet.sglang_evidence:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    verdict: "{{ sglang_server_verdict }}"
+
 - name: Keep the evidence of a stalled server
   sglang.fleet.sglang_evidence:
     marker: "node1:Kimi-K2.5-30000"

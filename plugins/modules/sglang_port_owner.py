@@ -37,6 +37,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Ask the node who serves the LaunchSpec's port
+  sglang.fleet.sglang_port_owner:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Ask the node who serves this server's port
   sglang.fleet.sglang_port_owner:
     port: 30000

@@ -59,6 +59,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Remove the leaked segments of the LaunchSpec's last run
+  sglang.fleet.sglang_shm_cleanup:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Remove leaked segments of the last run
   sglang.fleet.sglang_shm_cleanup:
     state_file: /opt/sglang-fleet/run/kimi-k2.5-30000.pid

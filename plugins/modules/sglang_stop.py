@@ -84,6 +84,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Stop the LaunchSpec's hung server and verify its GPUs are free
+  sglang.fleet.sglang_stop:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    hung: true
+
 - name: Stop a hung server and verify its GPUs are free
   sglang.fleet.sglang_stop:
     marker: "node1:Kimi-K2.5-30000"

@@ -156,7 +156,7 @@ def test_the_lock_of_a_launchspec_declares_the_gates_lease_and_a_stop_or_release
     act._task_vars = task_vars
     lock = {"path": spec["paths"]["recover_lock"], "name": spec["marker"]}
     taken = act.view(spec, {"purpose": "recover"})
-    # The lease the playbooks computed: spec | sglang_fleet_lock_lease(batch | length, forks).
+    # The lease the playbooks computed with the former filter, from the batch and the forks.
     assert taken == {**lock, "lease": spec_views.lock_lease(spec, 3, 2)}
     assert taken["lease"] > spec_views.lock_lease(spec, 1, 1)  # two waves of hosts
     assert act.view(spec, {"state": "updated"}) == lock
