@@ -4,4 +4,4 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.sglang.fleet.plugins.action.spec_view import ActionModule  # noqa: F401
+from ansible_collections.sglang.fleet.plugins.plugin_utils.spec_view import ActionModule  # noqa: F401

@@ -133,8 +133,7 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_health"),
     ("action", "sglang.fleet.sglang_lock"),
     ("action", "sglang.fleet.sglang_ledger"),
-    # The modules fed only their LaunchSpec view (plugins/action/spec_view.py).
-    ("action", "sglang.fleet.spec_view"),
+    # The modules fed only their LaunchSpec view (plugins/plugin_utils/spec_view.py).
     ("action", "sglang.fleet.sglang_argcheck"),
     ("action", "sglang.fleet.sglang_deployment_files"),
     ("action", "sglang.fleet.sglang_evidence"),

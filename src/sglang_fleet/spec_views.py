@@ -313,7 +313,7 @@ def bench_view(spec: dict[str, Any]) -> dict[str, Any]:
             "env_file": spec["paths"]["env_file"]}
 
 
-# ---- the modules whose action plugin is plugins/action/spec_view.py's -----------------------
+# ---- the modules whose action plugin is plugins/plugin_utils/spec_view.py's -----------------
 
 View = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
-# Controller side of the modules that need nothing of the controller but their LaunchSpec view
-# (each one's action plugin is this class): `from_spec` (the LaunchSpec) becomes the module's
-# options through its view in sglang_fleet.spec_views.VIEWS; what the task gives beside it is
-# the task's own.
+# Controller side of the modules that need nothing of the controller but their LaunchSpec
+# view: each one's action plugin (plugins/action/<module>.py) is this class. `from_spec` (the
+# LaunchSpec) becomes the module's options through its view in sglang_fleet.spec_views.VIEWS;
+# what the task gives beside it is the task's own.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
