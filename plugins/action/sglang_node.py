@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Controller side of the sglang_node module: `from_spec` (the LaunchSpec) becomes the options
-# that follow from it (spec_views.node_module_args), its launch files rendered once with
+# that follow from it (launch.views.node_module_args), its launch files rendered once with
 # `secret_values`; outside check mode the check also takes the gate's observation, the
 # deployment's lock (named after this run: see plugins/action/sglang_lock.py, the run is this
 # worker's parent, readable only on the controller) and writes the files when something is to
@@ -19,15 +19,15 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 
 require_matching_package()  # before the package's imports, which another release may lack
 
-from sglang_fleet.render import deployment_files
-from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet.spec_views import (
+from sglang_fleet.launch.action import SpecViewAction
+from sglang_fleet.launch.render import deployment_files
+from sglang_fleet.launch.views import (
     gate_module_args,
     lock_lease,
     node_module_args,
     start_module_args,
 )
-from sglang_fleet_node.sglang_fleet_lock import controller_run
+from sglang_fleet.node.deploy.lock import controller_run
 
 # A router host's check (the `router` option), and the fact the router role reads it as.
 ROUTER_MODULE = "sglang.fleet.sglang_router_node"

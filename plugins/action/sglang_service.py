@@ -14,8 +14,8 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 
 require_matching_package()  # before the package's imports, which another release may lack
 
-from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet.spec_views import (
+from sglang_fleet.launch.action import SpecViewAction
+from sglang_fleet.launch.views import (
     pending_start_args,
     service_module_args,
     start_module_args,

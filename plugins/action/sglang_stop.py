@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Controller side of sglang_stop: its LaunchSpec view (sglang_fleet.spec_views.VIEWS).
+# Controller side of sglang_stop: its LaunchSpec view (sglang_fleet.launch.views.VIEWS).
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type

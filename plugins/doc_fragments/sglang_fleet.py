@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Documentation the modules share (extends_documentation_fragment): the options of the modules
 # that act on one deployment (the default fragment; mirrors plugins/module_utils/
-# sglang_fleet_args.py), a LaunchSpec as from_spec, the GPU options, the attributes and the
+# common/args.py), a LaunchSpec as from_spec, the GPU options, the attributes and the
 # deployment file writer's options.
 from __future__ import absolute_import, division, print_function
 
@@ -29,14 +29,14 @@ options:
     type: str
 """
 
-    # The modules whose action plugin reads a LaunchSpec (sglang_fleet.spec_views).
+    # The modules whose action plugin reads a LaunchSpec (sglang_fleet.launch.views).
     FROM_SPEC = r"""
 options:
   from_spec:
     description:
       - The sglang_server role's LaunchSpec (C(sglang_server_launch_spec)), or a deployment's
         identity (C(sglang_server_identity)) where the module needs no more. On the
-        controller, the module's view of it (C(sglang_fleet.spec_views)) fills every option
+        controller, the module's view of it (C(sglang_fleet.launch.views)) fills every option
         the task does not give; options given beside it win. Never sent to the node.
       - A LaunchSpec of a newer C(schema) than this release reads is refused, naming both.
     type: dict
@@ -64,7 +64,7 @@ attributes:
     support: none
 """
 
-    # The deployment file writer's options (module_utils/sglang_fleet_deployfiles.py's
+    # The deployment file writer's options (module_utils/deploy/deployfiles.py's
     # FILE_OPTIONS and SECRET_FILE_OPTIONS); a secret file has the same fields.
     FILES = r"""
 options:

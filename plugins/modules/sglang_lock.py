@@ -67,7 +67,7 @@ options:
   lease:
     description: Seconds this run may go without renewing the lock before another run may
       take it over (its longest silence). With I(from_spec), a LaunchSpec's gate budget for
-      each wave of the play's hosts (C(sglang_fleet.spec_views.lock_lease)).
+      each wave of the play's hosts (C(sglang_fleet.launch.views.lock_lease)).
       Declared when the lock is taken or renewed by a reentry.
     type: float
     default: 900
@@ -156,8 +156,8 @@ taken_over:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.lock import (
     LEASE_S,
     LockError,
     LockFile,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Controller side of the modules that need nothing of the controller but their LaunchSpec
 # view: each one's action plugin (plugins/action/<module>.py) is this class. `from_spec` (the
-# LaunchSpec) becomes the module's options through its view in sglang_fleet.spec_views.VIEWS;
+# LaunchSpec) becomes the module's options through its view in sglang_fleet.launch.views.VIEWS;
 # what the task gives beside it is the task's own.
 from __future__ import absolute_import, division, print_function
 
@@ -14,8 +14,8 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 
 require_matching_package()  # before the package's imports, which another release may lack
 
-from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet.spec_views import CONTROLLER_OPTIONS, VIEWS
+from sglang_fleet.launch.action import SpecViewAction
+from sglang_fleet.launch.views import CONTROLLER_OPTIONS, VIEWS
 
 
 class ActionModule(SpecViewAction):

@@ -168,7 +168,7 @@ def test_no_spec_field_is_unpacked_by_hand_outside_the_listed_uses():
                    for f, fields in named.items() if fields - set(ALLOWED.get(f, {}))}
     assert not unexplained, (
         f"spec fields named by hand in YAML: {unexplained}. Give the module `from_spec` (its "
-        "view is in src/sglang_fleet/spec_views.py), or, where the task's own logic reads the "
+        "view is in src/sglang_fleet/launch/views.py), or, where the task's own logic reads the "
         "field, list it in ALLOWED with why")
     stale = {f: sorted(set(allowed) - named.get(f, set()))
              for f, allowed in ALLOWED.items() if set(allowed) - named.get(f, set())}

@@ -12,9 +12,9 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from sglang_fleet import spec_views
-from sglang_fleet.render import deployment_files
-from sglang_fleet.spec import build_identity, build_launch_spec
+from sglang_fleet.launch import views as spec_views
+from sglang_fleet.launch.render import deployment_files
+from sglang_fleet.launch.spec import build_identity, build_launch_spec
 from sglang_fleet.testfleet.local import REPO, role_defaults
 
 sys.path.insert(0, str(REPO / ".collections"))  # ansible_collections.sglang.fleet: the repo
