@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Controller side of the sglang_lock module: names the run that takes the lock, decides
 # whether the owner of a lock held by another run is proven gone, and records every take-over
-# in the ledger.
+# in the ledger. `from_spec` (the LaunchSpec, or a deployment's identity) gives the lock's path
+# and name, and the lease of a run that takes it for a LaunchSpec (launch.views.lock_view).
 #
 # The owner of a deployment's lock is the ansible-playbook run that took it. Ansible runs each
 # task in a worker process forked from ansible-playbook, so this plugin's parent process is
@@ -16,7 +17,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version import (
     require_matching_package,
 )
@@ -24,6 +24,8 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 require_matching_package()  # before the package's imports, which another release may lack
 
 try:
+    from sglang_fleet.launch.action import SpecViewAction
+    from sglang_fleet.launch.views import lock_view
     from sglang_fleet.node.common.secrets import mask_secrets
     from sglang_fleet.node.deploy.lock import (
         STOP_WAIT_S,
@@ -38,6 +40,7 @@ try:
     from sglang_fleet.runs.store import append_jsonl
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
+    from ansible.plugins.action import ActionBase as SpecViewAction  # raises in run
 else:
     _IMPORT_ERROR = None
 
@@ -91,15 +94,21 @@ def refusal_hint(held, here, path, purpose="change"):
                 run.get("host", "unknown host"), run.get("pid", "?"), ends, by_hand))
 
 
-class ActionModule(ActionBase):
+class ActionModule(SpecViewAction):
     TRANSFERS_FILES = False
+    module_name = "sglang.fleet.sglang_lock"
+
+    def view(self, spec, args):
+        return lock_view(spec, args.get("state", "acquired"), args.get("purpose", "change"),
+                         *self.play_size())
 
     def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
         if _IMPORT_ERROR is not None:
             raise AnsibleActionFail("the sglang_fleet package is not importable by "
                                     "ansible-playbook: %s" % _IMPORT_ERROR)
-        args = dict(self._task.args)
+        # ActionBase's own run: SpecViewAction's would run the module once more.
+        result = super(SpecViewAction, self).run(tmp, task_vars)
+        args = self.spec_args(task_vars)
         ledger = args.pop("ledger", None)
         here = controller_run()
         args.setdefault("run", here)

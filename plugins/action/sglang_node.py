@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Controller side of the sglang_node module: `from_spec` (the LaunchSpec) becomes the options
-# that follow from it (spec.node_module_args), its launch files rendered once with
+# that follow from it (launch.views.node_module_args), its launch files rendered once with
 # `secret_values`; outside check mode the check also takes the gate's observation, the
 # deployment's lock (named after this run: see plugins/action/sglang_lock.py, the run is this
 # worker's parent, readable only on the controller) and writes the files when something is to
@@ -21,7 +21,7 @@ require_matching_package()  # before the package's imports, which another releas
 
 from sglang_fleet.launch.action import SpecViewAction
 from sglang_fleet.launch.render import deployment_files
-from sglang_fleet.launch.spec import (
+from sglang_fleet.launch.views import (
     gate_module_args,
     lock_lease,
     node_module_args,
@@ -51,8 +51,7 @@ class ActionModule(SpecViewAction):
         view["gate"] = gate_module_args(spec)
         view["lock"] = {
             "path": spec["paths"]["recover_lock"], "name": spec["marker"], "purpose": "deploy",
-            "lease": lock_lease(spec, len(task_vars.get("ansible_play_batch") or [1]),
-                                task_vars.get("ansible_forks") or 1)}
+            "lease": lock_lease(spec, *self.play_size())}
         view["write"] = {"files": files["files"], "secret_files": files["secret_files"]}
         if args.get("start_if_stopped"):
             group = spec["group"]["name"]

@@ -134,6 +134,14 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_lock"),
     ("action", "sglang.fleet.sglang_ledger"),
     ("action", "sglang.fleet.sglang_stage_source"),
+    # The modules fed only their LaunchSpec view (plugins/plugin_utils/spec_view.py).
+    ("action", "sglang.fleet.sglang_argcheck"),
+    ("action", "sglang.fleet.sglang_deployment_files"),
+    ("action", "sglang.fleet.sglang_evidence"),
+    ("action", "sglang.fleet.sglang_stop"),
+    ("action", "sglang.fleet.sglang_shm_cleanup"),
+    ("action", "sglang.fleet.sglang_port_owner"),
+    ("action", "sglang.fleet.sglang_bench"),
 )
 
 

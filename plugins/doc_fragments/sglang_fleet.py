@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Documentation the modules share (extends_documentation_fragment): the options of the modules
 # that act on one deployment (the default fragment; mirrors plugins/module_utils/
-# common/args.py), the GPU options, the attributes and the deployment file writer's options.
+# common/args.py), a LaunchSpec as from_spec, the GPU options, the attributes and the
+# deployment file writer's options.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -26,6 +27,19 @@ options:
   unit_name:
     description: systemd unit, required with I(manager=systemd).
     type: str
+"""
+
+    # The modules whose action plugin reads a LaunchSpec (sglang_fleet.launch.views).
+    FROM_SPEC = r"""
+options:
+  from_spec:
+    description:
+      - The sglang_server role's LaunchSpec (C(sglang_server_launch_spec)), or a deployment's
+        identity (C(sglang_server_identity)) where the module needs no more. On the
+        controller, the module's view of it (C(sglang_fleet.launch.views)) fills every option
+        the task does not give; options given beside it win. Never sent to the node.
+      - A LaunchSpec of a newer C(schema) than this release reads is refused, naming both.
+    type: dict
 """
 
     GPU = r"""

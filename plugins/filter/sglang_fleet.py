@@ -20,18 +20,14 @@ try:
     from sglang_fleet.known.release_check import batch_problems
     from sglang_fleet.launch.clashes import clash_errors, machine_of
     from sglang_fleet.launch.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
-    from sglang_fleet.launch.render import deployment_files, render_files
+    from sglang_fleet.launch.render import render_files
     from sglang_fleet.launch.spec import (
         IDENTITY_SETTINGS,
         PREFIX,
-        argcheck_record,
         build_identity,
         build_launch_spec,
-        gate_module_args,
         inventory_binds,
         launch_refusals,
-        lock_lease,
-        start_module_args,
         warm_caches,
     )
     from sglang_fleet.recovery.decisions import (
@@ -194,26 +190,6 @@ def render(spec, secrets=None, masked=False):
     return render_files(spec, dict(secrets or {}), masked=bool(masked))
 
 
-def deployment_files_filter(spec, secrets):
-    _need_package()
-    return deployment_files(spec, dict(secrets or {}))
-
-
-def argcheck_record_filter(spec):
-    _need_package()
-    return argcheck_record(spec)
-
-
-def gate_args_filter(spec):
-    _need_package()
-    return gate_module_args(spec)
-
-
-def start_args_filter(spec, group_hosts=None):
-    _need_package()
-    return start_module_args(dict(spec), list(group_hosts or []))
-
-
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
               running=None, window_s=3600):
     """The next configuration for a failed server: `verdict` is the gate's, `running` what
@@ -273,13 +249,6 @@ def operator_stopped_test(verdict):
     """Whether the verdict is a stop that stop.yml recorded (health passes the host)."""
     _need_package()
     return operator_stopped(dict(verdict or {}))
-
-
-def lock_lease_filter(spec, hosts=1, forks=1):
-    """spec | sglang_fleet_lock_lease(ansible_play_batch | length, ansible_forks): see
-    spec.lock_lease."""
-    _need_package()
-    return lock_lease(dict(spec), hosts, forks)
 
 
 def split_group_filter(group, members, run_hosts, serial=None, canary=None):
@@ -352,9 +321,6 @@ class FilterModule(object):
             "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,
             "sglang_fleet_host_refusals": host_refusals,
-            "sglang_fleet_argcheck_record": argcheck_record_filter,
-            "sglang_fleet_gate_args": gate_args_filter,
-            "sglang_fleet_start_args": start_args_filter,
             "sglang_fleet_next_spec": next_spec,
             "sglang_fleet_failure_block": failure_block_filter,
             "sglang_fleet_operator_stopped": operator_stopped_test,
@@ -365,8 +331,6 @@ class FilterModule(object):
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
-            "sglang_fleet_deployment_files": deployment_files_filter,
-            "sglang_fleet_lock_lease": lock_lease_filter,
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_machine_clashes": machine_clashes,
             "sglang_fleet_release_verdicts": release_verdicts,

@@ -16,6 +16,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   python:
@@ -42,6 +43,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Let SGLang parse the arguments of the LaunchSpec the sglang_server role built
+  sglang.fleet.sglang_argcheck:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Let SGLang parse the rendered arguments
   sglang.fleet.sglang_argcheck:
     python: /opt/sglang-fleet/venv/bin/python

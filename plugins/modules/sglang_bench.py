@@ -26,6 +26,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   host:
@@ -73,6 +74,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Measure the LaunchSpec's server at concurrency 1 and 8
+  sglang.fleet.sglang_bench:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    concurrency: [1, 8]
+
 - name: Single-stream decode speed, 3 repetitions after one warm-up
   sglang.fleet.sglang_bench:
     port: 30000

@@ -20,14 +20,25 @@ description:
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
   - sglang.fleet.sglang_fleet.files
+options:
+  secret_values:
+    description: With I(from_spec), the secrets' values by env file variable; the files are
+      rendered with them on the controller. Controller side only, never sent as an option.
+    type: dict
 attributes:
   diff_mode:
     support: full
 """
 
 EXAMPLES = r"""
+- name: Write the deployment's files of the LaunchSpec, rendered with its secrets' values
+  sglang.fleet.sglang_deployment_files:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    secret_values: {SGLANG_FLEET_API_KEY: "{{ vault_sglang_api_key }}"}
+
 - name: Write a deployment's files
   sglang.fleet.sglang_deployment_files:
     folders:

@@ -23,6 +23,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
   - sglang.fleet.sglang_fleet.attributes
@@ -67,6 +68,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Keep the evidence of the LaunchSpec's stalled server
+  sglang.fleet.sglang_evidence:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    verdict: "{{ sglang_server_verdict }}"
+
 - name: Keep the evidence of a stalled server
   sglang.fleet.sglang_evidence:
     marker: "node1:Kimi-K2.5-30000"

@@ -35,6 +35,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   path:
@@ -65,7 +66,8 @@ options:
     required: true
   lease:
     description: Seconds this run may go without renewing the lock before another run may
-      take it over (its longest silence, see the role's C(sglang_fleet_lock_lease) filter).
+      take it over (its longest silence). With I(from_spec), a LaunchSpec's gate budget for
+      each wave of the play's hosts (C(sglang_fleet.launch.views.lock_lease)).
       Declared when the lock is taken or renewed by a reentry.
     type: float
     default: 900
@@ -93,6 +95,11 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Take the lock of a deployment for a deploy of its LaunchSpec (the gate's lease)
+  sglang.fleet.sglang_lock:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    purpose: deploy
+
 - name: Take the deployment's lock
   sglang.fleet.sglang_lock:
     path: /opt/sglang-fleet/run/Kimi-K2.5-30000.recover.lock

@@ -285,7 +285,6 @@ EXAMPLES = r"""
 - name: Check the node for the LaunchSpec the sglang_server role built
   sglang.fleet.sglang_node:
     from_spec: "{{ sglang_server_launch_spec }}"
-    gate: "{{ sglang_server_launch_spec | sglang.fleet.sglang_fleet_gate_args }}"
   register: node
 
 - name: Check the node before deploying

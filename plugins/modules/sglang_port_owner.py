@@ -19,6 +19,7 @@ description:
 version_added: "1.0.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   port:
@@ -36,6 +37,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Ask the node who serves the LaunchSpec's port
+  sglang.fleet.sglang_port_owner:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Ask the node who serves this server's port
   sglang.fleet.sglang_port_owner:
     port: 30000

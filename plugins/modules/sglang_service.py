@@ -55,6 +55,12 @@ options:
       (their nodes may hold its port on a shared machine). Controller side only.
     type: list
     elements: str
+  pending:
+    description: With I(from_spec) and I(state=started) in check mode, only ask whether a
+      start would (re)start the server, from the service view with the launch script, env
+      file and unit as I(config_files) and no start view. Controller side only.
+    type: bool
+    default: false
   marker:
     description: Deployment marker, the value of C(SGLANG_FLEET_DEPLOYMENT) in every process.
     type: str

@@ -27,6 +27,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   shm_dir:
@@ -58,6 +59,10 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Remove the leaked segments of the LaunchSpec's last run
+  sglang.fleet.sglang_shm_cleanup:
+    from_spec: "{{ sglang_server_launch_spec }}"
+
 - name: Remove leaked segments of the last run
   sglang.fleet.sglang_shm_cleanup:
     state_file: /opt/sglang-fleet/run/kimi-k2.5-30000.pid

@@ -36,6 +36,7 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet
   - sglang.fleet.sglang_fleet.gpu
   - sglang.fleet.sglang_fleet.attributes
@@ -83,6 +84,11 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Stop the LaunchSpec's hung server and verify its GPUs are free
+  sglang.fleet.sglang_stop:
+    from_spec: "{{ sglang_server_launch_spec }}"
+    hung: true
+
 - name: Stop a hung server and verify its GPUs are free
   sglang.fleet.sglang_stop:
     marker: "node1:Kimi-K2.5-30000"

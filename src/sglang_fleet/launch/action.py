@@ -1,7 +1,8 @@
 """Controller side of the modules that act on a LaunchSpec's server: the task gives the
-LaunchSpec (or a deployment's identity) as `from_spec`, and its view for the module becomes the
-module's options here, so that no playbook maps its fields by hand. Options given beside it
-win; without it the module takes its options as given."""
+LaunchSpec (or a deployment's identity) as `from_spec`, and its view for the module
+(sglang_fleet.launch.views) becomes the module's options here, so that no playbook maps its
+fields by hand. Options given beside it win; without it the module takes its options as
+given."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+from sglang_fleet.launch.views import schema_problem
 
 
 class SpecViewAction(ActionBase):
@@ -26,23 +29,34 @@ class SpecViewAction(ActionBase):
         """The options as sent to the node (a subclass adds what only the controller knows)."""
         return args
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def spec_args(self, task_vars: dict[str, Any] | None) -> dict[str, Any]:
+        """The task's options with its `from_spec` view under them."""
         self._task_vars = task_vars or {}  # for a view that reads the play (its batch, groups)
         args = dict(self._task.args)
         spec = args.pop("from_spec", None)
         taken = {name: args.pop(name) for name in self.controller_options if name in args}
-        if spec is not None:
-            if not isinstance(spec, dict):
-                raise AnsibleActionFail(f"{self.module_name}: from_spec must be a LaunchSpec "
-                                        f"(a mapping), got {type(spec).__name__}")
-            try:
-                args = {**self.view(spec, {**args, **taken}), **args}
-            except (KeyError, TypeError, ValueError) as exc:
-                raise AnsibleActionFail(f"{self.module_name}: from_spec is not a LaunchSpec "
-                                        f"of this release of sglang-fleet (missing {exc})"
-                                        ) from exc
+        if spec is None:
+            return args
+        problem = schema_problem(spec)
+        if problem:
+            raise AnsibleActionFail(f"{self.module_name}: from_spec {problem}")
+        try:
+            return {**self.view(spec, {**args, **taken}), **args}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"{self.module_name}: from_spec is not a LaunchSpec "
+                                    f"of this release of sglang-fleet (missing {exc})"
+                                    ) from exc
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self.spec_args(task_vars)
         result.update(self._execute_module(module_name=self.module_name,
                                            module_args=self.module_args(args),
                                            task_vars=task_vars))
         return result
+
+    def play_size(self) -> tuple[int, int]:
+        """The hosts of this play's batch and its forks: a lock's lease covers their waves."""
+        task_vars = self._task_vars
+        return (len(task_vars.get("ansible_play_batch") or [1]),
+                task_vars.get("ansible_forks") or 1)

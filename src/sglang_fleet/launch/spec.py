@@ -41,9 +41,9 @@ from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.launch import clashes, pd
 from sglang_fleet.launch.render import unit_path_problem
+from sglang_fleet.launch.views import SCHEMA
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet.node.common.vocab import PHASES, default_windows
-from sglang_fleet.node.deploy.lock import lease_for
 from sglang_fleet.node.gpu import modelfit
 from sglang_fleet.settings import server as server_settings
 from sglang_fleet.settings.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
@@ -726,6 +726,7 @@ def build_identity(settings: dict[str, Any], host: str,
     rank = (v["node_rank"] if v["node_rank"] is not None else
             members.index(host) if v["group"] and host in members else 0)
     return _result(p, {
+        "schema": SCHEMA,
         "host": host,
         "deployment": deployment,
         "marker": f"{host}:{deployment}",
@@ -764,119 +765,6 @@ def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated:
         "kernel_log": f"{root}/sim/kmsg" if simulated else (v["kernel_log"] or "kmsg"),
         "state_file": f"{root}/run/{deployment}.gate.json",
         "host": connect_host,
-    }
-
-
-def lock_lease(spec: dict[str, Any], hosts: Any = 1, forks: Any = 1) -> float:
-    """The lease a run declares on a deployment's lock: its gate's whole budget for each wave
-    of `forks` hosts among the play's `hosts` (see module_utils/deploy/lock.lease_for)."""
-    gate = spec["gate"]
-    return lease_for(float(gate["max_polls"]) * float(gate["poll_interval"]), hosts, forks)
-
-
-def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
-    """sglang_health's options for a LaunchSpec's server (wait and poll excepted), as
-    sglang_node takes them to observe a server that runs unchanged."""
-    return {
-        "marker": spec["marker"],
-        "state_file": spec["paths"]["pid_file"],
-        "log_file": spec["paths"]["log_file"],
-        "gate_state_file": spec["gate"]["state_file"],
-        "manager": spec["service"]["manager"],
-        "unit_name": spec["service"]["unit_name"],
-        "host": spec["gate"]["host"],
-        "port": spec["http"]["port"],
-        "serves_http": spec["group"]["serves_http"],
-        # A prefill's rank 0 runs the KV bootstrap server (in its tokenizer process).
-        "bootstrap_port": spec["pd"]["bootstrap_port"] if spec.get("pd") and
-        spec["pd"]["mode"] == "prefill" and spec["group"]["serves_http"] else None,
-        "health_timeout": spec["gate"]["health_timeout"],
-        "gpu_backend": spec["gpu"]["backend"],
-        "sim_dir": spec["gpu"]["sim_dir"],
-        "kernel_log": spec["gate"]["kernel_log"],
-        "cuda_graph": spec["facts"]["cuda_graph"],
-        "stall_windows": spec["gate"]["stall_windows"],
-        "ceilings": spec["gate"]["ceilings"],
-    }
-
-
-def argcheck_record(spec: dict[str, Any]) -> str:
-    """Where the node records the arguments the installed SGLang parsed (sglang_argcheck)."""
-    return f"{spec['paths']['run_dir']}/{spec['deployment']}.argcheck.json"
-
-
-def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
-    """sglang_node's options that follow from the LaunchSpec alone; the files, the gate, the
-    lock, the write and the start depend on the run and are the task's."""
-    paths, model, gpu = spec["paths"], spec["model"], spec["gpu"]
-    # sglang_node's `service` is sglang_service's view with the user under its own name and
-    # no stop timeout (the node check never stops a server).
-    service = service_module_args(spec)
-    service["user"] = service.pop("service_user")
-    del service["stop_timeout"]
-    return {
-        "host_name": spec["host"],
-        "server_python": spec["install"]["server_python"],
-        "reboot_mark": paths["reboot_mark"],
-        "gpu_backend": gpu["backend"],
-        "sim_dir": gpu["sim_dir"],
-        "gpu_count": gpu["count"],
-        "compute_capability": gpu["compute_capability"],
-        "sim": {**spec["sim"], "model_dir": model["path"], "family": model["family"],
-                "shm_dir": paths["shm_dir"]} if spec["sim"] else None,
-        "running_spec_file": paths["running_spec"],
-        "settings": spec["settings"],
-        "secrets": {"names": spec["secret_env_names"], "variables": spec["secret_variables"],
-                    "drops": spec["secret_drops"]},
-        "model": {"path": model["path"], **model["check"]},
-        "shm_dir": paths["shm_dir"],
-        "service": service,
-        "argcheck_record": argcheck_record(spec),
-        "args_parser": spec["install"]["args_parser"],
-        "args": spec["server_args"],
-    }
-
-
-def service_module_args(spec: dict[str, Any]) -> dict[str, Any]:
-    """sglang_service's options naming a LaunchSpec's (or an identity's) server and its
-    service: all a stop needs; a start adds start_module_args."""
-    service, paths = spec["service"], spec["paths"]
-    return {
-        "marker": spec["marker"],
-        "manager": service["manager"],
-        "unit_name": service["unit_name"],
-        "service_user": service["user"],
-        "node_rank": spec["group"]["node_rank"],
-        "script": paths["script"],
-        "log_file": paths["log_file"],
-        "state_file": paths["pid_file"],
-        "workdir": paths["root"],
-        "stop_timeout": service["stop_timeout"],
-    }
-
-
-def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
-                      ) -> dict[str, Any]:
-    """What a start of a LaunchSpec's server needs besides its service (sglang_service's
-    options of that name), as the service step and sglang_node's `start` take them.
-    `group_hosts`: the inventory hosts of its multi-node group, whose nodes may hold its port
-    on a shared machine."""
-    paths, argv = spec["paths"], spec["argv"]
-    pd = spec.get("pd") or {}
-    return {
-        "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
-        + ([paths["unit_file"]] if paths["unit_file"] else []),
-        "config_hash": spec["config_hash"],
-        "launch_spec": spec,
-        "running_spec_file": paths["running_spec"],
-        "baseline_file": paths["baseline_file"],
-        "host": argv[argv.index("--host") + 1] if "--host" in argv else "",
-        "port": spec["http"]["port"],
-        # A prefill's KV bootstrap server binds beside the HTTP server, on the same address.
-        "bootstrap_port": pd["bootstrap_port"] if pd.get("mode") == "prefill" else None,
-        "group_markers": [f"{host}:{spec['deployment']}" for host in group_hosts or ()]
-        if spec["group"]["name"] else [],
-        "model_path": spec["model"]["path"],
     }
 
 
@@ -971,6 +859,7 @@ def build_launch_spec(
     chash = config_hash(core)
     env[CONFIG_VAR] = chash
     spec = {
+        "schema": SCHEMA,
         "host": host,
         "deployment": deployment,
         "marker": marker,
