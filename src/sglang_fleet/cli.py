@@ -30,6 +30,15 @@ from sglang_fleet.report import config_row, markdown_table, write_report
 from sglang_fleet.results import headline_tok_s
 from sglang_fleet.router_view import router_lines
 from sglang_fleet.rules import matching_rules
+from sglang_fleet.run_history import (
+    find_run,
+    keep_count,
+    prune_runs,
+    run_folders,
+    run_line,
+    runs_root,
+    write_run_record,
+)
 from sglang_fleet.runner import (
     Interrupted,
     failures,
@@ -78,6 +87,8 @@ def run_folder(args: argparse.Namespace, command: str) -> Path:
     else:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         folder = Path(state_path("runs", project_dir())) / f"{stamp}-{command}"
+        # Old runs go by the keep count; each deployment's last good run stays.
+        prune_runs(folder.parent, keep_count())
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     return folder
@@ -138,9 +149,11 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     observes (require_ready: health) says one line per host, its verdict, then the table."""
     check_inventory(args)
     folder = run_folder(args, command)
+    groups = host_groups(args)
     started = time.time()
     interrupted: Interrupted | None = None
     problems: list[str] = []
+    events: list[dict[str, Any]] = []
     try:
         with Progress(final_only=require_ready) as progress, playbook_run(
                 playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
@@ -159,6 +172,7 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     json_path = Path(args.json) if getattr(args, "json", None) else folder / "summary.json"
     junit_path = Path(args.junit) if getattr(args, "junit", None) else folder / "junit.xml"
     write_summary(summary, outcomes, json_path, junit_path)
+    page = write_record(folder, events, summary, groups)
     say()
     if outcomes:
         # On a terminal the reasons wrap to its width; in a log each stays one line.
@@ -174,7 +188,41 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
         say(line)
     say(f"result: {summary['result']} (exit {summary['exit_code']}); summary {json_path}, "
         f"JUnit {junit_path}, runner artifacts {folder / 'runner'}")
+    if page:
+        say(f"run record: {page}")
     return summary["exit_code"], outcomes, summary
+
+
+def host_groups(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Each host's inventory groups, for the run record's filter (read before the run, so
+    the page is written as soon as it ends); none when the inventory cannot be read here."""
+    from ansible.errors import AnsibleError
+
+    inventory = args.inventory or default_inventory()
+    try:
+        read = read_servers(str(inventory) if inventory else None, ())
+    except (AnsibleError, OSError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for group, hosts in read.groups.items():
+        if group in ("all", "ungrouped"):
+            continue
+        for host in hosts:
+            out.setdefault(host, []).append(group)
+    return out
+
+
+def write_record(folder: Path, events: list[dict[str, Any]] | None = None,
+                 summary: dict[str, Any] | None = None,
+                 groups: dict[str, list[str]] | None = None) -> Path | None:
+    """The run's page and its JSON in the run folder; a failure to write them is said, and
+    never changes the run's result."""
+    try:
+        return write_run_record(folder, events, summary, groups)
+    except Exception as exc:  # noqa: BLE001 - the run's own result stands
+        say(f"warning: the run record was not written: {type(exc).__name__}: {exc}; "
+            f"rebuild it with `sglang-fleet report {folder}`")
+        return None
 
 
 # ---- deploy, health, recover ----------------------------------------------------------------
@@ -339,6 +387,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     check_inventory(args)
     extra = parse_extra_vars(args.extra_vars)
     folder = run_folder(args, "watch")
+    groups = host_groups(args)
     metrics_path = Path(args.metrics_file) if args.metrics_file else folder / "sglang_fleet.prom"
     stop = {"signal": None}
 
@@ -422,6 +471,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         summary = build_summary("watch", rc, outcomes, started, time.time(), folder,
                                 observations=number, recoveries=recoveries)
         write_summary(summary, outcomes, folder / "summary.json", folder / "junit.xml")
+        write_record(folder, summary=summary, groups=groups)
 
     try:
         observations = watch_loop(observe, args.interval, args.count, args.duration,
@@ -571,6 +621,7 @@ def write_experiment_records(folder: Path, command: str, started: float, code: i
     write_private(folder / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     write_private(folder / "junit.xml", junit_document(
         f"sglang-fleet {command}", summary["seconds"], all_cases))
+    write_record(folder, summary=summary)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -759,6 +810,35 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return code
 
 
+# ---- report --------------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """A run's page: its path, rebuilt from the run's files when it has none (a run killed
+    midway) or when asked; the list of runs with their results; pruning by a keep count."""
+    root = runs_root()
+    if args.list:
+        folders = run_folders(root)
+        for folder in folders:
+            say(run_line(folder))
+        if not folders:
+            say(f"no run in {root}")
+        return EXIT_OK
+    if args.keep is not None:
+        removed = prune_runs(root, max(args.keep, 1))
+        say(f"removed {counted(len(removed), 'run')} from {root}; each deployment's last good "
+            f"run is kept")
+        return EXIT_OK
+    folder = find_run(args.run, root)
+    if folder is None:
+        raise UsageError(f"no run {args.run or ''} in {root}: see `sglang-fleet report --list`"
+                         .replace("  ", " "))
+    page = folder / "run.html"
+    if args.rebuild or not page.exists():
+        page = write_run_record(folder)
+    say(str(page))
+    return EXIT_OK
+
+
 # ---- parser --------------------------------------------------------------------------------
 
 def _common(p: argparse.ArgumentParser, limit_help: str = "hosts to act on") -> None:
@@ -884,6 +964,18 @@ def build_parser() -> argparse.ArgumentParser:
     bisect.add_argument("--no-restore", action="store_true",
                         help="leave the last trial's configuration running")
     bisect.set_defaults(func=cmd_bisect)
+
+    report = sub.add_parser("report", help="the page of a run (the newest by default): its "
+                                           "path, rebuilt from the run's files if missing")
+    report.add_argument("run", nargs="?", help="a run folder, or its name under the runs "
+                                               "folder (default: the newest run)")
+    report.add_argument("--list", action="store_true", help="list the runs with their results")
+    report.add_argument("--rebuild", action="store_true",
+                        help="write the page again from the run's files")
+    report.add_argument("--keep", type=int, metavar="N",
+                        help="remove all but the newest N runs, keeping each deployment's "
+                             "last good run")
+    report.set_defaults(func=cmd_report)
 
     diag = sub.add_parser("diagnose", help="read one SGLang server log: phase, progress, "
                                            "timeline, failures, the gate's conclusion")
