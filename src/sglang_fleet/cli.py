@@ -37,6 +37,7 @@ from sglang_fleet.run_history import (
     run_folders,
     run_line,
     runs_root,
+    write_meta,
     write_run_record,
 )
 from sglang_fleet.runner import (
@@ -150,6 +151,7 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     check_inventory(args)
     folder = run_folder(args, command)
     groups = host_groups(args)
+    write_meta(folder, {"groups": groups})
     started = time.time()
     interrupted: Interrupted | None = None
     problems: list[str] = []
@@ -388,6 +390,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     extra = parse_extra_vars(args.extra_vars)
     folder = run_folder(args, "watch")
     groups = host_groups(args)
+    write_meta(folder, {"groups": groups})
     metrics_path = Path(args.metrics_file) if args.metrics_file else folder / "sglang_fleet.prom"
     stop = {"signal": None}
 

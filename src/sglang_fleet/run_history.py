@@ -36,6 +36,12 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_meta(run_dir: Path, values: dict[str, Any]) -> None:
+    """The run's own facts that its events lack (playbook, inventory groups, the ledger it
+    writes to), kept beside them from its start: a killed run's page still has them."""
+    _write_atomic(run_dir / RUN_META, json.dumps(values, default=str))
+
+
 def ledger_path(run_dir: Path) -> str:
     """The ledger the run wrote to: its extra variables' sglang_fleet_ledger (runner's or the
     callback's record of them), else the controller's."""

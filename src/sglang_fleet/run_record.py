@@ -208,9 +208,11 @@ def _actions_of(host: str, action: str, data: dict[str, Any], res: dict[str, Any
                     + ("; node marked for reboot" if res.get("reboot_needed") else ""),
                     "reason": why or "the recovery stops a failed server"})
     elif action == "sglang_service" and res.get("action") in ("restarted", "stopped"):
-        by = ((data.get("res") or {}).get("invocation") or {}).get("module_args", {})
-        reason = (f"stopped by {by['stopped_by']}" if by.get("stopped_by")
-                  else gate.get("files_reason") or "its launch files changed")
+        by = (res.get("invocation") or {}).get("module_args") or {}
+        if res["action"] == "stopped":
+            reason = f"stopped by {by.get('stopped_by') or 'this run'} ({data.get('task')})"
+        else:
+            reason = gate.get("files_reason") or "its launch files changed"
         out.append({"kind": "restart" if res["action"] == "restarted" else "stop",
                     "what": f"service {res['action']}"
                     + (f" (config {res.get('previous_config_hash')} -> {res.get('config_hash')})"

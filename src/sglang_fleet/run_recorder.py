@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.run_history import keep_count, prune_runs, write_run_record
-from sglang_fleet.run_record import CALLBACK_EVENTS, RUN_META
+from sglang_fleet.run_history import keep_count, prune_runs, write_meta, write_run_record
+from sglang_fleet.run_record import CALLBACK_EVENTS
 from sglang_fleet.store import state_path
 from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
 
@@ -63,11 +63,7 @@ class RunRecorder:
     def meta(self, **values: Any) -> None:
         """The run's own facts (playbook, inventory, groups, the ledger it writes to)."""
         self._meta.update(values)
-        tmp = self.run_dir / (RUN_META + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self._meta, f, default=str)
-        os.replace(tmp, self.run_dir / RUN_META)
+        write_meta(self.run_dir, self._meta)
 
     def _append(self, event: dict[str, Any]) -> None:
         self.counter += 1
