@@ -36,8 +36,7 @@ def deploy(folder: Path, nodes: int, hangs: int, time_factor: float) -> Path:
     for host in fleet.hosts[:hangs]:
         fleet.set_host_vars(host, {"sglang_server_sim_fault": "hang:loading_weights"})
     run_dir = folder / "run"
-    env = dict(ansible_env(), SGLANG_FLEET_STATE_DIR=str(folder / "state"),
-               ANSIBLE_FORKS=str(max(nodes, 16)))
+    env = dict(ansible_env(), SGLANG_FLEET_STATE_DIR=str(folder / "state"))
     started = time.monotonic()
     try:
         proc = subprocess.run(

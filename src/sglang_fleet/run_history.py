@@ -71,6 +71,8 @@ def write_run_record(run_dir: Path, events: list[dict[str, Any]] | None = None,
         record["run"]["playbook"] = meta["playbook"]
         record["run"]["inventory"] = record["run"]["inventory"] or meta.get("inventory")
     _write_atomic(run_dir / RECORD_JSON, json.dumps(record, indent=1, default=str) + "\n")
+    # What pruning reads of each run, small: the deployments it left ready.
+    write_meta(run_dir, dict(meta, good=sorted(_good_of(record))))
     page = run_dir / RECORD_HTML
     _write_atomic(page, render_page(record))
     return page
@@ -102,17 +104,26 @@ def run_line(folder: Path) -> str:
             f"{folder.name})")
 
 
-def good_deployments(folder: Path) -> set[tuple[str, str]]:
-    """(host, deployment) of each server the run left ready."""
-    record = read_json(folder / RECORD_JSON) or {}
+def _good_of(record: dict[str, Any]) -> set[tuple[str, str]]:
     return {(s["host"], s.get("deployment") or "") for s in record.get("servers", [])
             if s.get("verdict") == "ready" and s.get("status") == "ok"}
+
+
+def good_deployments(folder: Path) -> set[tuple[str, str]]:
+    """(host, deployment) of each server the run left ready: from its run-meta.json, else
+    its record."""
+    meta = read_json(folder / RUN_META) or {}
+    if isinstance(meta.get("good"), list):
+        return {(str(h), str(d)) for h, d in meta["good"]}
+    return _good_of(read_json(folder / RECORD_JSON) or {})
 
 
 def prune_runs(root: Path, keep: int) -> list[Path]:
     """Remove the oldest runs beyond the newest `keep`, except each deployment's last good run
     (the newest run that left it ready). Returns the folders removed."""
     folders = run_folders(root)
+    if len(folders) <= keep:
+        return []
     protected: set[Path] = set()
     seen: set[tuple[str, str]] = set()
     for folder in reversed(folders):

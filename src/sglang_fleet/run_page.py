@@ -53,7 +53,8 @@ th{background:#f0f2f6}.secret{color:#7a4b00}.muted{color:#777}
 .legend span{display:inline-block;padding:0 6px;margin:0 4px 4px 0;border-radius:3px;font-size:12px}
 """
 
-# Filter by host or group (text) and by verdict; filtering opens the groups that match.
+# Filter by host or group (text) and by verdict; filtering opens the groups that match, and
+# clearing the filter folds them back as they were.
 SCRIPT = """
 (function(){
 var q=document.getElementById('q'),v=document.getElementById('verdict');
@@ -66,7 +67,8 @@ function apply(){
  var groups=document.querySelectorAll('details.group');
  for(var j=0;j<groups.length;j++){var g=groups[j];
   var shown=g.querySelectorAll('details.server:not([hidden])').length;
-  g.hidden=shown===0;if(t||w){g.open=shown>0;}}
+  if(!g.hasAttribute('data-open')){g.setAttribute('data-open',g.open?'1':'');}
+  g.hidden=shown===0;g.open=(t||w)?shown>0:g.getAttribute('data-open')==='1';}
  document.getElementById('shown').textContent=
   document.querySelectorAll('details.server:not([hidden])').length+' shown';
 }

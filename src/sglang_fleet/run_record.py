@@ -29,7 +29,7 @@ RECORD_JSON = "run.json"
 RECORD_HTML = "run.html"
 CALLBACK_EVENTS = "events.jsonl"  # what the stdout callback streams (plain ansible-playbook)
 RUN_META = "run-meta.json"  # the callback's run: playbook, inventory, ledger, started
-LOG_TAIL_LINES = 30
+LOG_TAIL_LINES = 15
 # Evidence files linked by name, in this order; py-spy dumps follow.
 EVIDENCE_ORDER = ("verdict.json", "log_tail.txt", "phase_timeline.txt", "kernel.txt",
                   "processes.txt", "stop.json", "gpus.json", "launch_spec.json", "summary.json",

@@ -116,6 +116,7 @@ def test_the_page_in_headless_chromium(recovered_run, tmp_path, capsys):
             assert page.locator('details.server[data-host="sim-node-1"]').is_visible()
             page.select_option("#verdict", "")
             page.fill("#q", "")
+            assert row.is_visible() and row.get_attribute("open") is not None
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
