@@ -183,3 +183,28 @@ def test_pruning_keeps_the_newest_and_each_deployments_last_good_run(tmp_path):
     assert good_a.name in left and good_b.name in left, "a deployment's last good run went"
     assert left[-2:] == ["20260101T000006Z-deploy", "20260101T000007Z-deploy"]
     assert len(removed) == 3 and (tmp_path / "20260101T000000Z-link").is_symlink()
+
+
+def test_router_membership_drains_and_lock_takeovers_are_recorded_with_their_reasons(tmp_path):
+    host = "sim-node-1"
+    member = {"results": [{"item": {"name": "router-1"}, "action": "removed", "at": T0 + 30,
+                           "drain": {"seconds": 1.5, "inflight_left": 0},
+                           "view_text": "not registered"},
+                          {"item": {"name": "router-2"}, "action": "added", "at": T0 + 40,
+                           "view_text": "registered, healthy"}]}
+    events = [spec_event(host, T0, "triton", "sha256:aaaaaaaaaaaa"),
+              gate(host, T0 + 20, "unhealthy", "serving", headline="unhealthy: generation "
+                   "timed out"),
+              event("runner_on_ok", host, "sglang_router_member", member, T0 + 41),
+              event("runner_on_ok", host, "sglang_lock", {
+                  "outcome": "taken_over", "taken_over_because": "its run (pid 7) is gone"},
+                  T0 + 42), stats(ok=[host])]
+    record = build_record(tmp_path, events, ledger=[])
+    assert [(r["router"], r["action"]) for r in record["routers"]] == [
+        ("router-1", "removed"), ("router-2", "added")]
+    drain, takeover = record["actions"]
+    assert drain["kind"] == "drain" and "router-1" in drain["what"]
+    assert drain["reason"] == "unhealthy: generation timed out"
+    assert takeover["kind"] == "lock takeover" and "pid 7" in takeover["reason"]
+    phases = [p["phase"] for p in record["servers"][0]["timeline"]]
+    assert phases[-2:] == ["drained", "joined_router"]
