@@ -129,6 +129,18 @@ def _evidence_html(ev: dict[str, Any] | None) -> str:
     return out
 
 
+def _gate_evidence_html(seen: dict[str, Any] | None, has_bundle: bool) -> str:
+    """What the gate read when it judged the server failed: its signals, and the log's last
+    lines when no evidence bundle holds them."""
+    if not seen:
+        return ""
+    out = "".join(f"<dt>{e(k.replace('_', ' '))}</dt><dd>{e(_value(v))}</dd>"
+                  for k, v in seen["signals"].items())
+    if seen["last_lines"] and not has_bundle:
+        out += f"<dt>log (gate)</dt><dd><pre>{e(chr(10).join(seen['last_lines']))}</pre></dd>"
+    return out
+
+
 def _timeline_rows(points: list[dict[str, Any]]) -> str:
     rows = "".join(f"<tr><td>{e(when(p['at']))}</td><td>{e(p['phase'])}</td>"
                    f"<td>{e(p['source'])}</td><td>{e(p.get('text'))}</td></tr>" for p in points)
@@ -149,6 +161,7 @@ def _server_html(s: dict[str, Any], start: float, end: float, opened: bool) -> s
                                    f"{(rec.get('next') or {}).get('source')}"))
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in fields if v)
     dl += _evidence_html(s.get("evidence"))
+    dl += _gate_evidence_html(s.get("gate_evidence"), bool(s.get("evidence")))
     dl += f"<dt>timeline</dt><dd>{_timeline_rows(s['timeline'])}</dd>"
     short = s.get("reason") or s.get("progress") or ""
     recovered = " (recovered)" if s.get("recovered") else ""

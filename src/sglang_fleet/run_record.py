@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 from datetime import UTC, datetime
@@ -308,12 +309,18 @@ class _Walk:
             if gate.get("verdict") not in (None, "ready", "progressing") and kind != "runner_retry":
                 self.failed[host] = {k: gate.get(k) for k in (
                     "verdict", "phase", "headline", "reason", "cause", "advice")}
+                seen = gate.get("evidence")
+                if isinstance(seen, dict):  # what the gate read: signals and the log's last lines
+                    self.failed[host]["signals"] = {
+                        k: seen[k] for k in ("flat_signals", "busy_wait", "waits_on")
+                        if seen.get(k)}
+                    self.failed[host]["last_lines"] = [
+                        str(x)[:400] for x in (seen.get("last_lines") or [])][-LOG_TAIL_LINES:]
             if action == "sglang_node" and res.get("files_reason"):
                 self.gate.setdefault(host, {})["files_reason"] = res["files_reason"]
         if kind == "runner_retry":
             return
-        if kind == "runner_failed" or (kind == "runner_on_failed" and "Fix:" in str(
-                res.get("msg"))):
+        if kind == "runner_on_failed" and "Fix:" in str(res.get("msg")):
             self.failed.setdefault(host, {})["message"] = str(res.get("msg"))
         point = _task_point(action, data, res, at, kind)
         if point:
@@ -411,7 +418,9 @@ def evidence_of(run_dir: Path, host: str, folder: str | None) -> dict[str, Any] 
     if not folder:
         return None
     src = Path(folder)
-    local = run_dir / "evidence" / host / src.name
+    # A folder name from the host's: never a path out of the run folder.
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", host).lstrip(".") or "_"
+    local = run_dir / "evidence" / safe / src.name
     if src.is_dir() and src.resolve() != local.resolve():
         with contextlib.suppress(OSError):
             _link_into(src, local)
@@ -475,6 +484,8 @@ def _server(run_dir: Path, host: str, rec: dict[str, Any], walk: _Walk,
         "progress": rec.get("progress"), "recovery": rec.get("recovery"),
         "recovered": recovered,
         "evidence": evidence, "timeline": timeline, "canary": rec.get("canary"),
+        "gate_evidence": {"signals": failed.get("signals") or {},
+                          "last_lines": failed.get("last_lines") or []} if failed else None,
         "benchmark": rec.get("benchmark"),
     }
 

@@ -53,7 +53,8 @@ def stats(ok=(), failures=()) -> dict:
         "ok": {h: 1 for h in ok}, "failures": {h: 1 for h in failures}, "dark": {}}}
 
 
-def a_run(hosts=("sim-node-1", "sim-node-2"), hang="sim-node-2", recap=True) -> list[dict]:
+def a_run(hosts=("sim-node-1", "sim-node-2"), hang="sim-node-2", recap=True,
+          bundle: Path | None = None, last_lines=("Load weight begin.",)) -> list[dict]:
     """A deploy: every host validated and gated; `hang` stalls in graph capture, is killed
     and rolled back to its last good configuration."""
     events = []
@@ -65,13 +66,15 @@ def a_run(hosts=("sim-node-1", "sim-node-2"), hang="sim-node-2", recap=True) -> 
         if host == hang:
             events += [
                 gate(host, at + 10, "stalled", "capturing_cuda_graph", cause="configuration",
-                     advice="see where each rank is"),
+                     advice="see where each rank is",
+                     evidence={"last_lines": list(last_lines), "busy_wait": "spinning"}),
                 event("runner_on_failed", host, "fail", {"msg": "stalled\nFix: set "
                       "sglang_server_attention_backend='triton'"}, at + 11),
                 event("runner_on_ok", host, "sglang_stop", {"killed": [{"pid": 41}, {"pid": 42}],
                       "seconds_to_free": 0.25}, at + 20, "Stop the deployment's processes"),
                 event("runner_on_ok", host, "sglang_ledger", {"entry": {
                     "kind": "recovery", "config_hash": "cfg-flashinfer", "verdict": "stalled",
+                    "evidence": str(bundle) if bundle else None,
                     "next": {"source": "last_known_good", "config_hash": "cfg-triton",
                              "why": "it failed while starting"}}}, at + 21),
             ]
@@ -129,25 +132,25 @@ class _Tags(HTMLParser):
 
 
 def test_node_text_and_host_names_render_as_text(tmp_path):
-    host = "<b>x</b>"
+    host, line = "<b>x</b>", "<script>alert(1)</script>"
     bundle = tmp_path / "evidence-src" / "b1"
     bundle.mkdir(parents=True)
-    (bundle / "log_tail.txt").write_text("ok\n<script>alert(1)</script>\n")
-    events = a_run(hosts=(host, "sim-node-1"), hang=host)
-    record = build_record(tmp_path / "run", events, ledger=[])
-    record["servers"][0]["evidence"] = {"folder": "evidence/x", "source": str(bundle),
-                                        "files": [{"name": "log_tail.txt",
-                                                   "href": "evidence/x/log_tail.txt"}],
-                                        "log_tail": ["<script>alert(1)</script>"]}
-    page = render_page(record)
-    parsed = _Tags()
-    parsed.feed(page)
-    assert parsed.tags.count("script") == 1, "only the page's own filter script"
-    assert "b" not in parsed.tags
-    text = "".join(parsed.text)
-    assert "<script>alert(1)</script>" in text and "<b>x</b>" in text
-    assert "https://" not in page and "http://" not in page
-    assert "default-src 'none'" in page
+    (bundle / "log_tail.txt").write_text(f"ok\n{line}\n")
+    for last_lines, evidence in (([line], bundle), ([line], None)):
+        events = a_run(hosts=(host, "sim-node-1"), hang=host, bundle=evidence,
+                       last_lines=last_lines)
+        record = build_record(tmp_path / "run", events, ledger=[])
+        assert line in (record["servers"][0]["evidence"] or {"log_tail": last_lines})[
+            "log_tail"]
+        page = render_page(record)
+        parsed = _Tags()
+        parsed.feed(page)
+        assert parsed.tags.count("script") == 1, "only the page's own filter script"
+        assert "b" not in parsed.tags
+        text = "".join(parsed.text)
+        assert line in text and host in text
+        assert "https://" not in page and "http://" not in page
+        assert "default-src 'none'" in page
 
 
 def test_a_run_killed_before_its_recap_gets_a_page_that_says_so(tmp_path):
