@@ -483,7 +483,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     reason = f"stopped by {stop['signal']}" if stop["signal"] else "done"
-    say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}")
+    say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}; "
+        f"run record {folder / 'run.html'}")
     return result["code"]
 
 
