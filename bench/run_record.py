@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--time-factor", type=float, default=0.005)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--from", dest="run", help="an existing run folder: rebuild only")
+    parser.add_argument("--keep", metavar="DIR", help="copy the run folder here afterwards")
     args = parser.parse_args()
     if args.run:
         rebuilds(Path(args.run), args.repeat)
@@ -91,6 +93,8 @@ def main() -> None:
         run_dir = deploy(Path(tmp), args.nodes, args.hangs, args.time_factor)
         after_the_run(run_dir)
         rebuilds(run_dir, args.repeat)
+        if args.keep:
+            shutil.copytree(run_dir, args.keep, symlinks=True)
 
 
 if __name__ == "__main__":

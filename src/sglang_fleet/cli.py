@@ -46,6 +46,8 @@ from sglang_fleet.runner import (
     playbook_run,
     project_config,
     project_dir,
+    recap,
+    scrub_artifacts,
     task_results,
 )
 from sglang_fleet.spec import FACT_OF_SETTING
@@ -155,15 +157,38 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     started = time.time()
     interrupted: Interrupted | None = None
     problems: list[str] = []
+    # Each event as runner hands it over: read again from its files, 64 hosts' events took
+    # seconds. The artifacts are scrubbed after the summary and the page are written.
     events: list[dict[str, Any]] = []
+    scrub: list[str] = []
+
+    def handler(event: dict[str, Any]) -> bool:
+        events.append(event)
+        return progress(event)
+
     try:
         with Progress(final_only=require_ready) as progress, playbook_run(
                 playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
-                private_data_dir=str(folder / "runner"), event_handler=progress) as run:
-            events, stats, rc = list(run.events), run.stats, run.rc
+                private_data_dir=str(folder / "runner"), event_handler=handler,
+                defer_scrub=scrub) as run:
+            stats, rc = recap(events), run.rc
             problems = [] if stats else _parse_problems(run)
     except Interrupted as exc:
         interrupted = exc
+    try:
+        return _report_run(args, command, folder, events, stats, rc, interrupted, problems,
+                           require_ready, started, groups)
+    finally:
+        for path in scrub:
+            scrub_artifacts(path)
+
+
+def _report_run(args: argparse.Namespace, command: str, folder: Path,
+                events: list[dict[str, Any]], stats: dict[str, Any] | None, rc: int,
+                interrupted: Interrupted | None, problems: list[str], require_ready: bool,
+                started: float, groups: dict[str, list[str]]
+                ) -> tuple[int, dict[str, HostOutcome], dict[str, Any]]:
+    """The run's summary, JUnit file and page, then the host table and the result line."""
     outcomes = host_outcomes(events, stats, interrupted=interrupted is not None)
     if require_ready:
         judge_readiness(outcomes)
