@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_fleet.run_history import write_run_record
+from sglang_fleet.record.history import write_run_record
 from sglang_fleet.testfleet.local import BIN, FAST_GATE, REPO, ansible_env, make_fleet
 
 MB = 1024 * 1024

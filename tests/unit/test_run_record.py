@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
-from sglang_fleet.run_history import prune_runs, run_folders, write_run_record
-from sglang_fleet.run_page import render_page
-from sglang_fleet.run_record import build_record, setting_changes
+from sglang_fleet.record.build import build_record, setting_changes
+from sglang_fleet.record.history import prune_runs, run_folders, write_run_record
+from sglang_fleet.record.page import render_page
 
 T0 = 1_800_000_000.0
 
