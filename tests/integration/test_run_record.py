@@ -124,3 +124,46 @@ def test_the_page_in_headless_chromium(recovered_run, tmp_path, capsys):
         print(f"\nrun record screenshot: {shot}")
     assert errors == [] and dialogs == []
     assert requests == [page_path.as_uri()], requests
+
+
+def test_a_cli_run_killed_midway_gets_a_page_that_says_so(tmp_path):
+    """SIGKILL to sglang-fleet while the gate watches a loading server: no summary is
+    written; `report RUN` writes the page from the runner's events, each host as last seen."""
+    import os
+    import signal
+    import subprocess
+
+    from sglang_fleet.node.process import procs
+    from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, wait_for
+
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.05)
+    run_dir = tmp_path / "killed"
+    cli = subprocess.Popen(
+        [str(BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory), "--run-dir",
+         str(run_dir), "-e", json.dumps(fleet.with_stores())], cwd=REPO, env=ansible_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def gating() -> bool:
+            return any('"runner_retry"' in p.read_text()
+                       for p in run_dir.glob("runner/artifacts/*/job_events/*.json"))
+        wait_for(gating, timeout=300, interval=0.5)
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        # ansible-playbook ends with the CLI (SIGTERM on its parent's death).
+        wait_for(lambda: not [p for p in procs.all_pids() if str(fleet.inventory) in (
+            (procs.process_info(p) or {}).get("cmdline") or "")], timeout=120)
+    finally:
+        if cli.poll() is None:
+            os.kill(cli.pid, signal.SIGKILL)
+            cli.wait()
+        fleet.kill_leftovers()
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "run.html").exists()
+    shown = sglang_fleet("report", str(run_dir))
+    assert shown.returncode == 0 and shown.stdout.strip() == str(run_dir / "run.html")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["run"]["ended"] == "ended before its recap"
+    assert record["fleet"]["line"].startswith("NOT serving: 0 of 1 servers ready")
+    (server,) = record["servers"]
+    assert server["status"] == "not observed" and server["verdict"] == "progressing"
+    assert "ended before Ansible's recap" in (run_dir / "run.html").read_text().replace(
+        "&#x27;", "'")
