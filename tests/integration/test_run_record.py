@@ -41,7 +41,7 @@ def recovered_run(tmp_path_factory):
         proc = sglang_fleet("deploy", "-i", str(fleet.inventory), "-e", extra, "--recover",
                             "--run-dir", str(run_dir))
         assert proc.returncode == 0, proc.stdout[-3000:]
-        assert f"run record: {run_dir / 'run.html'}" in proc.stdout
+        assert f", page {run_dir / 'run.html'}" in proc.stdout.splitlines()[-1]
         yield run_dir
     finally:
         fleet.kill_leftovers()

@@ -180,10 +180,10 @@ def _report_run(args: argparse.Namespace, command: str, folder: Path,
         say("no host ran: check --limit and the inventory")
     for line in _interruption_lines(interrupted) if interrupted else []:
         say(line)
+    # The page on the result line: one line for a CI log's reader to find, and to copy.
     say(f"result: {summary['result']} (exit {summary['exit_code']}); summary {json_path}, "
-        f"JUnit {junit_path}, runner artifacts {folder / 'runner'}")
-    if page:
-        say(f"run record: {page}")
+        f"JUnit {junit_path}, runner artifacts {folder / 'runner'}"
+        + (f", page {page}" if page else ""))
     return summary["exit_code"], outcomes, summary
 
 

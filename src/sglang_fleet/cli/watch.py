@@ -139,7 +139,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     reason = f"stopped by {stop['signal']}" if stop["signal"] else "done"
     say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}; "
-        f"run record {folder / 'run.html'}")
+        f"page {folder / 'run.html'}")
     return result["code"]
 
 
