@@ -77,6 +77,13 @@ except ImportError:  # the package is not importable: control characters are sti
             _re.sub(u"[\x00-\x08\x0b-\x1f\x7f-\x9f]",
                     lambda m: "\\x%02x" % ord(m.group(0)), text)
 
+try:  # the run record (run.html, run.json) needs the package, of this collection's release
+    from sglang_fleet.record.recorder import RunRecorder
+except ImportError:  # the package is not importable: the run has no page
+    RunRecorder = None
+if _VERSION_ERROR is not None:
+    RunRecorder = None
+
 _FETCH_ACTIONS = ("fetch", "ansible.builtin.fetch", "ansible.legacy.fetch")
 # Seconds between GATE lines of a host whose phase and progress do not change.
 GATE_REPEAT_S = 60
@@ -250,6 +257,46 @@ class CallbackModule(DefaultCallback):
         self._fetched = {}  # (host, task) -> [files fetched, where]
         self._gate_shown = {}  # host -> (what the last GATE line said, when)
         self._play_banner_due = False  # -v: the play's banner waits for its first task
+        self._recorder = None  # the run record's events, when the package is importable
+
+    # ---- the run record ---------------------------------------------------------------
+
+    def _record(self, kind, result, ignore_errors=False):
+        if self._recorder is None:
+            return
+        try:
+            self._recorder.result(kind, result._host.get_name(), result._task, result._result,
+                                  ignore_errors)
+        except Exception as exc:  # noqa: BLE001 - the record never fails the run
+            self._record_failed(exc)
+
+    def _record_failed(self, exc):
+        self._display.warning("the run record stopped: %s: %s" % (type(exc).__name__, exc))
+        self._recorder = None
+
+    def _record_start(self, playbook):
+        if RunRecorder is None:
+            return
+        try:
+            self._recorder = RunRecorder.start(getattr(playbook, "_file_name", "playbook"),
+                                               C.CONFIG_FILE)
+        except Exception as exc:  # noqa: BLE001 - the record never fails the run
+            self._record_failed(exc)
+
+    def _record_play(self, play):
+        if self._recorder is None or self._recorder.counter:
+            return
+        try:
+            manager = play.get_variable_manager()
+            inventory = manager._inventory
+            groups = dict((h.name, sorted(g.name for g in h.get_groups()
+                                          if g.name not in ("all", "ungrouped")))
+                          for h in inventory.get_hosts())
+            self._recorder.meta(sglang_fleet_ledger=manager.extra_vars.get(
+                "sglang_fleet_ledger"), inventory=", ".join(inventory._sources or []),
+                groups=groups)
+        except Exception as exc:  # noqa: BLE001 - the record never fails the run
+            self._record_failed(exc)
 
     # ---- quiet by default -------------------------------------------------------------
 
@@ -280,6 +327,7 @@ class CallbackModule(DefaultCallback):
     # ---- the gate's polls -------------------------------------------------------------
 
     def v2_runner_retry(self, result):
+        self._record("runner_retry", result)
         self._flush_refusals()
         res = result.result
         if "verdict" not in res:
@@ -321,6 +369,7 @@ class CallbackModule(DefaultCallback):
         return _innermost_message(exception) if exception is not None else None
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._record("runner_on_failed", result, ignore_errors)
         message = self._own_message(result) or self._refusal_cause(result)
         host = self.host_label(result)
         if message is None:
@@ -376,6 +425,7 @@ class CallbackModule(DefaultCallback):
             self._display.display("\n".join([head] + ["    " + x for x in lines]), color=color)
 
     def v2_runner_on_ok(self, result):
+        self._record("runner_on_ok", result)
         self._flush_refusals()
         res = result.result
         if self._quiet_loop(result):
@@ -447,6 +497,7 @@ class CallbackModule(DefaultCallback):
         return super(CallbackModule, self).v2_runner_on_skipped(result)
 
     def v2_runner_on_unreachable(self, result):
+        self._record("runner_on_unreachable", result)
         self._flush_refusals()
         return super(CallbackModule, self).v2_runner_on_unreachable(result)
 
@@ -487,11 +538,13 @@ class CallbackModule(DefaultCallback):
         # costs less.
         gc.freeze()
         _build_payload_early(playbook)
+        self._record_start(playbook)
         return super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
         self._flush_refusals()
         self._play = play  # the default callback reads the play's strategy later
+        self._record_play(play)
         # -v names a play when it runs a task: a play left with no host after a refusal or a
         # stopped rollout prints nothing.
         self._play_banner_due = not self._quiet()
@@ -504,4 +557,10 @@ class CallbackModule(DefaultCallback):
 
     def v2_playbook_on_stats(self, stats):
         self._flush_refusals()
-        return super(CallbackModule, self).v2_playbook_on_stats(stats)
+        super(CallbackModule, self).v2_playbook_on_stats(stats)
+        if self._recorder is not None:
+            try:
+                page = self._recorder.finish(stats)
+                self._display.display("run record: %s" % page)
+            except Exception as exc:  # noqa: BLE001 - the record never fails the run
+                self._record_failed(exc)

@@ -15,6 +15,7 @@ from sglang_fleet.bench import experiments
 from sglang_fleet.launch.pd import PD_SIDE_VARS, decodes_beside
 from sglang_fleet.node.common.text import inert
 from sglang_fleet.node.common.vocab import verdict_phrase
+from sglang_fleet.record.history import keep_count, prune_runs, write_meta, write_run_record
 from sglang_fleet.runs.inputs import check_inventory_files, parse_extra_vars
 from sglang_fleet.runs.inventory_read import read_servers
 from sglang_fleet.runs.outcomes import HostOutcome, host_outcomes
@@ -25,6 +26,8 @@ from sglang_fleet.runs.runner import (
     playbook_run,
     project_config,
     project_dir,
+    recap,
+    scrub_artifacts,
 )
 from sglang_fleet.runs.store import state_path
 from sglang_fleet.runs.summary import (
@@ -54,6 +57,8 @@ def run_folder(args: argparse.Namespace, command: str) -> Path:
     else:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         folder = Path(state_path("runs", project_dir())) / f"{stamp}-{command}"
+        # Old runs go by the keep count; each deployment's last good run stays.
+        prune_runs(folder.parent, keep_count())
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     return folder
@@ -114,17 +119,43 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     observes (require_ready: health) says one line per host, its verdict, then the table."""
     check_inventory(args)
     folder = run_folder(args, command)
+    groups = host_groups(args)
+    write_meta(folder, {"groups": groups})
     started = time.time()
     interrupted: Interrupted | None = None
     problems: list[str] = []
+    # Each event as runner hands it over: read again from its files, 64 hosts' events took
+    # seconds. The artifacts are scrubbed after the summary and the page are written.
+    events: list[dict[str, Any]] = []
+    scrub: list[str] = []
+
+    def handler(event: dict[str, Any]) -> bool:
+        events.append(event)
+        return progress(event)
+
     try:
         with Progress(final_only=require_ready) as progress, playbook_run(
                 playbook, inventory=args.inventory, limit=args.limit, extravars=extra,
-                private_data_dir=str(folder / "runner"), event_handler=progress) as run:
-            events, stats, rc = list(run.events), run.stats, run.rc
+                private_data_dir=str(folder / "runner"), event_handler=handler,
+                defer_scrub=scrub) as run:
+            stats, rc = recap(events), run.rc
             problems = [] if stats else _parse_problems(run)
     except Interrupted as exc:
         interrupted = exc
+    try:
+        return _report_run(args, command, folder, events, stats, rc, interrupted, problems,
+                           require_ready, started, groups)
+    finally:
+        for path in scrub:
+            scrub_artifacts(path)
+
+
+def _report_run(args: argparse.Namespace, command: str, folder: Path,
+                events: list[dict[str, Any]], stats: dict[str, Any] | None, rc: int,
+                interrupted: Interrupted | None, problems: list[str], require_ready: bool,
+                started: float, groups: dict[str, list[str]]
+                ) -> tuple[int, dict[str, HostOutcome], dict[str, Any]]:
+    """The run's summary, JUnit file and page, then the host table and the result line."""
     outcomes = host_outcomes(events, stats, interrupted=interrupted is not None)
     if require_ready:
         judge_readiness(outcomes)
@@ -135,6 +166,7 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
     json_path = Path(args.json) if getattr(args, "json", None) else folder / "summary.json"
     junit_path = Path(args.junit) if getattr(args, "junit", None) else folder / "junit.xml"
     write_summary(summary, outcomes, json_path, junit_path)
+    page = write_record(folder, events, summary, groups)
     say()
     if outcomes:
         # On a terminal the reasons wrap to its width; in a log each stays one line.
@@ -148,9 +180,43 @@ def run_playbook_command(args: argparse.Namespace, command: str, playbook: str,
         say("no host ran: check --limit and the inventory")
     for line in _interruption_lines(interrupted) if interrupted else []:
         say(line)
+    # The page on the result line: one line for a CI log's reader to find, and to copy.
     say(f"result: {summary['result']} (exit {summary['exit_code']}); summary {json_path}, "
-        f"JUnit {junit_path}, runner artifacts {folder / 'runner'}")
+        f"JUnit {junit_path}, runner artifacts {folder / 'runner'}"
+        + (f", page {page}" if page else ""))
     return summary["exit_code"], outcomes, summary
+
+
+def host_groups(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Each host's inventory groups, for the run record's filter (read before the run, so
+    the page is written as soon as it ends); none when the inventory cannot be read here."""
+    from ansible.errors import AnsibleError
+
+    inventory = args.inventory or default_inventory()
+    try:
+        read = read_servers(str(inventory) if inventory else None, ())
+    except (AnsibleError, OSError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for group, hosts in read.groups.items():
+        if group in ("all", "ungrouped"):
+            continue
+        for host in hosts:
+            out.setdefault(host, []).append(group)
+    return out
+
+
+def write_record(folder: Path, events: list[dict[str, Any]] | None = None,
+                 summary: dict[str, Any] | None = None,
+                 groups: dict[str, list[str]] | None = None) -> Path | None:
+    """The run's page and its JSON in the run folder; a failure to write them is said, and
+    never changes the run's result."""
+    try:
+        return write_run_record(folder, events, summary, groups)
+    except Exception as exc:  # noqa: BLE001 - the run's own result stands
+        say(f"warning: the run record was not written: {type(exc).__name__}: {exc}; "
+            f"rebuild it with `sglang-fleet report {folder}`")
+        return None
 
 
 def pd_unit_limit(args: argparse.Namespace, limit: str) -> str:

@@ -9,15 +9,16 @@ import traceback
 from sglang_fleet.bench import experiments
 from sglang_fleet.cli import release
 from sglang_fleet.cli.bench import cmd_bench
-from sglang_fleet.cli.bisect import cmd_bisect
 from sglang_fleet.cli.check import cmd_check
 from sglang_fleet.cli.common import UsageError, _interruption_lines
 from sglang_fleet.cli.deploy import cmd_deploy
+from sglang_fleet.cli.experiments.bisect import cmd_bisect
+from sglang_fleet.cli.experiments.sweep import cmd_sweep
 from sglang_fleet.cli.health import cmd_health
 from sglang_fleet.cli.plan import cmd_plan
 from sglang_fleet.cli.recover import cmd_recover
 from sglang_fleet.cli.render import cmd_render
-from sglang_fleet.cli.sweep import cmd_sweep
+from sglang_fleet.cli.report import cmd_report
 from sglang_fleet.cli.watch import cmd_watch
 from sglang_fleet.cli.weights import cmd_weights
 from sglang_fleet.recovery import diagnose
@@ -157,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     bisect.add_argument("--no-restore", action="store_true",
                         help="leave the last trial's configuration running")
     bisect.set_defaults(func=cmd_bisect)
+
+    report = sub.add_parser("report", help="the page of a run (the newest by default): its "
+                                           "path, rebuilt from the run's files if missing")
+    report.add_argument("run", nargs="?", help="a run folder, or its name under the runs "
+                                               "folder (default: the newest run)")
+    report.add_argument("--list", action="store_true", help="list the runs with their results")
+    report.add_argument("--rebuild", action="store_true",
+                        help="write the page again from the run's files")
+    report.add_argument("--keep", type=int, metavar="N",
+                        help="remove all but the newest N runs, keeping each deployment's "
+                             "last good run")
+    report.set_defaults(func=cmd_report)
 
     diag = sub.add_parser("diagnose", help="read one SGLang server log: phase, progress, "
                                            "timeline, failures, the gate's conclusion")

@@ -10,7 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.cli.common import check_inventory, pd_unit_limit, run_folder, say
+from sglang_fleet.cli.common import (
+    check_inventory,
+    host_groups,
+    pd_unit_limit,
+    run_folder,
+    say,
+    write_record,
+)
+from sglang_fleet.record.history import write_meta
 from sglang_fleet.router.view import router_lines
 from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.metrics import is_router, prometheus_text, write_textfile
@@ -36,6 +44,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     check_inventory(args)
     extra = parse_extra_vars(args.extra_vars)
     folder = run_folder(args, "watch")
+    groups = host_groups(args)
+    write_meta(folder, {"groups": groups})
     metrics_path = Path(args.metrics_file) if args.metrics_file else folder / "sglang_fleet.prom"
     stop = {"signal": None}
 
@@ -119,6 +129,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         summary = build_summary("watch", rc, outcomes, started, time.time(), folder,
                                 observations=number, recoveries=recoveries)
         write_summary(summary, outcomes, folder / "summary.json", folder / "junit.xml")
+        write_record(folder, summary=summary, groups=groups)
 
     try:
         observations = watch_loop(observe, args.interval, args.count, args.duration,
@@ -127,7 +138,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     reason = f"stopped by {stop['signal']}" if stop["signal"] else "done"
-    say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}")
+    say(f"watch {reason} after {counted(observations, 'observation')}; metrics {metrics_path}; "
+        f"page {folder / 'run.html'}")
     return result["code"]
 
 

@@ -338,11 +338,14 @@ def playbook_run(playbook: str, inventory: str | None = None, limit: str | None 
                  event_handler: Callable[[dict[str, Any]], bool] | None = None,
                  rotate_artifacts: int = 0,
                  cancel_callback: Callable[[], bool] | None = None,
+                 defer_scrub: list[str] | None = None,
                  ) -> Iterator[ansible_runner.Runner]:
     """Run a playbook; the runner (events, stats) is readable inside the `with` block.
 
     Without private_data_dir the artifacts go to a temporary folder removed afterwards; with
-    one, they are kept, private (0700), secrets masked. Without a cancel_callback, SIGINT and
+    one, they are kept, private (0700), secrets masked (by the caller, after the records it
+    writes first, when it passes `defer_scrub`: the folder is added to that list). Without a
+    cancel_callback, SIGINT and
     SIGTERM end the run and every Ansible process it started (InterruptGuard), and the
     `with` block raises Interrupted once its body has read what the run left.
     """
@@ -369,12 +372,26 @@ def playbook_run(playbook: str, inventory: str | None = None, limit: str | None 
             try:
                 yield ansible_runner.run(private_data_dir=private_data_dir, **kwargs)
             finally:
-                scrub_artifacts(private_data_dir)
+                if defer_scrub is None:
+                    scrub_artifacts(private_data_dir)
+                else:
+                    defer_scrub.append(private_data_dir)
         else:
             with tempfile.TemporaryDirectory(prefix="sglang-fleet-") as tmp:
                 yield ansible_runner.run(private_data_dir=tmp, **kwargs)
     if guard and guard.signum is not None:
         raise Interrupted(guard.signum, guard.ended)
+
+
+def recap(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's recap as ansible-runner's Runner.stats gives it, from events already read
+    (Runner.stats reads every event file again); None when the run ended without one."""
+    for event in events:
+        if event.get("event") == "playbook_on_stats":
+            data = event.get("event_data") or {}
+            return {k: data.get(k, {}) for k in ("skipped", "ok", "dark", "failures", "ignored",
+                                                  "rescued", "processed", "changed")}
+    return None
 
 
 def task_results(runner: ansible_runner.Runner, task_name: str) -> dict[str, dict[str, Any]]:

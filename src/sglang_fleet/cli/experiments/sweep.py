@@ -13,7 +13,7 @@ from sglang_fleet.bench import experiments
 from sglang_fleet.bench.report import config_row, markdown_table, write_report
 from sglang_fleet.bench.results import headline_tok_s
 from sglang_fleet.cli.common import _failure_text, bench_extravars, run_folder, say
-from sglang_fleet.cli.trials import (
+from sglang_fleet.cli.experiments.trials import (
     _restore,
     _restore_cases,
     _runner,

@@ -11,7 +11,13 @@ from typing import Any
 
 from sglang_fleet.bench import experiments
 from sglang_fleet.bench.results import headline_tok_s
-from sglang_fleet.cli.common import UsageError, _failure_text, check_inventory, say
+from sglang_fleet.cli.common import (
+    UsageError,
+    _failure_text,
+    check_inventory,
+    say,
+    write_record,
+)
 from sglang_fleet.runs.inputs import parse_extra_vars
 from sglang_fleet.runs.runner import (
     Interrupted,
@@ -84,6 +90,7 @@ def write_experiment_records(folder: Path, command: str, started: float, code: i
     write_private(folder / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     write_private(folder / "junit.xml", junit_document(
         f"sglang-fleet {command}", summary["seconds"], all_cases))
+    write_record(folder, summary=summary)
 
 
 def _restore(args: argparse.Namespace, runner: experiments.TrialRunner,

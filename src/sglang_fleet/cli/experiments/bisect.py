@@ -12,7 +12,7 @@ import yaml
 from sglang_fleet.bench import experiments
 from sglang_fleet.bench.bisect import find_culprit
 from sglang_fleet.cli.common import UsageError, _failure_text, run_folder, say
-from sglang_fleet.cli.trials import (
+from sglang_fleet.cli.experiments.trials import (
     _restore,
     _restore_cases,
     _runner,

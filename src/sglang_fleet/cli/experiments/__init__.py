@@ -1,0 +1,1 @@
+"""The experiment commands, sweep and bisect, and the trials they share."""
