@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from sglang_fleet.store import STATE_DIR_VAR
+from sglang_fleet.testfleet import schedule
 
 REPO = Path(__file__).resolve().parents[1]
 # The operator's own stores: no test may write into them.
@@ -18,6 +19,53 @@ def _snapshot() -> dict[str, tuple[int, int]]:
                 stat = path.stat()
                 files[str(path)] = (stat.st_size, stat.st_mtime_ns)
     return files
+
+
+DURATIONS = REPO / "tests" / "durations.json"
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each test's seconds in this run into {DURATIONS.name} "
+                          "(read to hand out the longest tests first)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Spread the suite over the workers (sglang_fleet.testfleet.schedule): a file whose tests
+    share a fleet is one unit on one worker, every other test a unit of its own; units are
+    handed out longest first. Runs before xdist's own hook, which reads the groups marked
+    here."""
+    tests = []
+    for item in items:
+        scopes = [fd.scope for defs in item._fixtureinfo.name2fixturedefs.values()
+                  for fd in defs]
+        unit = schedule.unit_of(item.nodeid, scopes)
+        if unit != item.nodeid:
+            item.add_marker(pytest.mark.xdist_group(unit))
+        tests.append((item.nodeid, unit))
+    order = schedule.longest_first(tests, schedule.read_durations(DURATIONS))
+    items[:] = [items[i] for i in order]
+
+
+class DurationRecorder:
+    """Each test's setup, call and teardown seconds, as the controller receives them (from
+    every worker), written at the end of the run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        nodeid = schedule.base_nodeid(report.nodeid)
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        schedule.write_durations(DURATIONS, self.seconds, REPO)
+
+
+def pytest_configure(config) -> None:
+    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(), "sglang-fleet-durations")
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

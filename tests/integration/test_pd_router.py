@@ -29,7 +29,7 @@ from sglang_fleet_node import sglang_fleet_procs as procs
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def venv(tmp_path_factory):
     return router_venv(tmp_path_factory.getbasetemp().parent)
 
@@ -59,7 +59,6 @@ def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp
         again = fleet.deploy()
         assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -78,7 +77,6 @@ def test_the_router_is_not_ready_while_its_deployment_lacks_a_ready_prefill(tmp_
         ready = requests.get(fleet.router_url + "/readiness", timeout=5)
         assert ready.status_code == 503 and "insufficient healthy workers" in ready.text
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -119,7 +117,6 @@ def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp
         assert router_workers(fleet.router_url) == []
         assert requests.get(fleet.router_url + "/readiness", timeout=5).status_code == 503
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -179,7 +176,6 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
         assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
                    for f in hung["failures"]), (hung["failures"][:5], routes)
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -220,7 +216,6 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
                 routes.get(failure["rid"], [""])[-1] == fleet.url(victim), (failure, routes)
         assert killed["completed"] >= killed["sent"] - 4, killed["failures"]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -253,7 +248,6 @@ def test_a_prefill_whose_bootstrap_port_is_taken_is_never_registered_and_no_requ
         assert statuses.count(200) == 200, {s: statuses.count(s) for s in set(statuses)}
     finally:
         holder.close()
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -295,7 +289,6 @@ def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_pat
         assert whole.rc == 0, whole.output[-3000:]
         assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -355,7 +348,6 @@ def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(t
                 f"outside this run. Fix: recover the deployment as a unit: sglang-fleet "
                 f"recover --limit kimi_pd") in flat(plain.output), plain.output[-3000:]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -389,7 +381,10 @@ def test_a_prefill_whose_transfers_fail_is_judged_by_its_decodes_and_taken_out(t
         assert prefill["reason"].startswith(
             f"/health and its KV bootstrap server answer, but its decodes' KV transfers from "
             f"it fail (bootstrap 127.0.0.1:{port}; sim-node-2: "), prefill
-        assert "timed out after 3.0s in KVPoll.WaitingForInput" in prefill["reason"], prefill
+        # The decode waited its 3 s timeout, and says how long it waited (more on a busy
+        # machine).
+        waited = re.search(r"timed out after (\d+\.\d)s in KVPoll\.WaitingForInput",
+                           prefill["reason"])
+        assert waited and float(waited[1]) >= 3.0, prefill
     finally:
-        fleet.stop()
         fleet.kill_leftovers()

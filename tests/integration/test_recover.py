@@ -61,7 +61,6 @@ def shared_node(tmp_path_factory):
     ready server: each starts in seconds (a no-change re-run) instead of deploying its own."""
     fleet = make_fleet(tmp_path_factory.mktemp("shared-node"), hosts=1)
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

@@ -154,7 +154,6 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
         assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -226,7 +225,6 @@ def test_a_stopped_scheduler_hangs_its_endpoints_but_no_toolkit_call_past_its_ti
         entry = Router(fleet.router_url).wait_for(url, present=True, healthy=True, timeout=90)
         assert entry is not None and entry["is_healthy"], entry
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
