@@ -38,6 +38,26 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.fixture(autouse=True)
+def loads_stopped():
+    """Every load a test starts is stopped when the test ends, passed or failed."""
+    yield
+    while LOADS:
+        LOADS.pop().stop()
+
+
+LOADS: list[Load] = []
+
+
+def start_load(fleet, prefix: str, clients: int, api: str = "generate") -> Load:
+    """Streaming requests through the router until the test stops them: for as long as its
+    steps take on this machine (a fixed 300 s ran out during a deploy on a loaded one)."""
+    load = Load(fleet.router_url, clients=clients, max_new_tokens=24, duration=3600,
+                prefix=prefix, api=api).start()
+    LOADS.append(load)
+    return load
+
+
 def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp_path, venv):
     fleet = make_pd_fleet(tmp_path, router=venv)
     try:
@@ -134,12 +154,11 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
         assert first.rc == 0, first.output[-3000:]
         prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
         before = {h: fleet.server_pid(h) for h in fleet.hosts}
-        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
-                    prefix="roll").start()
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        load = start_load(fleet, "roll", clients=3)
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
         run = fleet.deploy("--limit", "kimi_prefill", "-e", "sglang_fleet_serial=1",
                            extra={"sglang_server_num_continuous_decode_steps": 2})
-        wait_for(lambda: sum(r.completed for r in load.requests) >= 10, timeout=30)
+        wait_for(lambda: sum(r.completed for r in load.requests) >= 10, timeout=180)
         load.stop()
         rolled = summarize(load.wait())
         assert run.rc == 0 and run.changed_hosts() == set(prefills), run.output[-3000:]
@@ -151,9 +170,8 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
 
         victim = decodes[1]
         kept = {h: fleet.server_pid(h) for h in fleet.hosts}
-        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
-                    prefix="hang").start()
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        load = start_load(fleet, "hang", clients=3)
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
         os.kill(kept[victim], signal.SIGUSR1)  # generation hangs, requests in flight included
         watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
                                "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
@@ -164,7 +182,7 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
                           if w["is_healthy"]} == {fleet.url(h) for h in fleet.hosts},
                  timeout=60)
         started = len(load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 5, timeout=30)
+        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 5, timeout=180)
         load.stop()
         hung = summarize(load.wait())
         assert fleet.server_pid(victim) != kept[victim]
@@ -195,9 +213,8 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
         assert "circuit breaker on" not in first.output
         victim = fleet.hosts[3]
         kept = {h: fleet.server_pid(h) for h in fleet.hosts if h != victim}
-        load = Load(fleet.router_url, clients=4, max_new_tokens=24, duration=300,
-                    prefix="kill", api="chat").start()
-        wait_for(lambda: sum(r.completed for r in load.requests) >= 4, timeout=30)
+        load = start_load(fleet, "kill", clients=4, api="chat")
+        wait_for(lambda: sum(r.completed for r in load.requests) >= 4, timeout=180)
         killed_at = time.time()
         procs.signal_pids([p["pid"] for p in fleet.processes(victim)], signal.SIGKILL)
         watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
@@ -206,7 +223,7 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
         out = flat(watched.stdout)
         assert f"{victim}: recovered" in out, out[-3000:]
         started = len(load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 8, timeout=60)
+        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 8, timeout=180)
         load.stop()
         killed = summarize(load.wait())
         assert {h: fleet.server_pid(h) for h in kept} == kept
@@ -271,12 +288,11 @@ def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_pat
     try:
         first = fleet.deploy()
         assert first.rc == 0, first.output[-3000:]
-        load = Load(fleet.router_url, clients=3, max_new_tokens=24, duration=300,
-                    prefix="whole").start()
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=30)
+        load = start_load(fleet, "whole", clients=3)
+        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
         run = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 2})
         done = sum(r.completed for r in load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=30)
+        wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=180)
         load.stop()
         rolled = summarize(load.wait())
         assert run.rc == 0 and run.changed_hosts() == set(fleet.hosts), run.output[-3000:]
