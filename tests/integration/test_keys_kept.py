@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -22,7 +23,6 @@ from sglang_fleet.testfleet.local import (
     make_fleet,
     wait_for,
 )
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

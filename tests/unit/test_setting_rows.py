@@ -11,12 +11,15 @@ from functools import partial
 
 import pytest
 
-from sglang_fleet import recovery, router_settings, secrets, settings
-from sglang_fleet.router_spec import build_router_spec, router_secrets
-from sglang_fleet.setting_kinds import Setting
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.node.common import secrets as shipped_registry
+from sglang_fleet.recovery import decisions as recovery
+from sglang_fleet.router.spec import build_router_spec, router_secrets
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import secrets
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import Setting
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet_node import sglang_fleet_secrets as shipped_registry
 
 S = partial(Setting, prefix=settings.PREFIX)
 R = partial(Setting, prefix=router_settings.PREFIX)
@@ -140,9 +143,10 @@ def test_a_router_secret_row_is_rendered_from_the_env_file_only(router_rows):
 def test_a_secret_row_is_the_row_and_the_generator(server_rows, router_rows, tmp_path,
                                                   check_registry):
     """Adding a secret row to either table, then running the generator (`python -m
-    sglang_fleet.secrets --write`), in a copy of the files it writes: every check that reads
-    the list of secrets passes with no other edit, the node copy masks the new names and
-    docs/validation.md's table lists them. No list of secrets is kept anywhere else."""
+    sglang_fleet.settings.secrets --write`), in a copy of the files it writes: every check
+    that reads the list of secrets passes with no other edit, the node copy masks the new
+    names and docs/validation.md's table lists them. No list of secrets is kept anywhere
+    else."""
     for part in secrets.GENERATED:
         copy = tmp_path / part.path.relative_to(secrets.REPO)
         copy.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet import local
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 Identity = tuple[int, int]  # (pid, start time): a PID alone may be reused
 
