@@ -2,6 +2,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 
 from sglang_fleet.runs.store import STATE_DIR_VAR
 from sglang_fleet.testfleet import schedule
@@ -30,22 +31,32 @@ def pytest_addoption(parser) -> None:
                           "(read to hand out the longest tests first)")
 
 
-@pytest.hookimpl(tryfirst=True)
+def _unit(item) -> str:
+    scopes = [fd.scope for defs in item._fixtureinfo.name2fixturedefs.values() for fd in defs]
+    return schedule.unit_of(item.nodeid, scopes)
+
+
+def pytest_itemcollected(item) -> None:
+    """A file whose tests share a fleet is one unit of work on one worker (an xdist_group,
+    marked as the test is collected: xdist reads the groups in its own
+    pytest_collection_modifyitems)."""
+    unit = _unit(item)
+    if unit != item.nodeid:
+        item.add_marker(pytest.mark.xdist_group(unit))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Spread the suite over the workers (sglang_fleet.testfleet.schedule): a file whose tests
-    share a fleet is one unit on one worker, every other test a unit of its own; units are
-    handed out longest first. Runs before xdist's own hook, which reads the groups marked
-    here."""
-    tests = []
-    for item in items:
-        scopes = [fd.scope for defs in item._fixtureinfo.name2fixturedefs.values()
-                  for fd in defs]
-        unit = schedule.unit_of(item.nodeid, scopes)
-        if unit != item.nodeid:
-            item.add_marker(pytest.mark.xdist_group(unit))
-        tests.append((item.nodeid, unit))
+    """Units go out longest first (sglang_fleet.testfleet.schedule): every test not in a
+    file's unit is a unit of its own."""
+    tests = [(schedule.base_nodeid(item.nodeid), _unit(item)) for item in items]
     order = schedule.longest_first(tests, schedule.read_durations(DURATIONS))
     items[:] = [items[i] for i in order]
+    if config.getvalue("loadgroup"):  # an xdist worker: name each test's group in its id
+        for item, (nodeid, unit) in zip(items, [tests[i] for i in order], strict=True):
+            if unit != nodeid and "@" not in item.nodeid:
+                # xdist 3.8 appends `@group` to `item._nodeid`, which pytest 9 no longer
+                # reads (its ids are `item._id`); the scheduler groups by that suffix.
+                item._id = coerce_node_id(f"{item.nodeid}@{unit}")
 
 
 class DurationRecorder:
