@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet import local as helpers
+from sglang_fleet.testfleet.cli_run import CliRun
 
 HOST = "sim-node-1"
 UNHEALTHY = {"sglang_server_sim_fault": "hang_generation",
@@ -75,20 +76,6 @@ def session_of(sid: int) -> set[int]:
     return {p for p in procs.all_pids()
             if (procs.process_info(p) or {}).get("sid") == sid
             and procs.process_info(p)["state"] not in ("Z", "X")}
-
-
-def run_sessions(cli_pid: int) -> set[int]:
-    """The sessions of a CLI's run: ansible-playbook's (a child of the CLI leading its own
-    session) and its workers' (they call setsid)."""
-    table = {p: info for p in procs.all_pids() if (info := procs.process_info(p))}
-    found = {p for p, info in table.items() if info["ppid"] == cli_pid and info["sid"] == p}
-    found |= {p for p, info in table.items() if info["ppid"] in found and info["sid"] == p}
-    return found
-
-
-def members(sessions: set[int]) -> list[dict]:
-    return [info for p in procs.all_pids() if (info := procs.process_info(p))
-            and info["sid"] in sessions and info["state"] not in ("Z", "X")]
 
 
 def take_pid(pid: int) -> subprocess.Popen:
@@ -496,30 +483,20 @@ class Trials:
         fleet = helpers.make_fleet(folder, hosts=1, time_factor=0.05)  # slow: mid-gate
         fleet.extra.update(sglang_fleet_ledger=str(folder / "ledger.jsonl"),
                            sglang_fleet_evidence_dir=str(folder / "evidence"))
-        output = folder / "out.txt"
-        sessions: set[int] = set()
         run: set[tuple[int, int]] = set()  # (pid, start time) of the run's processes
+        cli = None
         try:
-            with open(output, "w") as out:
-                cli_proc = subprocess.Popen(
-                    [str(helpers.BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
-                     "--run-dir", str(folder / "run"), "-e", json.dumps(fleet.extra)],
-                    cwd=helpers.REPO, env=helpers.ansible_env(), stdout=out,
-                    stderr=subprocess.STDOUT)
-
-            def gating() -> bool:
-                sessions.update(run_sessions(cli_proc.pid))
-                return f"GATE [{HOST}]" in output.read_text() and len(sessions) > 1
-
-            helpers.wait_for(gating, 180, 0.2)
-            run.update((p["pid"], p["start_ticks"]) for p in members(sessions))
-            cli_proc.kill()
-            cli_proc.wait()
+            cli = CliRun(folder / "out.txt", "deploy", "-i", str(fleet.inventory),
+                         "--run-dir", str(folder / "run"), "-e", json.dumps(fleet.extra))
+            helpers.wait_for(lambda: cli.gating(HOST), 180, 0.2)
+            run = cli.identities()
+            cli.proc.kill()
+            cli.proc.wait()
             started = time.monotonic()
             left = run
             while left and time.monotonic() - started < 120:
                 time.sleep(0.2)
-                left = {(p["pid"], p["start_ticks"]) for p in members(sessions)} & run
+                left = cli.identities() & run
             ended = (f"its {len(run)} Ansible processes ended "
                      f"{time.monotonic() - started:.1f} s after the CLI" if not left else
                      f"{len(left)} of its {len(run)} Ansible processes STILL RUNNING after "
@@ -528,9 +505,8 @@ class Trials:
             return (f"CLI SIGKILLed mid-gate: {ended}; stop.yml exit {stop.rc}"
                     f"{'; ' + failure(stop.output, 110) if stop.rc else ''}")
         finally:
-            procs.signal_pids([p["pid"] for p in members(sessions)
-                               if (p["pid"], p["start_ticks"]) in run],
-                              signal.SIGKILL)
+            if cli:
+                cli.kill(run, signal.SIGKILL)
             self.done(fleet)
 
     def check_bounds(self) -> str:

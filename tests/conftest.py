@@ -2,8 +2,10 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 
 from sglang_fleet.runs.store import STATE_DIR_VAR
+from sglang_fleet.testfleet import schedule
 
 REPO = Path(__file__).resolve().parents[1]
 # The operator's own stores: no test may write into them.
@@ -18,6 +20,63 @@ def _snapshot() -> dict[str, tuple[int, int]]:
                 stat = path.stat()
                 files[str(path)] = (stat.st_size, stat.st_mtime_ns)
     return files
+
+
+DURATIONS = REPO / "tests" / "durations.json"
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each test's seconds in this run into {DURATIONS.name} "
+                          "(read to hand out the longest tests first)")
+
+
+def _unit(item) -> str:
+    scopes = [fd.scope for defs in item._fixtureinfo.name2fixturedefs.values() for fd in defs]
+    return schedule.unit_of(item.nodeid, scopes)
+
+
+def pytest_itemcollected(item) -> None:
+    """A file whose tests share a fleet is one unit of work on one worker (an xdist_group,
+    marked as the test is collected: xdist reads the groups in its own
+    pytest_collection_modifyitems)."""
+    unit = _unit(item)
+    if unit != item.nodeid:
+        item.add_marker(pytest.mark.xdist_group(unit))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Units go out longest first (sglang_fleet.testfleet.schedule): every test not in a
+    file's unit is a unit of its own."""
+    tests = [(schedule.base_nodeid(item.nodeid), _unit(item)) for item in items]
+    order = schedule.longest_first(tests, schedule.read_durations(DURATIONS))
+    items[:] = [items[i] for i in order]
+    if config.getvalue("loadgroup"):  # an xdist worker: name each test's group in its id
+        for item, (nodeid, unit) in zip(items, [tests[i] for i in order], strict=True):
+            if unit != nodeid and "@" not in item.nodeid:
+                # xdist 3.8 appends `@group` to `item._nodeid`, which pytest 9 no longer
+                # reads (its ids are `item._id`); the scheduler groups by that suffix.
+                item._id = coerce_node_id(f"{item.nodeid}@{unit}")
+
+
+class DurationRecorder:
+    """Each test's setup, call and teardown seconds, as the controller receives them (from
+    every worker), written at the end of the run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        nodeid = schedule.base_nodeid(report.nodeid)
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        schedule.write_durations(DURATIONS, self.seconds, REPO)
+
+
+def pytest_configure(config) -> None:
+    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(), "sglang-fleet-durations")
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

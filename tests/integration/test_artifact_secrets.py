@@ -11,7 +11,6 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
-import yaml
 
 from sglang_fleet.testfleet.local import BIN, FAST_GATE, REPO, ansible_env, make_fleet
 
@@ -34,7 +33,6 @@ def fleet(tmp_path_factory):
     try:
         yield fleet
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -48,10 +46,8 @@ def files_holding(root: Path, secrets) -> list[tuple[str, str]]:
 
 
 def test_the_cli_masks_a_key_by_value_whatever_its_variable_is_called(fleet):
-    group_vars = fleet.inventory / "group_vars" / "sglang_servers.yml"
-    settings = yaml.safe_load(group_vars.read_text())
-    settings["sglang_server_api_key"] = "{{ lookup('ansible.builtin.env', '" + PLAIN_VAR + "') }}"
-    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    fleet.update_group_vars("sglang_servers", {
+        "sglang_server_api_key": "{{ lookup('ansible.builtin.env', '" + PLAIN_VAR + "') }}"})
     run_dir = fleet.tmp / "runs" / "deploy"
     env = dict(ansible_env(), **OTHERS, **{PLAIN_VAR: KEY})
     proc = subprocess.run(

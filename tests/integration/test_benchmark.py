@@ -119,7 +119,6 @@ def test_batch_levels_send_one_request_of_distinct_prompts(tuned_sim):
 def fleet(tmp_path_factory):
     fleet = make_fleet(tmp_path_factory.mktemp("canary"), hosts=2, time_factor=0.005)
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_fleet.node.process import procs
+from sglang_fleet.testfleet.cli_run import CliRun
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -40,14 +40,11 @@ NESTED_TOKEN = "hf_nested_override_c3d4e5"
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     fleet = make_fleet(tmp_path_factory.mktemp("cli"), hosts=2, time_factor=0.005)
-    group_vars = fleet.inventory / "group_vars" / "sglang_servers.yml"
-    settings = yaml.safe_load(group_vars.read_text())
-    settings.update(sglang_server_api_key=API_KEY, sglang_server_hf_token=HF_TOKEN)
-    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    fleet.update_group_vars("sglang_servers", {"sglang_server_api_key": API_KEY,
+                                               "sglang_server_hf_token": HF_TOKEN})
     fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "hang:loading_weights"})
     fleet.outputs = []
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 
@@ -357,48 +354,21 @@ def test_check_refuses_a_python_tag_and_a_setting_without_bound_with_exit_2(tmp_
         assert seconds < 10 and usage["maxrss_kb"] < 300_000, (name, seconds, usage)
 
 
-def run_sessions(cli_pid: int, sessions: set[int]) -> None:
-    """Add the sessions the CLI's run created: ansible-playbook's (a child of the CLI that
-    leads its own session) and each of its workers' (they call setsid)."""
-    table = {pid: info for pid in procs.all_pids() if (info := procs.process_info(pid))}
-    for pid, info in table.items():
-        if info["ppid"] == cli_pid and info["sid"] == pid:
-            sessions.add(pid)
-    for pid, info in table.items():
-        if info["ppid"] in sessions and info["sid"] == pid:
-            sessions.add(pid)
-
-
-def session_members(sessions: set[int]) -> list[dict]:
-    return [info for pid in procs.all_pids() if (info := procs.process_info(pid))
-            and info["sid"] in sessions and info["state"] != "Z"]
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_deploy_leaves_no_ansible_process_and_says_what_it_reached(
         tmp_path, signum):
     fleet = make_fleet(tmp_path, hosts=1, time_factor=0.05)  # slow enough to interrupt
     run_dir = tmp_path / "run"
-    output = tmp_path / "out.txt"
     try:
-        with open(output, "w") as out:
-            proc = subprocess.Popen(
-                [str(BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
-                 "--run-dir", str(run_dir), "-e", json.dumps(fleet.with_stores())],
-                cwd=REPO, env=ansible_env(), stdout=out, stderr=subprocess.STDOUT)
-        sessions: set[int] = set()
-
-        def gate_running() -> bool:
-            run_sessions(proc.pid, sessions)
-            return "GATE [sim-node-1]" in output.read_text() and len(sessions) > 1
-
-        wait_for(gate_running, timeout=180, interval=0.2)
-        assert session_members(sessions), "the run's Ansible processes were found"
-        proc.send_signal(signum)
-        code = proc.wait(timeout=60)
-        text = output.read_text()
+        cli = CliRun(tmp_path / "out.txt", "deploy", "-i", str(fleet.inventory),
+                     "--run-dir", str(run_dir), "-e", json.dumps(fleet.with_stores()))
+        wait_for(lambda: cli.gating("sim-node-1"), timeout=180, interval=0.2)
+        assert cli.members(), "the run's Ansible processes were found"
+        cli.proc.send_signal(signum)
+        code = cli.proc.wait(timeout=60)
+        text = cli.text()
         assert code == 128 + signum, text[-3000:]
-        wait_for(lambda: not session_members(sessions), timeout=15)
+        wait_for(lambda: not cli.members(), timeout=15)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["result"] == "interrupted" and summary["exit_code"] == 128 + signum
         assert summary["interrupted_by"] == signal.Signals(signum).name
@@ -412,7 +382,6 @@ def test_an_interrupted_deploy_leaves_no_ansible_process_and_says_what_it_reache
         # And they do: the server the run started is still there.
         assert fleet.server_processes("sim-node-1")
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -422,39 +391,27 @@ def test_a_sigkilled_cli_takes_its_playbook_run_with_it_and_the_stop_then_works(
     worker blocked writing to a pipe, holding the deployment's lock: `stop.yml` refused ("It
     is alive"). The run must end with the CLI; the lock it held is then proven gone."""
     fleet = make_fleet(tmp_path, hosts=1, time_factor=0.05)  # slow enough to be mid-gate
-    output = tmp_path / "out.txt"
-    sessions: set[int] = set()
     run: set[tuple[int, int]] = set()  # (pid, start time) of the run's processes
+    cli = None
     try:
-        with open(output, "w") as out:
-            proc = subprocess.Popen(
-                [str(BIN / "sglang-fleet"), "deploy", "-i", str(fleet.inventory),
-                 "--run-dir", str(tmp_path / "run"), "-e", json.dumps(fleet.with_stores())],
-                cwd=REPO, env=ansible_env(), stdout=out, stderr=subprocess.STDOUT)
-
-        def gate_running() -> bool:
-            run_sessions(proc.pid, sessions)
-            return "GATE [sim-node-1]" in output.read_text() and len(sessions) > 1
-
-        wait_for(gate_running, timeout=180, interval=0.2)
-        run.update((p["pid"], p["start_ticks"]) for p in session_members(sessions))
-        assert any("ansible-playbook" in p["cmdline"] for p in session_members(sessions))
-        proc.kill()
-        proc.wait(timeout=10)
+        cli = CliRun(tmp_path / "out.txt", "deploy", "-i", str(fleet.inventory),
+                     "--run-dir", str(tmp_path / "run"), "-e", json.dumps(fleet.with_stores()))
+        wait_for(lambda: cli.gating("sim-node-1"), timeout=180, interval=0.2)
+        run = cli.identities()
+        assert any("ansible-playbook" in p["cmdline"] for p in cli.members())
+        cli.proc.kill()
+        cli.proc.wait(timeout=10)
         # The run gets SIGTERM from the kernel when the CLI dies, passes it to its workers
         # (10 s is ansible's and the modules' own shutdown, with room for a loaded machine).
-        wait_for(lambda: not {(p["pid"], p["start_ticks"])
-                              for p in session_members(sessions)} & run,
-                 timeout=60, interval=0.2)
+        wait_for(lambda: not cli.identities() & run, timeout=60, interval=0.2)
         stop = fleet.stop()
         assert stop.rc == 0, stop.output[-3000:]
         assert "took over the lock of deploy of sim-node-1" in " ".join(stop.output.split())
         assert fleet.server_processes("sim-node-1") == []
     finally:
         # Only the processes of this test's run, if it outlived its CLI (the failure above).
-        procs.signal_pids([p["pid"] for p in session_members(sessions)
-                           if (p["pid"], p["start_ticks"]) in run], signal.SIGKILL)
-        fleet.stop()
+        if cli:
+            cli.kill(run, signal.SIGKILL)
         fleet.kill_leftovers()
 
 
@@ -501,7 +458,6 @@ def test_watch_recovers_a_server_that_hangs_after_start_and_exports_metrics(tmp_
         assert summary["command"] == "watch" and summary["hosts"]["sim-node-1"]["verdict"]
         assert junit_cases(tmp_path / "watch" / "junit.xml")
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet, run_playbook
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +125,6 @@ def test_a_project_outside_the_repository_deploys_reruns_and_stops(installed):
         assert stopped.returncode == 0, stopped.stdout[-3000:]
         assert all(not fleet.server_processes(host) for host in fleet.hosts)
     finally:
-        run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
         fleet.kill_leftovers()
 
 

@@ -26,7 +26,6 @@ def fleet(tmp_path_factory):
     first = fleet.deploy("-v")
     fleet.first_run = first
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

@@ -65,7 +65,6 @@ def test_two_simulated_nodes_form_one_tp16_server(tmp_path):
         assert "--nnodes 2" in script and "--node-rank 1" in script
         assert re.search(r"--dist-init-addr 127\.0\.0\.1:\d+ ", script)
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -21,7 +21,6 @@ pytestmark = pytest.mark.integration
 def node(tmp_path):
     fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005)
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

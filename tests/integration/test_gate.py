@@ -37,7 +37,6 @@ def failing_fleet(tmp_path_factory):
     fleet.run = fleet.deploy(extra={"sglang_server_gate_stall_windows": WINDOWS,
                                     "sglang_server_gate_poll_interval": 1})
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 
@@ -121,7 +120,6 @@ def mixed_fleet(tmp_path_factory):
                                     dict(WINDOWS, loading_weights=2),
                                     "sglang_server_gate_poll_interval": 1})
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

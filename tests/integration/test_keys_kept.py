@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
 from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
@@ -37,16 +36,13 @@ def keyed_node(tmp_path):
     """One simulated node whose inventory reads sglang_server_api_key from KEY_VAR, deployed
     ready with the variable set."""
     fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005)
-    group_vars = fleet.inventory / "group_vars" / "sglang_servers.yml"
-    settings = yaml.safe_load(group_vars.read_text())
-    settings["sglang_server_api_key"] = "{{ lookup('ansible.builtin.env', '" + KEY_VAR + "') }}"
-    group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
+    fleet.update_group_vars("sglang_servers", {
+        "sglang_server_api_key": "{{ lookup('ansible.builtin.env', '" + KEY_VAR + "') }}"})
     try:
         run = cli(fleet, "deploy", tmp_path / "runs" / "deploy", key=KEY)
         assert run.returncode == 0, run.stdout[-3000:]
         yield fleet
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -176,9 +177,11 @@ def test_a_decode_fails_a_transfer_that_hangs_or_whose_prefill_dies_and_serves_o
         timed_out = generate(5)
         assert timed_out.status_code == 500, timed_out.text
         message = timed_out.json()["message"]
-        assert message.startswith("Decode transfer failed for request rank=0 ") and \
-            "KVTransferError(bootstrap_room=5): Request 5 timed out after 8." in message and \
-            message.endswith("s in KVPoll.WaitingForInput"), message
+        # It waited its 8 s timeout, and says how long it waited (more on a busy machine).
+        waited = re.search(r"KVTransferError\(bootstrap_room=5\): Request 5 timed out after "
+                           r"(\d+\.\d)s in KVPoll\.WaitingForInput$", message)
+        assert message.startswith("Decode transfer failed for request rank=0 ") and waited \
+            and float(waited[1]) >= 8.0, message
 
         # A request waits on its KV cache while the prefill dies. Whether it reaches the decode
         # just before or just after the kill, it waits on the prefill the decode knows until
@@ -204,7 +207,6 @@ def test_a_decode_fails_a_transfer_that_hangs_or_whose_prefill_dies_and_serves_o
                 "look (the log holds 2 requests aborted, 1 lost connection to a prefill, "
                 f"naming the prefill at {addr}") in out, out[-3000:]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 
@@ -254,10 +256,11 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
         assert "KVTransferError(bootstrap_room=23): Request 23 timed out" in abort["message"]
         assert orphan.status_code == 500, orphan.text
         message = orphan.json()["message"]
+        waited = re.search(r"req\.bootstrap_room=21 with exception KVTransferError\("
+                           r"bootstrap_room=21\): Request 21 timed out after (\d+\.\d)s in "
+                           r"KVPoll\.Bootstrapping$", message)
         assert message.startswith("Prefill bootstrap failed for request rank=0 req.rid=") and \
-            "req.bootstrap_room=21 with exception KVTransferError(bootstrap_room=21): " \
-            "Request 21 timed out after 3." in message and \
-            message.endswith("s in KVPoll.Bootstrapping"), message
+            waited and float(waited[1]) >= 3.0, message
         prefill_log = fleet.log_file("sim-node-1").read_text()
         assert prefill_log.count("Some requests timed out when bootstrapping") == 1
 
@@ -268,7 +271,6 @@ def test_a_prefill_waits_for_its_decode_and_fails_a_request_no_decode_takes(tmp_
         assert ("sim-node-1: ready: /health answered 200; KV transfers failed since the last "
                 "look (the log holds 2 requests aborted") in out, out[-3000:]
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -103,7 +103,6 @@ def fleet(tmp_path_factory):
     fleet = make_fleet(tmp, hosts=4, time_factor=0.005,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 

@@ -61,7 +61,6 @@ def shared_node(tmp_path_factory):
     ready server: each starts in seconds (a no-change re-run) instead of deploying its own."""
     fleet = make_fleet(tmp_path_factory.mktemp("shared-node"), hosts=1)
     yield fleet
-    fleet.stop()
     fleet.kill_leftovers()
 
 
@@ -373,7 +372,7 @@ def test_a_failed_rank_takes_its_whole_multi_node_group_along(tmp_path):
         assert rank0_after and not rank0_before & rank0_after, "rank 0 was restarted too"
         assert requests.get(fleet.url("sim-node-1") + "/health", timeout=30).status_code == 200
     finally:
-        run_playbook("playbooks/stop.yml", fleet.inventory, fleet.extra)
+        fleet.kill_leftovers()
 
 
 # ---- faults of a running server keep its configuration; what ran is what is judged --------

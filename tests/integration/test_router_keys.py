@@ -33,17 +33,14 @@ ADMIN_KEY = "cp-vanish-8e1f2a3b4c5d6e7f"
 def routed(tmp_path, tmp_path_factory):
     fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
-    path = fleet.inventory / "group_vars" / "sglang_routers.yml"
-    data = yaml.safe_load(path.read_text()) or {}
-    data.update(sglang_router_api_key=ROUTER_KEY, sglang_router_control_plane_api_keys=[
-        {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": ADMIN_KEY}])
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    fleet.update_group_vars("sglang_routers", {
+        "sglang_router_api_key": ROUTER_KEY, "sglang_router_control_plane_api_keys": [
+            {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": ADMIN_KEY}]})
     try:
         first = fleet.deploy()
         assert first.rc == 0, first.output[-3000:]
         yield fleet
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -54,5 +54,4 @@ def test_the_runners_output_and_events_hold_the_gate_and_node_lines(tmp_path):
         assert len(lines) == 2 * len(fleet.hosts), again_playbook.output
         assert operator_lines(again_stdout) == lines
     finally:
-        fleet.stop()
         fleet.kill_leftovers()

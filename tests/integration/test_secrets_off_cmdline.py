@@ -32,25 +32,21 @@ CONTROL_KEY = "cp-cmdline-8e1f2a3b4c5d6e7f"
 SECRETS = (API_KEY, ADMIN_KEY, ROUTER_KEY, CONTROL_KEY)
 
 
-@pytest.fixture
-def keyed_fleet(tmp_path, tmp_path_factory):
-    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005,
+@pytest.fixture(scope="module")
+def keyed_fleet(tmp_path_factory):
+    """One keyed fleet, deployed once: the tests only observe it."""
+    fleet = make_fleet(tmp_path_factory.mktemp("keyed"), hosts=1, time_factor=0.005,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
-    servers = fleet.inventory / "group_vars" / "sglang_servers.yml"
-    data = yaml.safe_load(servers.read_text())
-    data.update(sglang_server_api_key=API_KEY, sglang_server_admin_api_key=ADMIN_KEY)
-    servers.write_text(yaml.safe_dump(data, sort_keys=False))
-    routers = fleet.inventory / "group_vars" / "sglang_routers.yml"
-    data = yaml.safe_load(routers.read_text()) or {}
-    data.update(sglang_router_api_key=ROUTER_KEY, sglang_router_control_plane_api_keys=[
-        {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": CONTROL_KEY}])
-    routers.write_text(yaml.safe_dump(data, sort_keys=False))
+    fleet.update_group_vars("sglang_servers", {"sglang_server_api_key": API_KEY,
+                                               "sglang_server_admin_api_key": ADMIN_KEY})
+    fleet.update_group_vars("sglang_routers", {
+        "sglang_router_api_key": ROUTER_KEY, "sglang_router_control_plane_api_keys": [
+            {"id": "fleet", "name": "sglang-fleet", "role": "admin", "key": CONTROL_KEY}]})
     try:
         run = fleet.deploy()
         assert run.rc == 0, run.output[-3000:]
         yield fleet
     finally:
-        fleet.stop()
         fleet.kill_leftovers()
 
 

@@ -11,22 +11,31 @@ from sglang_fleet.settings import server as settings
 from sglang_fleet.testfleet.local import role_defaults
 
 
-def test_the_node_copy_is_generated_from_the_settings_tables():
+def test_the_node_copy_and_the_docs_table_are_generated_from_the_settings_tables():
     assert secrets.main([]) == 0, "python -m sglang_fleet.settings.secrets --write"
 
 
-def test_every_secret_setting_of_both_tables_is_a_secret_name_everywhere():
-    for table in (settings.SETTINGS, router_settings.SETTINGS):
-        for s in table:
-            if s.secret:
-                assert node.is_secret_name(s.variable) and node.is_secret_name(s.name)
-                if s.flag:
-                    assert s.flag in node.SECRET_FLAGS
-    for env in settings.SECRET_ENV.values():
-        assert node.is_secret_name(env)
-    assert node.is_secret_name("SGLANG_ROUTER_CONTROL_PLANE_KEY_0")
-    assert not node.is_secret_name("secret_env_names")
-    assert not node.is_secret_name("tokenizer_path")
+def test_every_secret_setting_of_both_tables_is_a_secret_name_everywhere(check_registry):
+    check_registry((settings.TABLE, router_settings.TABLE), node)
+
+
+def test_the_controller_refuses_in_extra_env_what_the_node_masks():
+    """One rule on both sides: a name the node would mask as a secret is refused in
+    sglang_server_extra_env (it is written into facts, ledgers and reports), and a name it
+    shows is taken, SGLang's own switches included."""
+    for name, secret in (("SGLANG_DB_CREDENTIAL", True), ("MY_SERVICE_TOKEN", True),
+                         ("SGLANG_ROUTER_API_KEY", True), ("SGLANG_LOG_DECODE_GRAPH_KEY", False),
+                         ("SGLANG_INIT_NEW_TOKEN_RATIO", False), ("SGLANG_ENABLE_JIT_DEEPGEMM",
+                                                                  False)):
+        values = dict(role_defaults(), sglang_server_attention_backend="triton",
+                      sglang_server_extra_env={name: "1"})
+        built = build_launch_spec(values, "n1")
+        assert node.is_secret_name(name) is secret, name
+        assert built["ok"] is not secret, (name, built["errors"])
+        if secret:
+            assert f"{name} looks like a secret" in "\n".join(built["errors"])
+        else:
+            assert built["spec"]["env"][name] == "1"
 
 
 def test_the_routers_control_plane_keys_are_masked_nested_and_whole():

@@ -140,24 +140,42 @@ def test_a_router_secret_row_is_rendered_from_the_env_file_only(router_rows):
     assert env == {"SGLANG_ROUTER_ORACLE_PASSWORD": "pw-0123456789abcdef"}
 
 
-def test_the_secret_registry_follows_the_rows(server_rows, router_rows):
-    """The node copy generated from the tables with the new rows masks them; no list of
-    secrets is kept anywhere else."""
+def test_a_secret_row_is_the_row_and_the_generator(server_rows, router_rows, tmp_path,
+                                                  check_registry):
+    """Adding a secret row to either table, then running the generator (`python -m
+    sglang_fleet.settings.secrets --write`), in a copy of the files it writes: every check
+    that reads the list of secrets passes with no other edit, the node copy masks the new
+    names and docs/validation.md's table lists them. No list of secrets is kept anywhere
+    else."""
+    for part in secrets.GENERATED:
+        copy = tmp_path / part.path.relative_to(secrets.REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(part.path.read_text())
     new_names = ("sglang_server_signing_seed", "SGLANG_FLEET_SIGNING_SEED",
                  "sglang_router_oracle_password")
     # The name-based guess alone does not know these: only the rows make them secrets.
     assert not any(shipped_registry.is_secret_name(n) for n in new_names[:2])
+    assert secrets.sync(write=False, folder=tmp_path), "the new rows make the copies stale"
+    secrets.sync(write=True, folder=tmp_path)
+    assert secrets.sync(write=False, folder=tmp_path) == []
     registry = types.ModuleType("registry_with_the_new_rows")
-    exec(compile(secrets.node_copy_text(), "common/secrets.py", "exec"),
-         registry.__dict__)
+    node_copy = tmp_path / secrets.NODE_COPY.relative_to(secrets.REPO)
+    exec(compile(node_copy.read_text(), str(node_copy), "exec"), registry.__dict__)
+    check_registry((settings.TABLE, router_settings.TABLE), registry)
     for name in new_names:
         assert registry.is_secret_name(name), name
     record = {"extra_vars": {"sglang_server_signing_seed": SEED},
               "env": {"SGLANG_FLEET_SIGNING_SEED": SEED}}
     assert SEED not in repr(registry.mask_secrets(record))
     assert registry.mask_argv(["--oracle-password", "pw"]) == ["--oracle-password", "********"]
-    assert SEED in repr(shipped_registry.mask_secrets(
-        {"sglang_server_signing_seed": SEED}))  # the shipped copy predates the row
+    doc = (tmp_path / secrets.DOC.relative_to(secrets.REPO)).read_text()
+    assert "| `sglang_server_signing_seed` | `SGLANG_FLEET_SIGNING_SEED` | - (the environment) |" \
+        in doc
+    assert "| `sglang_router_oracle_password` | `SGLANG_ROUTER_ORACLE_PASSWORD` | " \
+        "`--oracle-password` |" in doc
+    # The repository's own files are untouched: they still match the shipped tables.
+    assert SEED in repr(shipped_registry.mask_secrets({"sglang_server_signing_seed": SEED}))
+    assert "signing_seed" not in secrets.DOC.read_text()
 
 
 def test_both_tables_are_rows_of_one_setting_type():

@@ -90,7 +90,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.config_hash": _LEDGER,
         "sglang_server_launch_spec.deployment": _LEDGER,
         "sglang_server_launch_spec.settings": f"{_LEDGER} (the last known good's inputs)",
-        "sglang_server_launch_spec.secret_fingerprints": f"{_LEDGER} (the run record compares them)",
+        "sglang_server_launch_spec.secret_fingerprints": f"{_LEDGER} (for run records)",
     },
     "roles/sglang_server/tasks/install.yml": {
         "sglang_server_launch_spec.install.mode": "only a pip install installs",

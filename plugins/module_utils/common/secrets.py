@@ -35,6 +35,11 @@ SECRET_PREFIXES = (
 # Names that look like secrets but hold none: the LaunchSpec's list of secret variable names.
 NOT_SECRET = frozenset(("secret_env_names", "secret_variables", "secret_fingerprints",
                         "secret_drops"))
+# SGLang's own environment variables whose names the words below would call secret, but which
+# the release declares not secret (`secret=` of each variable in its sglang/srt/environ.py; a
+# graph key is a CUDA-graph shape). tests/reference/test_secret_names.py checks this list
+# against the release's declarations, both ways.
+SGLANG_NOT_SECRET = frozenset(("SGLANG_LOG_DECODE_GRAPH_KEY",))
 # Words that make a name secret wherever they stand in it (`db_password`, `MY_PASSPHRASE`,
 # `SGL_BEARER`), words that do only as its last word (`hf_token`, `MY_SERVICE_TOKEN`, `GITHUB_AUTH`:
 # not `SGLANG_INIT_NEW_TOKEN_RATIO` or `auth_level`), and a last word ending in `key`/`keys`
@@ -49,9 +54,9 @@ def is_secret_name(name):
     """The one rule for a name (a record's key, an environment variable, a setting) whose value
     is a secret: the toolkit's own names, names with a word such as secret, password,
     passphrase or bearer, and names whose last word is token, auth or cookie, or ends in key
-    (`RKEY`, `admin_key`); not `tokenizer_path`, `max_tokens` or `SGLANG_INIT_NEW_TOKEN_RATIO`.
-    Case does not matter."""
-    if not isinstance(name, str) or name in NOT_SECRET:
+    (`RKEY`, `admin_key`); not `tokenizer_path`, `max_tokens`, `SGLANG_INIT_NEW_TOKEN_RATIO`
+    or SGLang's own variables that it declares not secret. Case does not matter."""
+    if not isinstance(name, str) or name in NOT_SECRET or name in SGLANG_NOT_SECRET:
         return False
     if name in SECRET_NAMES or name.startswith(SECRET_PREFIXES):
         return True

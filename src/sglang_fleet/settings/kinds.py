@@ -274,8 +274,7 @@ def unknown_variables(given: dict[str, Any], table: SettingsTable, problems: Pro
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
         fix = (f"did you mean {close[0]}?" if close else
                f"remove it; `ansible-doc -t role sglang.fleet.{table.role}` lists the settings")
-        hidden = is_secret_name(name) or "key" in name.lower() or bool(
-            close and table.by_variable[close[0]].secret)
+        hidden = is_secret_name(name) or bool(close and table.by_variable[close[0]].secret)
         problems.error(name, None if hidden else given[name],
                        f"is not a setting of the {table.role} role{where}", fix,
                        described="<hidden>" if hidden else None)

@@ -151,6 +151,14 @@ class SimFleet:
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.safe_dump(values))
 
+    def update_group_vars(self, group: str, values: dict[str, Any]) -> None:
+        """Set `values` in the group's vars file, beside what it holds (secrets go here, where
+        an operator keeps them: ansible-vault on a real fleet)."""
+        path = self.inventory / "group_vars" / f"{group}.yml"
+        data = yaml.safe_load(path.read_text()) if path.exists() else None
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump({**(data or {}), **values}, sort_keys=False))
+
     def main_pid(self, host: str) -> int | None:
         state = self.host_root(host) / "run" / f"Kimi-K2.5-{self.port(host)}.pid"
         try:
