@@ -15,6 +15,7 @@ from . import sglang_fleet_gpu as gpu
 from . import sglang_fleet_logphase as logphase
 from . import sglang_fleet_logread as logread
 from . import sglang_fleet_procs as procs
+from . import sglang_fleet_stacks as stacks
 from . import sglang_fleet_startcheck as startcheck
 from . import sglang_fleet_vocab as vocab
 from .sglang_fleet_files import read_json
@@ -261,10 +262,43 @@ def _recorded_stop(state):
     return {"at": stopped, "by": state.get("stopped_by")}
 
 
-def observe(p, health_answered=False):
+def _main_python(members):
+    """The launcher's Python (its command line's first word), where SGLang's venv keeps
+    py-spy."""
+    for member in members:
+        first = (member.get("cmdline") or "").split(" ", 1)[0]
+        if "python" in os.path.basename(first):
+            return first
+    return ""
+
+
+def sample_stacks(p, obs, stack_state):
+    """Each rank's stack, sampled with py-spy when due (`stack_state`: the gate state's
+    record of when each rank was last sampled, and whether sampling is known to be off)."""
+    stack_state = stack_state or {}
+    if not p.get("stack_sampling", True) or not obs["main_alive"] or stack_state.get("off"):
+        return
+    py_spy = stacks.find_py_spy(p.get("py_spy") or "", _main_python(obs["processes"]))
+    if py_spy is None:
+        obs["stacks_error"] = ("py-spy was not found beside the server's Python or on PATH "
+                               "(sglang_server_pip_extra_packages installs it)")
+        return
+    try:
+        samples, cost = stacks.sample_ranks(
+            py_spy, obs["processes"], stack_state.get("sampled"), time.time(),
+            interval=float(p.get("stack_interval") or stacks.SAMPLE_INTERVAL_S),
+            secrets_of=procs.secret_values)
+    except stacks.SamplingUnavailable as exc:
+        obs["stacks_error"] = str(exc)
+        return
+    obs["stacks"], obs["stacks_cost"] = samples, cost
+
+
+def observe(p, health_answered=False, stack_state=None):
     """One observation; `p` holds the module's parameters. `health_answered`: /health answered
     200 just before it (the gate's wait between observations), so it is not asked again: a
-    200 older than the processes and the log read here cannot hide a crash they show."""
+    200 older than the processes and the log read here cannot hide a crash they show.
+    `stack_state`: what the gate state holds of the stack sampling (sample_stacks)."""
     state = read_json(p["state_file"]) or {}
     # A recorded session counts only while its leader is the process recorded at start.
     session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
@@ -337,5 +371,6 @@ def observe(p, health_answered=False):
         # before anything is judged crashed on a line of text.
         obs["health_generate"] = http_status(
             "http://%s:%d/health_generate" % (p["host"], p["port"]), p["health_timeout"])
+    sample_stacks(p, obs, stack_state)
     obs["observed_at"] = time.time()
     return obs
