@@ -25,9 +25,10 @@ SAMPLE_INTERVAL_S = 10.0
 SAMPLES_KEPT = 4
 FROZEN_SAMPLES = 3
 STACK_WINDOW_S = 30.0
-# One dump may take this long; one observation spends at most this long sampling.
-DUMP_TIMEOUT_S = 5.0
+# One observation spends at most this long sampling, with this many dumps side by side (the
+# longest-unsampled ranks first; the others are due at the next observation).
 SAMPLING_BUDGET_S = 3.0
+PARALLEL_DUMPS = 16
 FRAMES_KEPT = 12
 
 # Processes that compile kernels for a JIT (DeepGEMM and FlashInfer through NVCC and ninja,
@@ -202,27 +203,35 @@ def _main_thread(threads):
     return (active or threads or [{}])[0]
 
 
-def dump(py_spy, pid, secrets=()):
-    """One non-blocking sample of `pid`'s main thread: its frames, innermost first, each
-    masked like a log line (control characters made inert, the process's secret values
-    blanked). Raises SamplingUnavailable when ptrace is denied; None when the process is gone
-    or is not Python."""
+def start_dump(py_spy, pid):
+    """py-spy's non-blocking dump of `pid` as JSON, started (several run side by side, so that
+    one observation takes one dump's time, not one per rank)."""
     try:
-        proc = subprocess.run([py_spy, "dump", "--nonblocking", "--json", "--pid", str(pid)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=DUMP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None
+        return subprocess.Popen([py_spy, "dump", "--nonblocking", "--json", "--pid", str(pid)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise SamplingUnavailable("py-spy could not run: %s" % exc) from exc
+
+
+def finish_dump(proc, pid, deadline, secrets=()):
+    """The started dump's frames of `pid`'s main thread, innermost first, each masked like a
+    log line (control characters made inert, the process's secret values blanked). Raises
+    SamplingUnavailable when ptrace is denied; None when the process is gone, is not Python,
+    or the dump outlasted `deadline` (it is then killed)."""
+    try:
+        out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
     if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace")
+        err = err.decode("utf-8", "replace")
         if _DENIED.search(err) and os.path.exists("/proc/%d" % pid):
             raise SamplingUnavailable("py-spy was denied ptrace of pid %d (%s)" % (
                 pid, inert(err.strip().splitlines()[0] if err.strip() else "", False)[:200]))
         return None
     try:
-        threads = json.loads(proc.stdout.decode("utf-8", "replace"))
+        threads = json.loads(out.decode("utf-8", "replace"))
     except ValueError:
         return None
     thread = _main_thread(threads if isinstance(threads, list) else [])
@@ -259,22 +268,28 @@ def is_compiler(cmdline):
 def sample_ranks(py_spy, members, last_sampled, now, interval=SAMPLE_INTERVAL_S,
                  budget=SAMPLING_BUDGET_S, secrets_of=None):
     """Sample the Python members (schedulers, detokenizer, launcher) not sampled for
-    `interval` s, the longest unsampled first, within `budget` s. Returns (samples by label,
-    cost: {"samples", "cpu_s", "wall_s"}). `last_sampled`: label -> the wall time of its last
-    sample (from the gate state); `secrets_of(pid)`: the values to blank in its frames."""
+    `interval` s, side by side, the longest unsampled first, within `budget` s. Returns
+    (samples by label, cost: {"samples", "cpu_s", "wall_s"}). `last_sampled`: label -> the
+    wall time of its last sample (from the gate state); `secrets_of(pid)`: the values to
+    blank in its frames."""
     due = [m for m in members if not is_compiler(m.get("cmdline")) and is_python(m["pid"])
            and now - (last_sampled or {}).get(rank_label(m.get("cmdline")), 0) >= interval]
     due.sort(key=lambda m: (last_sampled or {}).get(rank_label(m.get("cmdline")), 0))
     began, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = {}
-    for member in due:
-        if time.monotonic() - began > budget:
-            break
-        secrets = secrets_of(member["pid"]) if secrets_of else ()
-        frames = dump(py_spy, member["pid"], secrets)
+    deadline = began + budget
+    running = [(member, start_dump(py_spy, member["pid"])) for member in due[:PARALLEL_DUMPS]]
+    out, denied = {}, None
+    for member, proc in running:
+        try:
+            frames = finish_dump(proc, member["pid"], deadline,
+                                 secrets_of(member["pid"]) if secrets_of else ())
+        except SamplingUnavailable as exc:
+            denied, frames = exc, None  # the others are still collected, then it is said
         if frames:
             out[rank_label(member.get("cmdline"))] = {"pid": member["pid"], "at": now,
                                                       "frames": frames}
+    if denied is not None and not out:
+        raise denied
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return out, {"samples": len(out), "cpu_s": round(cpu, 4),
