@@ -38,7 +38,9 @@ def _signals(obs):
     members = obs["processes"]
     return {
         "phase_index": vocab.PHASES.index(log["phase"]),
-        "log_lines": log["meaningful_lines"],
+        # SGLang's own "Health check failed" lines answer the gate's probes: not progress.
+        "log_lines": log["meaningful_lines"] - sum(
+            f.get("count", 1) for f in log["failures"] if f["kind"] == "health_check_failed"),
         "shards_done": (log["shards"] or [0, 0])[0],
         "capture_done": (log["capture"] or [0, 0])[0],
         "progress_ticks": log.get("progress_ticks", 0),
@@ -177,6 +179,13 @@ def _first_sight(obs, now):
     return now
 
 
+def _observing_s(obs):
+    """How long the observation ran after it read the processes and the log."""
+    if obs.get("observed_at") and obs.get("read_at"):
+        return max(0.0, obs["observed_at"] - obs["read_at"])
+    return 0.0
+
+
 def _history(prev_state, obs):
     """The previous observation's state when it belongs to this run on this boot."""
     prev_state = prev_state or {}
@@ -191,20 +200,38 @@ def stack_state(state):
     """What observe() needs of the gate state to sample stacks: when each rank was last
     sampled, and whether sampling is known to be off on this node."""
     state = state or {}
-    return {"sampled": state.get("stacks_sampled") or {}, "off": state.get("stacks_off")}
+    return {"sampled": state.get("stacks_sampled") or {}, "off": state.get("stacks_off"),
+            "history": state.get("stacks") or {}, "last_progress": state.get("last_progress_wall"),
+            "signals": state.get("signals")}
+
+
+def progressed(stack_state_, obs):
+    """Which progress signals moved between the gate state and an observation (possibly
+    still without the port's answers): the node's StackSampler asks before it stops
+    waiting on /health."""
+    prev = (stack_state_ or {}).get("signals")
+    return _moved(prev, _signals(obs)) if prev else ["no previous observation"]
 
 
 def _stacks(prev_state, obs, now, last_progress, state, stack_window):
     """Keep each rank's last samples in the state; return the hang the stacks show (every
     rank on the same frames over the last samples since the last progress, and no progress
     for `stack_window`), or None. Sampling that is off is said once, in `stack_sampling`."""
-    history = stacks.merge(prev_state.get("stacks"), obs.get("stacks"), now)
     sampled = dict(prev_state.get("stacks_sampled") or {})
-    sampled.update((label, s["at"]) for label, s in (obs.get("stacks") or {}).items())
+    history = prev_state.get("stacks")
+    for taken in obs.get("stacks") or []:
+        # On this clock: as long before `now` as the round was before the observation's end.
+        at = now - max(0.0, obs.get("observed_at", taken["at"]) - taken["at"])
+        history = stacks.merge(history, taken["samples"], at, taken["at"])
+        sampled.update((label, taken["at"]) for label in taken["samples"])
+    history = history or {}
     pids = set(p["pid"] for p in obs["processes"])
     history = dict((label, kept) for label, kept in history.items() if kept[-1]["pid"] in pids)
     off = prev_state.get("stacks_off") or obs.get("stacks_error")
-    state.update(stacks=history, stacks_sampled=sampled, stacks_off=off)
+    # The last progress on the wall clock, for the node's next observation (StackSampler).
+    wall = obs.get("observed_at") or obs.get("wall_now")
+    state.update(stacks=history, stacks_sampled=sampled, stacks_off=off,
+                 last_progress_wall=wall - (now - last_progress) if wall else None)
     if off:
         return {"off": off, "said": bool(prev_state.get("stacks_off"))}
     if now - last_progress < stack_window or not stacks.frozen(history, list(history),
@@ -224,7 +251,9 @@ def _judge(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WI
     if last_progress is None:
         last_progress = _first_sight(obs, now)
     if moved:
-        last_progress = now
+        # Seen when the processes and the log were read, at the observation's start: a
+        # /health probe after it can take 25 s.
+        last_progress = now - _observing_s(obs)
     phase_since = prev_state.get("phase_since") if prev_state.get("phase") == phase else None
     if phase_since is None:
         phase_since = now if prev_state else last_progress
@@ -512,8 +541,12 @@ def _answering(verdict, obs):
                        "rank finished start-up; rank 0 serves HTTP")
         return True
     if phase == "serving" and not _still_starting(obs):
-        reason = "serving, but /health %s" % ("timed out" if health is None
-                                              else "answered %s" % health)
+        if obs.get("health_unanswered_s") is not None:
+            reason = "serving, but /health has not answered in %.0f s" % obs[
+                "health_unanswered_s"]
+        else:
+            reason = "serving, but /health %s" % ("timed out" if health is None
+                                                  else "answered %s" % health)
         hang = verdict.get("stack_hang")
         if hang and hang["signature"]:
             # A deadlock, not a slow generation: the stacks name where it waits.

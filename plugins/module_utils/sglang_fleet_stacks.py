@@ -22,6 +22,7 @@ from .sglang_fleet_text import inert
 # How often one rank is sampled at most, how many samples per rank the gate state keeps, and how
 # long the stacks must stay on the same frames with no progress before the gate says stalled.
 SAMPLE_INTERVAL_S = 10.0
+DUE_EARLY = 0.75
 SAMPLES_KEPT = 4
 FROZEN_SAMPLES = 3
 STACK_WINDOW_S = 30.0
@@ -272,8 +273,11 @@ def sample_ranks(py_spy, members, last_sampled, now, interval=SAMPLE_INTERVAL_S,
     (samples by label, cost: {"samples", "cpu_s", "wall_s"}). `last_sampled`: label -> the
     wall time of its last sample (from the gate state); `secrets_of(pid)`: the values to
     blank in its frames."""
+    # Due a little early too: observations come on the poll's cadence, each sampling at a
+    # different point of its run, and a strict interval would skip every other poll.
     due = [m for m in members if not is_compiler(m.get("cmdline")) and is_python(m["pid"])
-           and now - (last_sampled or {}).get(rank_label(m.get("cmdline")), 0) >= interval]
+           and now - (last_sampled or {}).get(rank_label(m.get("cmdline")), 0)
+           >= interval * DUE_EARLY]
     due.sort(key=lambda m: (last_sampled or {}).get(rank_label(m.get("cmdline")), 0))
     began, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     deadline = began + budget
@@ -299,26 +303,26 @@ def sample_ranks(py_spy, members, last_sampled, now, interval=SAMPLE_INTERVAL_S,
 # ---- judging ----------------------------------------------------------------------------
 
 
-def merge(history, samples, now):
+def merge(history, samples, now, wall=None):
     """The per-rank history the gate state keeps: the last SAMPLES_KEPT samples per rank (a
     new pid under a label starts over), each as its key, its frames and when it was taken on
-    the classifier's clock."""
+    the classifier's clock (`now`) and the wall clock (`wall`)."""
     history = dict(history or {})
     for label, sample in (samples or {}).items():
         kept = [s for s in history.get(label) or [] if s.get("pid") == sample["pid"]]
-        kept.append({"pid": sample["pid"], "at": now, "key": stack_key(sample["frames"]),
-                     "frames": sample["frames"]})
+        kept.append({"pid": sample["pid"], "at": now, "wall": wall,
+                     "key": stack_key(sample["frames"]), "frames": sample["frames"]})
         history[label] = kept[-SAMPLES_KEPT:]
     return history
 
 
-def frozen(history, labels, since, samples=FROZEN_SAMPLES):
+def frozen(history, labels, since, samples=FROZEN_SAMPLES, clock="at"):
     """Whether every rank in `labels` has at least `samples` samples taken since `since` (the
-    last progress) and all on the same frames."""
+    last progress) and all on the same frames. `clock`: "at" (the classifier's) or "wall"."""
     if not labels:
         return False
     for label in labels:
-        recent = [s for s in history.get(label) or [] if s["at"] >= since]
+        recent = [s for s in history.get(label) or [] if (s.get(clock) or 0) >= since]
         if len(recent) < samples or len(set(s["key"] for s in recent)) != 1:
             return False
     return True

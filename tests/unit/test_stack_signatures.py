@@ -97,7 +97,8 @@ def obs(stacks_now=None, shards=0, compilers=0, error=None, health=None, phase=N
     return {"run_id": T0, "started": True, "started_at": T0, "processes": members,
             "main_alive": True, "serves_http": True, "port_open": health is not None,
             "health": health, "health_s": 25.0 if health else None, "gpu_memory_used": 0,
-            "xids": [], "exit_status": None, "stacks": stacks_now or {}, "stacks_error": error,
+            "xids": [], "exit_status": None, "stacks_error": error,
+            "stacks": [{"at": 0, "samples": stacks_now}] if stacks_now else [],
             "log": {"phase": phase or "capturing_cuda_graph", "shards": None,
                     "capture": [shards, 36], "failures": [], "progress_ticks": 0,
                     "meaningful_lines": 5, "error_lines": [], "last_lines": ["..."]}}
