@@ -273,11 +273,11 @@ def row(case: Case) -> tuple[list[str], float | None, bool, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hangs", type=int, default=200, help="hangs injected (0: none)")
-    parser.add_argument("--parallel", type=int, default=2, help="hangs run side by side")
+    parser.add_argument("--parallel", type=int, default=3, help="hangs run side by side")
     parser.add_argument("--seed", type=int, default=44, help="the draw of kinds and TP sizes")
     parser.add_argument("--server-factor", type=float, default=0.01,
                         help="time factor of the hung servers' phases before the hang")
-    parser.add_argument("--gate-scale", type=float, default=0.1,
+    parser.add_argument("--gate-scale", type=float, default=0.5,
                         help="compression of the gate's production timings in the hang trials")
     parser.add_argument("--replays", action=argparse.BooleanOptionalAction, default=True,
                         help="replay a 23-minute JIT warm-up and a 3000 s slow load")

@@ -23,6 +23,7 @@ slow storage (47 s a shard, the read counters climbing).
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -94,13 +95,17 @@ def gate_params(sim: SimProcess, state_file: Path, stacks: bool = False,
 
 
 class Costs:
-    """py-spy's measured cost over every observation of a run, shared by its threads."""
+    """py-spy's measured cost over every observation of a run, and the observations' own
+    run times, shared by its threads."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.samples, self.cpu_s, self.wall_s, self.looks = 0, 0.0, 0.0, 0
+        self.observations: list[float] = []
 
-    def add(self, cost: dict | None) -> None:
+    def add(self, cost: dict | None, observing: float) -> None:
+        with self.lock:
+            self.observations.append(observing)
         if not cost or not cost["samples"]:
             return
         with self.lock:
@@ -121,8 +126,9 @@ def gate_loop(sim, scale: float, params: dict, until: set[str], stop_after: floa
     started, state, seen = time.time(), None, []
     next_poll = started
     while True:
+        began = time.time()
         obs = observe(params, stack_state=stack_state(state))
-        costs.add(obs.get("stacks_cost"))
+        costs.add(obs.get("stacks_cost"), time.time() - began)
         verdict, state = classify(state, obs, time.monotonic(), windows, ceilings,
                                   STACK_WINDOW_S * scale)
         seen.append(verdict["verdict"])
@@ -301,6 +307,11 @@ def report(hangs: list[dict], replays: list[dict], costs: Costs, server_factor: 
               f"{SAMPLE_INTERVAL_S:.0f} s: {per_sample * 60 / SAMPLE_INTERVAL_S * 1000:.0f} ms "
               f"CPU per rank per minute ({per_sample / SAMPLE_INTERVAL_S * 100:.2f}% of a core); "
               f"the ranks are never paused")
+    if costs.observations:
+        obs = sorted(costs.observations)
+        print(f"observations took {percentile(obs, 0.5):.2f} s (median), "
+              f"{percentile(obs, 0.99):.2f} s (p99) of real time, /health waits included; "
+              f"load average {os.getloadavg()[0]:.0f} on {os.cpu_count()} cores at the end")
     return ok
 
 

@@ -178,6 +178,7 @@ class Scheduler:
                                    "scheduler_e2e": 0.0,
                                    "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
         self.graph_memory = dict.fromkeys(GRAPH_PHASES, 0.0)
+        self.jit_warm = False  # DeepGEMM's kernels compiled (at the first captured forward)
 
     # --- memory ---------------------------------------------------------------------------
     def avail_gb(self) -> float:
@@ -532,7 +533,6 @@ class Scheduler:
             log("Disable prefill CUDA graph because cuda_graph_config resolved "
                 "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled or "
                 "auto-disable rules).", self.p)
-        self.deep_gemm_warmup()
         if plan.decode:
             self.capture_loop(
                 "Capture target decode CUDA graph begin. "
@@ -545,9 +545,10 @@ class Scheduler:
                 fault if in_decode else None, "decode")
 
     def deep_gemm_warmup(self) -> None:
-        """DeepGEMM's JIT warm-up on a cold cache (compile_utils.py, "DeepGEMM warmup"),
-        when SGLANG_SIM_JIT_WARMUP_S (real-world seconds) asks for one: one NVCC child per
-        kernel, minutes each, the rank's stack unchanged meanwhile."""
+        """DeepGEMM's JIT warm-up on a cold cache (compile_utils.py, "DeepGEMM warmup"), at
+        the first forward that uses its kernels (the first captured shape), when
+        SGLANG_SIM_JIT_WARMUP_S (real-world seconds) asks for one: one NVCC child per kernel,
+        minutes each, the rank's stack unchanged meanwhile."""
         seconds = float(os.environ.get("SGLANG_SIM_JIT_WARMUP_S") or 0) * self.rt.time_factor
         if seconds <= 0:
             return
@@ -569,6 +570,9 @@ class Scheduler:
             strikes = n == 2 and fault is not None
 
             def forward(strikes: bool = strikes) -> None:
+                if not self.jit_warm:  # the first forward compiles the JIT's kernels
+                    self.jit_warm = True
+                    self.deep_gemm_warmup()
                 if strikes:
                     self.play(fault)
                 time.sleep(per_size)
