@@ -169,3 +169,19 @@ def test_frames_are_masked_like_a_log_line():
                            "sglang/srt/x.py --api-key sk-123"}, ["sk-123"])
     assert frame["function"] == "run\\x1b[2J"
     assert "sk-123" not in frame["file"] and "********" in frame["file"]
+
+
+def test_a_probe_wait_ends_only_when_the_stacks_have_decided_and_nothing_moved():
+    """The node's sampler stops waiting on /health once the stacks decided; not when this
+    observation itself shows progress (the classifier judges that)."""
+    from sglang_fleet_node.sglang_fleet_classify import progressed
+
+    _, state = classify(None, obs(hung_ranks()), T0, WINDOWS, CEILINGS, 30)
+    before = {"signals": state["signals"]}
+    assert progressed(before, obs(hung_ranks())) == []
+    assert "capture_done" in progressed(before, obs(hung_ranks(), shards=30))
+    history = {}
+    for wall in (100.0, 110.0, 120.0):
+        history = stacks.merge(history, hung_ranks(), wall - 99, wall)
+    assert stacks.frozen(history, ["TP0", "TP1"], 100.0, clock="wall")
+    assert not stacks.frozen(history, ["TP0", "TP1"], 105.0, clock="wall")  # 2 since then
