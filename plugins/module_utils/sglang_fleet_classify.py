@@ -237,7 +237,12 @@ def _stacks(prev_state, obs, now, last_progress, state, stack_window):
     if now - last_progress < stack_window or not stacks.frozen(history, list(history),
                                                               last_progress):
         return None
-    return stacks.read_signature(history, list(history))
+    if obs["log"].get("rendezvous"):
+        return None  # a multi-node group waits for its other nodes: the window judges that
+    hang = stacks.read_signature(history, list(history))
+    # Frames that no signature names (a model's own code, torch.compile's workers) may be a
+    # slow step of their own: the window judges them.
+    return hang if hang["signature"] else None
 
 
 def _judge(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WINDOW_S):

@@ -185,3 +185,18 @@ def test_a_probe_wait_ends_only_when_the_stacks_have_decided_and_nothing_moved()
         history = stacks.merge(history, hung_ranks(), wall - 99, wall)
     assert stacks.frozen(history, ["TP0", "TP1"], 100.0, clock="wall")
     assert not stacks.frozen(history, ["TP0", "TP1"], 105.0, clock="wall")  # 2 since then
+
+
+def test_frames_no_signature_names_are_left_to_the_window():
+    own = [f("forward", "my_model/layers.py"), f("load_model", "my_model/loader.py")]
+    unknown = {"TP0": sample(own, 10), "TP1": sample(own, 11)}
+    seq = [(t, obs(unknown)) for t in range(0, 200, 10)]
+    assert {v["verdict"] for v in replay(seq)} == {"progressing"}
+
+
+def test_a_group_waiting_at_its_rendezvous_is_left_to_the_window():
+    o = obs(hung_ranks())
+    o["log"]["rendezvous"] = {"here": "TP0-7", "addr": "10.0.0.1:20000", "missing": "TP8-15",
+                              "node_ranks": [1]}
+    assert {v["verdict"] for v in replay([(t, o) for t in range(0, 200, 10)])} == {
+        "progressing"}
