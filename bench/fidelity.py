@@ -7,15 +7,15 @@ For each shipped release: options in the catalogue against the release's own par
 simulator's parser against SGLang's on generated command lines (accept/refuse, and every parsed
 value where both accept); then every shipped inventory's rendered command line through the
 pinned release's parser (argparse, and prepare_server_args for 0.5.23). Builds the reference
-environments first when they are missing (python -m sglang_fleet.refenv ensure).
+environments first when they are missing (python -m sglang_fleet.reference.refenv ensure).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from sglang_fleet import fidelity, refenv
-from sglang_fleet.catalogue import catalogue, shipped_versions
+from sglang_fleet.known.catalogue import catalogue, shipped_versions
+from sglang_fleet.reference import fidelity, refenv
 
 
 def main() -> None:

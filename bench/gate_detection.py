@@ -59,10 +59,10 @@ from pathlib import Path
 
 from stack_trials import Costs, gate_params, report, run_hangs, run_replays
 
+from sglang_fleet.node.common.vocab import default_windows
+from sglang_fleet.node.health.classify import classify
+from sglang_fleet.node.health.observe import FATAL_EXIT_GRACE_S, observe
 from sglang_fleet.testfleet.local import SimProcess, start_sim
-from sglang_fleet_node.sglang_fleet_classify import classify
-from sglang_fleet_node.sglang_fleet_observe import FATAL_EXIT_GRACE_S, observe
-from sglang_fleet_node.sglang_fleet_vocab import default_windows
 
 BUDGETS_S = {"16 min (OME)": 960, "60 min (raised)": 3600, "2 h (Dynamo)": 7200}
 POLL_S = 10.0  # the gate's default poll interval, real-world seconds

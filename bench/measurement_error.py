@@ -29,15 +29,15 @@ import threading
 import time
 from pathlib import Path
 
-from sglang_fleet.reviewed import sim_profile
-from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
-from sglang_fleet_node.sglang_fleet_benchclient import (
+from sglang_fleet.known.reviewed import sim_profile
+from sglang_fleet.node.bench.client import (
     batch_generate,
     distinct_input_ids,
     fixed_input_ids,
     flush_cache,
     stream_generate,
 )
+from sglang_fleet.testfleet.local import http_status, start_sim, wait_for
 
 NCCL_TUNING = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8"}
 

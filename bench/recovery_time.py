@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from sglang_fleet.node.gpu.gpu import gpu_snapshot
+from sglang_fleet.node.process import procs
+from sglang_fleet.node.process.stop import kill_members, verify_released
 from sglang_fleet.testfleet.local import start_sim, wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
-from sglang_fleet_node.sglang_fleet_stop import kill_members, verify_released
 
 
 def hung_server(folder: Path):

@@ -37,8 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet import local as helpers
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 HOST = "sim-node-1"
 UNHEALTHY = {"sglang_server_sim_fault": "hang_generation",
@@ -426,7 +426,7 @@ class Trials:
             self.done(fleet)
 
     def stop_recovery(self) -> str:
-        from sglang_fleet_node import sglang_fleet_lock as lk
+        from sglang_fleet.node.deploy import lock as lk
         fleet = self.fleet("stop_recovery")
         gone = subprocess.Popen(["/bin/true"])
         gone.wait()
@@ -610,7 +610,7 @@ class Trials:
     def stop_silent_lock(self) -> str:
         """A 4.6-hour lock of a dead controller this one cannot check (another machine, or a
         container seen from another container), silent for 1000 s: a deploy, then stop.yml."""
-        from sglang_fleet_node import sglang_fleet_lock as lk
+        from sglang_fleet.node.deploy import lock as lk
         fleet = self.fleet("stop_silent_lock")
         run = dict(lk.run_identity(os.getpid()), boot_id="another-kernel", pid=41,
                    host="ci-runner", run_id="container-run")

@@ -33,15 +33,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_fleet.testfleet.local import SimProcess, start_sim
-from sglang_fleet_node.sglang_fleet_classify import classify, stack_state
-from sglang_fleet_node.sglang_fleet_observe import observe
-from sglang_fleet_node.sglang_fleet_stacks import (
+from sglang_fleet.node.common.vocab import default_windows
+from sglang_fleet.node.health.classify import classify, stack_state
+from sglang_fleet.node.health.observe import observe
+from sglang_fleet.node.health.stacks import (
     SAMPLE_INTERVAL_S,
     STACK_WINDOW_S,
     find_py_spy,
 )
-from sglang_fleet_node.sglang_fleet_vocab import default_windows
+from sglang_fleet.testfleet.local import SimProcess, start_sim
 
 POLL_S = 10.0
 HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT's default

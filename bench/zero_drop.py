@@ -48,7 +48,7 @@ from typing import Any
 import requests
 import yaml
 
-from sglang_fleet.loadgen import (
+from sglang_fleet.bench.loadgen import (
     APIS,
     Load,
     Request,
@@ -59,7 +59,9 @@ from sglang_fleet.loadgen import (
     send,
     summarize,
 )
-from sglang_fleet.store import STATE_DIR_VAR
+from sglang_fleet.node.process import procs
+from sglang_fleet.node.router.api import parse_prometheus
+from sglang_fleet.runs.store import STATE_DIR_VAR
 from sglang_fleet.testfleet.local import (
     BIN,
     REPO,
@@ -71,8 +73,6 @@ from sglang_fleet.testfleet.local import (
 )
 from sglang_fleet.testfleet.router import VERSION as ROUTER_VERSION
 from sglang_fleet.testfleet.router import registered, router_venv
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_router import parse_prometheus
 
 # The bench fleet: SGLang answers /health within 3 s (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s by
 # default) so that a hang is called in seconds; the router logs the worker of each request

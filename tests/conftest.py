@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.store import STATE_DIR_VAR
+from sglang_fleet.runs.store import STATE_DIR_VAR
 
 REPO = Path(__file__).resolve().parents[1]
 # The operator's own stores: no test may write into them.

@@ -19,10 +19,10 @@ require_matching_package()  # before the package's imports, which another releas
 try:
     import yaml
 
-    from sglang_fleet.recovery import proposed_rules
-    from sglang_fleet.store import append_jsonl, read_jsonl
-    from sglang_fleet_node.sglang_fleet_lock import controller_run, stamped
-    from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
+    from sglang_fleet.node.common.secrets import mask_secrets
+    from sglang_fleet.node.deploy.lock import controller_run, stamped
+    from sglang_fleet.recovery.decisions import proposed_rules
+    from sglang_fleet.runs.store import append_jsonl, read_jsonl
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:

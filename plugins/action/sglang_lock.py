@@ -5,7 +5,7 @@
 #
 # The owner of a deployment's lock is the ansible-playbook run that took it. Ansible runs each
 # task in a worker process forked from ansible-playbook, so this plugin's parent process is
-# the run (see sglang_fleet_lock.controller_run). Its PID proves it alive or gone only on a
+# the run (see module_utils/deploy/lock.controller_run). Its PID proves it alive or gone only on a
 # controller on the same kernel and in the same PID namespace, or in that kernel's initial PID
 # namespace (which sees every namespace's processes), so that judgement is made here,
 # not on the node; the node judges the lease (its own clocks) and an empty lock file, and
@@ -24,8 +24,8 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 require_matching_package()  # before the package's imports, which another release may lack
 
 try:
-    from sglang_fleet.store import append_jsonl
-    from sglang_fleet_node.sglang_fleet_lock import (
+    from sglang_fleet.node.common.secrets import mask_secrets
+    from sglang_fleet.node.deploy.lock import (
         STOP_WAIT_S,
         controller_run,
         describe,
@@ -35,7 +35,7 @@ try:
         stamped,
         stop_may_take_over,
     )
-    from sglang_fleet_node.sglang_fleet_secrets import mask_secrets
+    from sglang_fleet.runs.store import append_jsonl
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:

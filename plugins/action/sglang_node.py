@@ -19,15 +19,15 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 
 require_matching_package()  # before the package's imports, which another release may lack
 
-from sglang_fleet.render import deployment_files
-from sglang_fleet.spec import (
+from sglang_fleet.launch.action import SpecViewAction
+from sglang_fleet.launch.render import deployment_files
+from sglang_fleet.launch.spec import (
     gate_module_args,
     lock_lease,
     node_module_args,
     start_module_args,
 )
-from sglang_fleet.spec_action import SpecViewAction
-from sglang_fleet_node.sglang_fleet_lock import controller_run
+from sglang_fleet.node.deploy.lock import controller_run
 
 # A router host's check (the `router` option), and the fact the router role reads it as.
 ROUTER_MODULE = "sglang.fleet.sglang_router_node"

@@ -13,8 +13,8 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.package_version impor
 
 require_matching_package()  # before the package's imports, which another release may lack
 
-from sglang_fleet.spec import service_module_args, start_module_args
-from sglang_fleet.spec_action import SpecViewAction
+from sglang_fleet.launch.action import SpecViewAction
+from sglang_fleet.launch.spec import service_module_args, start_module_args
 
 
 class ActionModule(SpecViewAction):

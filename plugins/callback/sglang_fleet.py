@@ -61,13 +61,13 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
-    from sglang_fleet.reasons import group_by_reason, hosts_text
+    from sglang_fleet.runs.reasons import group_by_reason, hosts_text
 except ImportError:  # the package is not importable: refusals are shown host by host
     group_by_reason = None
 if _VERSION_ERROR is not None:  # another release's package: said once, and not used
     group_by_reason = None
 try:
-    from sglang_fleet_node.sglang_fleet_text import inert
+    from sglang_fleet.node.common.text import inert
 except ImportError:  # the package is not importable: control characters are still escaped
     import re as _re
 

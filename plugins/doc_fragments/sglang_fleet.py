@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Documentation the modules share (extends_documentation_fragment): the options of the modules
 # that act on one deployment (the default fragment; mirrors plugins/module_utils/
-# sglang_fleet_args.py), the GPU options, the attributes and the deployment file writer's options.
+# common/args.py), the GPU options, the attributes and the deployment file writer's options.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -50,7 +50,7 @@ attributes:
     support: none
 """
 
-    # The deployment file writer's options (module_utils/sglang_fleet_deployfiles.py's
+    # The deployment file writer's options (module_utils/deploy/deployfiles.py's
     # FILE_OPTIONS and SECRET_FILE_OPTIONS); a secret file has the same fields.
     FILES = r"""
 options:

@@ -16,14 +16,11 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
-    from sglang_fleet.advice import failure_block, operator_stopped
-    from sglang_fleet.clashes import clash_errors, machine_of
-    from sglang_fleet.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
-    from sglang_fleet.recovery import choose_next, last_ready, previous_roots, recent_recoveries
-    from sglang_fleet.render import deployment_files, render_files
-    from sglang_fleet.results import canary_check, hardware_key, result_entry, results_for
-    from sglang_fleet.settings import TABLE as SERVER_TABLE
-    from sglang_fleet.spec import (
+    from sglang_fleet.bench.results import canary_check, hardware_key, result_entry, results_for
+    from sglang_fleet.launch.clashes import clash_errors, machine_of
+    from sglang_fleet.launch.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
+    from sglang_fleet.launch.render import deployment_files, render_files
+    from sglang_fleet.launch.spec import (
         IDENTITY_SETTINGS,
         PREFIX,
         argcheck_record,
@@ -36,8 +33,16 @@ try:
         start_module_args,
         warm_caches,
     )
-    from sglang_fleet.store import read_jsonl, state_path
-    from sglang_fleet.whole_groups import serial_with_routers, split_group_errors
+    from sglang_fleet.recovery.decisions import (
+        choose_next,
+        last_ready,
+        previous_roots,
+        recent_recoveries,
+    )
+    from sglang_fleet.runs.advice import failure_block, operator_stopped
+    from sglang_fleet.runs.store import read_jsonl, state_path
+    from sglang_fleet.runs.whole_groups import serial_with_routers, split_group_errors
+    from sglang_fleet.settings.server import TABLE as SERVER_TABLE
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Controller-side glue for the router: Ansible templates call the sglang_fleet package, which
-# builds and renders the RouterSpec in one place (sglang_fleet.router_spec).
+# builds and renders the RouterSpec in one place (sglang_fleet.router.spec).
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -15,17 +15,17 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
-    from sglang_fleet.pd import named_by_decodes, prefill_wait, router_side_gap
-    from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
-    from sglang_fleet.router_render import router_node
-    from sglang_fleet.router_settings import PREFIX
-    from sglang_fleet.router_spec import (
+    from sglang_fleet.launch.pd import named_by_decodes, prefill_wait, router_side_gap
+    from sglang_fleet.router.rejoin import ready_to_add, unseen_servers
+    from sglang_fleet.router.render import router_node
+    from sglang_fleet.router.spec import (
         admin_key,
         build_router_identity,
         build_router_spec,
         router_secrets,
         worker_url,
     )
+    from sglang_fleet.settings.router import PREFIX
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -172,14 +172,14 @@ def report_current(router, groups, hostvars):
 
 def unseen_servers_filter(router, groups, hostvars):
     """router | sglang_fleet_router_unseen_servers(groups, hostvars): the servers behind the
-    router that this run neither deployed nor observed (sglang_fleet.router_rejoin)."""
+    router that this run neither deployed nor observed (sglang_fleet.router.rejoin)."""
     _need_package()
     return unseen_servers(str(router), groups, hostvars)
 
 
 def ready_to_add_filter(observed, hostvars):
     """results | sglang_fleet_router_ready_to_add(hostvars): of those servers' observations,
-    the ones to add back (sglang_fleet.router_rejoin: a decode only beside a ready prefill)."""
+    the ones to add back (sglang_fleet.router.rejoin: a decode only beside a ready prefill)."""
     _need_package()
     return ready_to_add(list(observed or []), hostvars)
 
@@ -197,7 +197,7 @@ def worker_url_filter(server_spec, address, override=None):
 def pd_wait(server, groups, hostvars):
     """inventory_hostname | sglang_fleet_pd_wait(groups, hostvars): why a decode server stays
     out of its routers ('' when it may join): no prefill of its PD deployment that this run
-    judged is ready (sglang_fleet.pd.prefill_wait)."""
+    judged is ready (sglang_fleet.launch.pd.prefill_wait)."""
     _need_package()
     pd = (hostvars[server].get("sglang_server_launch_spec") or {}).get("pd") or {}
     if pd.get("mode") != "decode":

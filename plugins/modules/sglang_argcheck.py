@@ -57,15 +57,15 @@ parser:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_argcheck import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.argcheck import (
     args_record,
     parse_args,
     record_args_checked,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.deployfiles import (
     DeployFilesError,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():

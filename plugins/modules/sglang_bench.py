@@ -107,11 +107,11 @@ output_tok_s:
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_benchclient import (
+from ansible_collections.sglang.fleet.plugins.module_utils.bench.client import (
     BenchError,
     run_benchmark,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
 
 _LIMITS = {"input_len": (1, 1000000), "output_len": (2, 100000), "warmup": (0, 100),
            "repetitions": (1, 1000)}

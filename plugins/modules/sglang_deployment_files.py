@@ -52,7 +52,8 @@ changed_paths:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.deployfiles import (
     FILE_OPTIONS,
     SECRET_FILE_OPTIONS,
     DeployFilesError,
@@ -60,7 +61,6 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfi
     plan,
     to_write,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
 
 
 def main():

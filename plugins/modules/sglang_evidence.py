@@ -126,39 +126,39 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_args import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.args import (
     DEPLOYMENT_REQUIRED_IF,
     deployment_argument_spec,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_files import read_json
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gpu import (
-    GpuQueryTimeout,
-    GpuUnavailable,
-    gpu_snapshot,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_logphase import (
-    current_run,
-    phase_timeline,
-    split_lines,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_observe import (
-    kernel_lines,
-    read_log,
-    xids_and_ooms,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
-    deployment_processes,
-    environ_of,
-    secret_values,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_secrets import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.files import read_json
+from ansible_collections.sglang.fleet.plugins.module_utils.common.secrets import (
     MASK,
     SECRET_FLAGS,
     mask_secrets,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_stacks import (
+from ansible_collections.sglang.fleet.plugins.module_utils.gpu.gpu import (
+    GpuQueryTimeout,
+    GpuUnavailable,
+    gpu_snapshot,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.health.observe import (
+    kernel_lines,
+    read_log,
+    xids_and_ooms,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.health.stacks import (
     find_py_spy,
     is_python,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.logs.logphase import (
+    current_run,
+    phase_timeline,
+    split_lines,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.process.procs import (
+    deployment_processes,
+    environ_of,
+    secret_values,
 )
 
 # The environment variable the LaunchSpec names its configuration with (spec.CONFIG_VAR).

@@ -316,18 +316,18 @@ processes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.lock import (
+    LockError,
+    LockFile,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.health.gate import (
     GATE_ARGS,
     GATE_REQUIRED_IF,
     GateArgsInvalid,
     judge,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
-    LockError,
-    LockFile,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import record_run
+from ansible_collections.sglang.fleet.plugins.module_utils.process.shm import record_run
 
 _LOCK_OPTIONS = dict(path=dict(type="path", required=True), run=dict(type="dict", required=True))
 

@@ -149,8 +149,8 @@ taken_over:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_lock import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.deploy.lock import (
     LEASE_S,
     LockError,
     LockFile,

@@ -396,7 +396,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule, _load_params
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_http import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.http import (
     ask_health_early,
 )
 
@@ -410,20 +410,20 @@ def main():
         health = ask_health_early(_load_params())
     except Exception:  # noqa: BLE001 - AnsibleModule below reports unreadable options
         health = None
-    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_deployfiles import (
+    from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+    from ansible_collections.sglang.fleet.plugins.module_utils.deploy.deployfiles import (
         FILE_OPTIONS,
         SECRET_FILE_OPTIONS,
     )
-    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gate import (
-        GATE_ARGS,
-        GATE_REQUIRED_IF,
-    )
-    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_nodecheck import (
+    from ansible_collections.sglang.fleet.plugins.module_utils.deploy.nodecheck import (
         NodeRefused,
         check_node,
     )
-    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import (
+    from ansible_collections.sglang.fleet.plugins.module_utils.health.gate import (
+        GATE_ARGS,
+        GATE_REQUIRED_IF,
+    )
+    from ansible_collections.sglang.fleet.plugins.module_utils.process.service import (
         START_OPTIONS,
     )
 

@@ -210,7 +210,7 @@ router_reachable:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router import (
+from ansible_collections.sglang.fleet.plugins.module_utils.router.api import (
     Router,
     RouterError,
     RouterUnreachable,

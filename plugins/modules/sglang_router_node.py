@@ -296,8 +296,8 @@ gate:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_routernode import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.router.host import (
     ROUTER_OPTIONS,
     RouterRefused,
     converge,

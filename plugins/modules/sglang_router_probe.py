@@ -131,7 +131,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_router import (
+from ansible_collections.sglang.fleet.plugins.module_utils.router.api import (
     ask,
     report_failure,
     report_line,

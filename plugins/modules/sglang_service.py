@@ -261,18 +261,18 @@ stop_report:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.process.procs import (
     describe_foreign,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_service import (
+from ansible_collections.sglang.fleet.plugins.module_utils.process.service import (
     START_OPTIONS,
     ServiceError,
     files_digest,
     record_stop,
     service_of,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_start import (
+from ansible_collections.sglang.fleet.plugins.module_utils.process.start import (
     StartRefused,
     StopIncomplete,
     start_server,

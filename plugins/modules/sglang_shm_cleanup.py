@@ -80,9 +80,9 @@ kept_in_use:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import service_uid
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.process.procs import service_uid
+from ansible_collections.sglang.fleet.plugins.module_utils.process.shm import (
     PATTERNS,
     leaked_segments,
 )

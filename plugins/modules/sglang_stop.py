@@ -160,28 +160,28 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_args import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.args import (
     DEPLOYMENT_REQUIRED_IF,
     deployment_argument_spec,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_failing import failing
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_files import (
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import failing
+from ansible_collections.sglang.fleet.plugins.module_utils.common.files import (
     read_json,
     write_json_atomic,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_gpu import (
+from ansible_collections.sglang.fleet.plugins.module_utils.gpu.gpu import (
     GpuQueryTimeout,
     GpuUnavailable,
     gpu_snapshot,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_procs import (
+from ansible_collections.sglang.fleet.plugins.module_utils.process.procs import (
     describe_foreign,
     membership,
     recorded_session,
     service_uid,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_shm import record_run
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_fleet_stop import (
+from ansible_collections.sglang.fleet.plugins.module_utils.process.shm import record_run
+from ansible_collections.sglang.fleet.plugins.module_utils.process.stop import (
     aggressive_targets,
     device_paths,
     kill_members,

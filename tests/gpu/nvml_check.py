@@ -2,7 +2,7 @@
 
     ./bootstrap && .venv/bin/python tests/gpu/nvml_check.py
 
-Reads every GPU through sglang_fleet_gpu's NVML backend (count, names, compute capability,
+Reads every GPU through module_utils/gpu/gpu's NVML backend (count, names, compute capability,
 memory), then starts a process that allocates 1 GiB through the CUDA driver API (libcuda via
 ctypes, no framework needed) and carries a deployment marker, checks that NVML lists it with
 that memory, kills it through the stop logic recovery uses (membership, SIGKILL) and verifies
@@ -15,8 +15,8 @@ import os
 import subprocess
 import sys
 
-from sglang_fleet_node import sglang_fleet_gpu as gpu
-from sglang_fleet_node.sglang_fleet_stop import kill_members, verify_released
+from sglang_fleet.node.gpu import gpu
+from sglang_fleet.node.process.stop import kill_members, verify_released
 
 MARKER = "gpu-check:nvml-holder"
 

@@ -9,9 +9,9 @@ import re
 import pytest
 import requests
 
-from sglang_fleet.reviewed import sim_profile
+from sglang_fleet.known.reviewed import sim_profile
+from sglang_fleet.node.bench.client import run_benchmark
 from sglang_fleet.testfleet.local import http_status, make_fleet, sglang_fleet, start_sim, wait_for
-from sglang_fleet_node.sglang_fleet_benchclient import run_benchmark
 
 pytestmark = pytest.mark.integration
 

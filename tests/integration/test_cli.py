@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -26,7 +27,6 @@ from sglang_fleet.testfleet.local import (
     sglang_fleet,
     wait_for,
 )
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import stat
 import pytest
 import requests
 
+from sglang_fleet.node.gpu.gpu import gpu_snapshot
 from sglang_fleet.testfleet.local import http_status, make_fleet, run_playbook
-from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 # Task banners name the role by its collection name.
 ROLE = "sglang.fleet.sglang_server"

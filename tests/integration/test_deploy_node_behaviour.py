@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from sglang_fleet.runner import playbook_run
+from sglang_fleet.node.process import procs
+from sglang_fleet.runs.runner import playbook_run
 from sglang_fleet.testfleet.local import BIN, REPO, http_status, make_fleet, make_tp16_group
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def test_two_simulated_nodes_form_one_tp16_server(tmp_path):
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
         # sim-node-2's own port of the fleet's block is unused: the group serves on rank 0's.
         assert http_status(f"http://127.0.0.1:{fleet.base_port + 1}/health", timeout=2) is None
-        from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+        from sglang_fleet.node.process.procs import deployment_processes
         marker = fleet.marker("sim-node-2")
         assert marker == f"sim-node-2:Kimi-K2.5-{fleet.port('sim-node-1')}"
         rank1 = sorted(p["cmdline"] for p in deployment_processes(marker)
@@ -104,8 +104,8 @@ def test_pip_install_path_in_check_mode(tmp_path):
 
 
 def test_leaked_memory_fault_keeps_gpu_memory_after_kill(tmp_path):
+    from sglang_fleet.node.gpu.gpu import gpu_snapshot
     from sglang_fleet.testfleet.local import start_sim, wait_for
-    from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
     sim = start_sim(tmp_path, "--tp-size", "4", "--attention-backend", "triton",
                     fault="leak_memory")
     wait_for(lambda: "fired up" in sim.log(), timeout=60)

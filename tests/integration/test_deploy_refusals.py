@@ -107,7 +107,7 @@ def test_the_node_parser_is_the_last_word(tmp_path):
     missing = argcheck("sglang.srt.server_args:prepare_server_args", ["--model-path", "m"])
     assert "cannot import SGLang's argument parser" in missing["msg"]
     assert "No module named 'sglang'" in missing["msg"]
-    refused = argcheck("sglang_fleet.sim.server_args:prepare_server_args",
+    refused = argcheck("sglang_fleet.sim.args.server_args:prepare_server_args",
                        ["--model-path", "m", "--no-such-flag"])
     assert "SGLang rejected the rendered arguments" in refused["msg"]
     assert "unrecognized arguments: --no-such-flag" in refused["msg"]
@@ -293,8 +293,8 @@ def test_a_root_and_port_changed_together_leave_no_server_behind(one_node):
     the first, which no longer has files under the new root. The node check finds the
     host's server still running under its previous root (the ledger's last ready starts) and
     refuses with the command that stops it; that command stops it."""
+    from sglang_fleet.node.process import procs
     from sglang_fleet.testfleet.local import free_port_block
-    from sglang_fleet_node import sglang_fleet_procs as procs
 
     host = "sim-node-1"
     assert one_node.deploy().rc == 0

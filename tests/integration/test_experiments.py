@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglang_fleet.node.gpu.simgpu import read_allocations
 from sglang_fleet.testfleet.local import FAST_GATE, REPO, http_status, make_fleet, sglang_fleet
-from sglang_fleet_node.sglang_fleet_simgpu import read_allocations
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import http_status, run_playbook, wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

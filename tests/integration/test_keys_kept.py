@@ -15,6 +15,7 @@ import pytest
 import requests
 import yaml
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -23,7 +24,6 @@ from sglang_fleet.testfleet.local import (
     make_fleet,
     wait_for,
 )
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

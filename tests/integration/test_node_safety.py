@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     BIN,
     REPO,
@@ -24,7 +25,6 @@ from sglang_fleet.testfleet.local import (
     run_playbook,
     wait_for,
 )
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ def test_a_stop_that_takes_over_a_killed_recovery_files_it_in_the_ledger(one_nod
     (the deploy path records it as interrupted)."""
     gone = subprocess.Popen(["/bin/true"])
     gone.wait()
-    from sglang_fleet_node import sglang_fleet_lock as lk
+    from sglang_fleet.node.deploy import lock as lk
     lock = lock_path(one_node)
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(json.dumps({
@@ -263,7 +263,7 @@ def _lock_from_another_controller(fleet, silent_s):
     """The lock of a deploy run from a controller this one cannot check (another machine, or
     a container seen from another container), declaring a 4.6-hour lease, last renewed
     `silent_s` ago on this node's boot clock."""
-    from sglang_fleet_node import sglang_fleet_lock as lk
+    from sglang_fleet.node.deploy import lock as lk
     run = dict(lk.run_identity(os.getpid()), boot_id="another-kernel", pid=41,
                host="ci-runner", run_id="container-run")
     record = lk.lock_record(f"{HOST}:Kimi-K2.5-{fleet.port(HOST)}", "deploy", run,

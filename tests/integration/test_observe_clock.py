@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet_node import sglang_fleet_gate as gate
-from sglang_fleet_node import sglang_fleet_procs as procs
+from sglang_fleet.node.health import gate
+from sglang_fleet.node.process import procs
 
 pytestmark = pytest.mark.integration
 

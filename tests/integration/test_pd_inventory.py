@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet import local
 from sglang_fleet.testfleet.local import http_status, run_playbook, sglang_fleet, wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

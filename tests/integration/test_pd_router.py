@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from sglang_fleet.loadgen import Load, routed_to, summarize
+from sglang_fleet.bench.loadgen import Load, routed_to, summarize
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     make_pd_fleet,
     pd_bootstrap_port,
@@ -24,7 +25,6 @@ from sglang_fleet.testfleet.local import (
     wait_for,
 )
 from sglang_fleet.testfleet.router import router_venv, router_workers
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from sglang_fleet.node.deploy import lock as lk
+from sglang_fleet.node.gpu.gpu import gpu_snapshot
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -31,9 +34,6 @@ from sglang_fleet.testfleet.local import (
     start_sim,
     wait_for,
 )
-from sglang_fleet_node import sglang_fleet_lock as lk
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 pytestmark = pytest.mark.integration
 

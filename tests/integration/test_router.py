@@ -22,8 +22,9 @@ import pytest
 import requests
 import yaml
 
-from sglang_fleet.loadgen import Load, summarize
-from sglang_fleet.runner import playbook_run
+from sglang_fleet.bench.loadgen import Load, summarize
+from sglang_fleet.node.process import procs
+from sglang_fleet.runs.runner import playbook_run
 from sglang_fleet.testfleet.local import (
     BIN,
     REPO,
@@ -36,7 +37,6 @@ from sglang_fleet.testfleet.local import (
     wait_for,
 )
 from sglang_fleet.testfleet.router import registered, router_venv
-from sglang_fleet_node import sglang_fleet_procs as procs
 
 pytestmark = pytest.mark.integration
 
@@ -539,7 +539,7 @@ def test_bad_router_settings_are_refused_before_anything_is_touched(tmp_path, ve
 
 
 def test_the_shipped_catalogue_is_the_installed_routers_parser(venv):
-    check = subprocess.run([sys.executable, "-m", "sglang_fleet.router_catalogue", "check",
+    check = subprocess.run([sys.executable, "-m", "sglang_fleet.router.catalogue", "check",
                             "--python", str(venv / "bin" / "python")],
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr

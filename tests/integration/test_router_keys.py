@@ -96,7 +96,7 @@ def test_a_broken_router_secret_never_keeps_the_fleet_running(routed):
     """A stop needs only identities: with the router's keys too short in the inventory, the
     server still leaves the router (with the admin key the router was started with, read on
     its host) and stops; with them unset, the router stops too."""
-    from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+    from sglang_fleet.node.process.procs import deployment_processes
 
     host = routed.hosts[0]
     wait_for(lambda: registered(routed.router_url, ADMIN_KEY).get(routed.url(host)), timeout=60)

@@ -19,9 +19,9 @@ import pytest
 import requests
 import yaml
 
+from sglang_fleet.node.process.procs import deployment_processes
 from sglang_fleet.testfleet.local import make_fleet
 from sglang_fleet.testfleet.router import router_venv
-from sglang_fleet_node.sglang_fleet_procs import deployment_processes
 
 pytestmark = pytest.mark.integration
 

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from sglang_fleet.node.bench.client import flush_cache
+from sglang_fleet.node.process import procs
+from sglang_fleet.node.router.api import Router, parse_prometheus, read_inflight
 from sglang_fleet.testfleet.local import (
     FAST_GATE,
     http_status,
@@ -25,9 +28,6 @@ from sglang_fleet.testfleet.local import (
     wait_for,
 )
 from sglang_fleet.testfleet.router import registered, router_venv
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_benchclient import flush_cache
-from sglang_fleet_node.sglang_fleet_router import Router, parse_prometheus, read_inflight
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from sglang_fleet.models import known_models
+from sglang_fleet.known.models import known_models
+from sglang_fleet.node.gpu.gpu import gpu_snapshot
+from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import free_port_block, http_status, start_sim, wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_gpu import gpu_snapshot
 
 pytestmark = pytest.mark.integration
 

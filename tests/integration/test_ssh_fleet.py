@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_fleet.node.process.procs import deployment_processes, stop_deployment
 from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
@@ -20,7 +21,6 @@ from sglang_fleet.testfleet.local import (
     wait_for,
 )
 from sglang_fleet.testfleet.ssh import control_dir, make_ssh_fleet, unavailable
-from sglang_fleet_node.sglang_fleet_procs import deployment_processes, stop_deployment
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]

@@ -153,7 +153,7 @@ def test_cgroup_membership_finds_every_worker_and_stop_ends_exactly_the_unit(fle
         # orphan, which carries no marker and is in no session of the server's.
         marker = f"{host}:Kimi-K2.5-{fleet.port(host)}"
         found = machine.run(sys.executable, "-c", (
-            "from sglang_fleet_node.sglang_fleet_procs import deployment_processes as d\n"
+            "from sglang_fleet.node.process.procs import deployment_processes as d\n"
             f"print(' '.join(str(p['pid']) for p in d({marker!r}, unit={unit!r})))"))
         members = {int(pid) for pid in found.stdout.split()}
         assert orphan_pid in members and bystander_pid not in members, found

@@ -1,6 +1,8 @@
-"""`--config FILE` as SGLang 0.5.23 reads it: the simulator's merge (sglang_fleet.sim.config_file)
-gives the same values and the same errors as the real prepare_server_args, for the file the
-deploy renders (the secret options under their dashed spellings) and for the cases around it."""
+"""`--config FILE` as SGLang 0.5.23 reads it: the simulator's merge
+(sglang_fleet.sim.args.config_file) gives the same values and the same errors as the real
+prepare_server_args, for the file the deploy renders (the secret options under their dashed
+spellings) and
+for the cases around it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_fleet import refenv
+from sglang_fleet.reference import refenv
 
 VERSION = "0.5.23"
 FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password", "tp_size", "enable_metrics",
@@ -78,7 +80,7 @@ def test_the_simulator_reads_a_config_file_as_sglang_does(tmp_path):
     real = env.run("-c", SCRIPT, "sglang.srt.server_args", "prepare_server_args",
                    ",".join(FIELDS), stdin=cases)
     assert real.returncode == 0, real.stderr[-2000:]
-    sim = subprocess.run([sys.executable, "-c", SCRIPT, "sglang_fleet.sim.server_args",
+    sim = subprocess.run([sys.executable, "-c", SCRIPT, "sglang_fleet.sim.args.server_args",
                           "prepare_server_args", ",".join(FIELDS)], input=cases,
                          capture_output=True, text=True, timeout=120,
                          env={"SGLANG_SIM_VERSION": VERSION, "PATH": "/usr/bin:/bin"})

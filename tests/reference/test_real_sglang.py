@@ -1,16 +1,16 @@
 """The real SGLang package is the reference: the shipped catalogues, the simulator's parser and
 every inventory's command line are checked against each release's own parser.
 
-The reference environment (`python -m sglang_fleet.refenv ensure <version>`, built by .ci/run)
-is reused when present and built here when not (a few minutes, no GPU needed).
+The reference environment (`python -m sglang_fleet.reference.refenv ensure <version>`, built by
+.ci/run) is reused when present and built here when not (a few minutes, no GPU needed).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_fleet import fidelity, refenv
-from sglang_fleet.catalogue import catalogue, shipped_versions
+from sglang_fleet.known.catalogue import catalogue, shipped_versions
+from sglang_fleet.reference import fidelity, refenv
 
 VERSIONS = shipped_versions()
 
@@ -21,7 +21,7 @@ def release(request):
 
 
 def test_every_release_the_toolkit_pins_has_a_catalogue():
-    from sglang_fleet.reviewed import releases
+    from sglang_fleet.known.reviewed import releases
 
     assert set(releases()) == set(VERSIONS)
     assert "0.5.23" in VERSIONS
@@ -36,7 +36,7 @@ def test_shipped_catalogue_is_what_the_real_package_reports(release):
         f for o in shipped["options"] for f in o["flags"]}
     assert not missing, f"options the catalogue lacks: {sorted(missing)[:20]}"
     assert real == shipped, ("the catalogue differs from the package: regenerate with "
-                             f"python -m sglang_fleet.refenv catalogue {version} --write")
+                             f"python -m sglang_fleet.reference.refenv catalogue {version} --write")
 
 
 def test_simulator_parser_agrees_with_the_real_parser_on_generated_lines(release):

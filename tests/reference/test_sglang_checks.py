@@ -3,8 +3,8 @@ and the simulator make gives the verdict SGLang 0.5.23 gives (its final line, fi
 and the node check, which asks the installed SGLang itself, refuses the same command lines.
 
 The reference machine has no GPU: the probe answers the two questions SGLang's resolution asks
-the machine (sglang_fleet.catalogue_probe._answer_hardware) as an 8-GPU CUDA node with 96 GB
-GPUs would; everything else the checks read comes from the arguments and the model's
+the machine (sglang_fleet.reference.catalogue_probe._answer_hardware) as an 8-GPU CUDA node
+with 96 GB GPUs would; everything else the checks read comes from the arguments and the model's
 config.json (a folder with Kimi-K2.5's language-model shape, refenv.sample_model_dir).
 """
 
@@ -16,12 +16,12 @@ import textwrap
 
 import pytest
 
-from sglang_fleet import refenv
-from sglang_fleet.catalogue import catalogue
-from sglang_fleet.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
-from sglang_fleet.sim.failures import HEADS_FRAMES, SGLangError
-from sglang_fleet.sim.server_args import prepare_server_args
-from sglang_fleet_node.sglang_fleet_argcheck import parse_args
+from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.known.sglang_checks import CHECKS_0_5_23, STAGE_FRAMES, refusals
+from sglang_fleet.node.deploy.argcheck import parse_args
+from sglang_fleet.reference import refenv
+from sglang_fleet.sim.args.server_args import prepare_server_args
+from sglang_fleet.sim.engine.failures import HEADS_FRAMES, SGLangError
 
 VERSION = "0.5.23"
 
@@ -55,7 +55,7 @@ TABLE = {
     **{check.id: ("yes", "yes", "yes") for check in CHECKS_0_5_23},
     "model: attention heads / attention TP (models/deepseek_v2.py:2057, llama.py:183)": (
         "yes, for a model it knows (data/models.yml); others: no, it has no config.json",
-        "yes: the node's config.json (sglang_fleet_modelfit)",
+        "yes: the node's config.json (module_utils/gpu/modelfit)",
         "yes: at model load, with SGLang's traceback"),
     "model: key/value heads / TP (models/llama.py:189,193)": (
         "yes, for a model it knows", "yes: the node's config.json",
@@ -182,8 +182,9 @@ def test_kimi_at_tp_3_passes_sglangs_argument_checks_and_fails_at_model_load(rea
 
 
 def test_the_node_check_refuses_what_the_installed_sglang_refuses(env, model_dir, tmp_path):
-    """The node check's own parse step (sglang_fleet_argcheck.parse_args) on the real package:
-    its post-parse checks run, and the refusal is SGLang's final line and where it raised."""
+    """The node check's own parse step (module_utils/deploy/argcheck.parse_args) on the real
+    package: its post-parse checks run, and the refusal is SGLang's final line and where it
+    raised."""
     # The node's hardware answers, as the probe gives them (a real node answers itself).
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
         import sglang.srt.utils.common as common

@@ -23,20 +23,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_fleet import refenv
-from sglang_fleet.sim import (
-    bootstrap,
-    detokenizer,
-    failures,
-    http_api,
-    kv_receiver,
-    kv_sender,
-    launch_server,
-    metrics,
-    rendezvous,
-    scheduler,
-)
-from sglang_fleet.sim.serving import QueueFull
+from sglang_fleet.reference import refenv
+from sglang_fleet.sim import launch_server
+from sglang_fleet.sim.engine import detokenizer, failures, rendezvous, scheduler
+from sglang_fleet.sim.frontend import http_api, metrics
+from sglang_fleet.sim.frontend.serving import QueueFull
+from sglang_fleet.sim.pd import bootstrap, kv_receiver, kv_sender
 
 VERSION = "0.5.23"
 

@@ -3,8 +3,8 @@ matching Rule, the fix and the evidence."""
 
 from __future__ import annotations
 
-from sglang_fleet.advice import failure_block, operator_stopped
-from sglang_fleet_node.sglang_fleet_classify import stall_advice
+from sglang_fleet.node.health.classify import stall_advice
+from sglang_fleet.runs.advice import failure_block, operator_stopped
 
 INCIDENT_FACTS = {"attention_backend": "flashinfer", "model_family": "MLA",
                   "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from sglang_fleet.runner import scrub_artifacts, secret_values
-from sglang_fleet_node.sglang_fleet_secrets import fingerprint, is_secret_name
+from sglang_fleet.node.common.secrets import fingerprint, is_secret_name
+from sglang_fleet.runs.runner import scrub_artifacts, secret_values
 
 BEARER = "bearer-value-0123456789"
 PASSPHRASE = "correct horse battery staple"
@@ -31,7 +31,7 @@ def test_one_rule_names_secrets_of_any_spelling():
 
 
 def test_extra_env_refuses_secret_names_by_the_same_rule():
-    from sglang_fleet.spec import build_launch_spec
+    from sglang_fleet.launch.spec import build_launch_spec
     from sglang_fleet.testfleet.local import role_defaults
 
     def errors(env):

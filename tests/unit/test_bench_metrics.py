@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.results import canary_check, hardware_key, results_for
-from sglang_fleet_node.sglang_fleet_benchclient import distinct_input_ids
-from sglang_fleet_node.sglang_fleet_streammetrics import (
+from sglang_fleet.bench.results import canary_check, hardware_key, results_for
+from sglang_fleet.node.bench.client import distinct_input_ids
+from sglang_fleet.node.bench.streammetrics import (
     batch_metrics,
     per_token_itl,
     percentile,

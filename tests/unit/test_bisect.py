@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sglang_fleet.bisect import find_culprit
+from sglang_fleet.bench.bisect import find_culprit
 
 SIX = [f"var{i}" for i in range(6)]
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from sglang_fleet.catalogue import CONVERTERS, ParseError, catalogue, shipped_versions
+from sglang_fleet.known.catalogue import CONVERTERS, ParseError, catalogue, shipped_versions
 
 CAT = catalogue("0.5.23")
 

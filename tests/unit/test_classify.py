@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet_node.sglang_fleet_classify import classify
-from sglang_fleet_node.sglang_fleet_logphase import parse_log
-from sglang_fleet_node.sglang_fleet_observe import xids_and_ooms
-from sglang_fleet_node.sglang_fleet_vocab import VERDICTS, default_windows
+from sglang_fleet.node.common.vocab import VERDICTS, default_windows
+from sglang_fleet.node.health.classify import classify
+from sglang_fleet.node.health.observe import xids_and_ooms
+from sglang_fleet.node.logs.logphase import parse_log
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 

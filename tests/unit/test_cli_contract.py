@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.inputs import (
+from sglang_fleet.cli.inputs import (
     InputError,
     check_inventory_files,
     inventory_yaml_files,
     parse_extra_vars,
 )
-from sglang_fleet.metrics import prometheus_text
-from sglang_fleet.outcomes import host_outcomes
-from sglang_fleet.progress import Progress
-from sglang_fleet.runner import scrub_artifacts
-from sglang_fleet.summary import (
+from sglang_fleet.runs.metrics import prometheus_text
+from sglang_fleet.runs.outcomes import host_outcomes
+from sglang_fleet.runs.progress import Progress
+from sglang_fleet.runs.runner import scrub_artifacts
+from sglang_fleet.runs.summary import (
     EXIT_HOSTS_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
-from sglang_fleet_node.sglang_fleet_deployfiles import apply, plan
-from sglang_fleet_node.sglang_fleet_service import content_digest, files_digest
+from sglang_fleet.node.deploy.deployfiles import apply, plan
+from sglang_fleet.node.process.service import content_digest, files_digest
 
 
 def _files(tmp_path, script=b"#!/bin/sh\necho v1\n", env=b"SGLANG_FLEET_API_KEY=sekrit-0123\n"):
@@ -92,7 +92,7 @@ def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
     chmod'ed 0755 (and the server log written into it)."""
     import pytest
 
-    from sglang_fleet_node.sglang_fleet_deployfiles import DeployFilesError
+    from sglang_fleet.node.deploy.deployfiles import DeployFilesError
 
     private = tmp_path / "elsewhere"
     private.mkdir(mode=0o700)
@@ -111,7 +111,7 @@ def test_a_symlinked_folder_is_refused_and_its_target_untouched(tmp_path):
 def test_the_node_line_names_each_changed_setting_with_its_old_and_new_value():
     """What the NODE line appends to `the launch files differ ...`: one `name: old -> new`
     per changed setting, a nested mapping by key, a setting new or removed as `unset`."""
-    from sglang_fleet_node.sglang_fleet_nodecheck import setting_changes
+    from sglang_fleet.node.deploy.nodecheck import setting_changes
 
     before = {"sglang_server_tp": 8, "sglang_server_nccl_profile": {"NCCL_PROTO": "LL",
                                                                      "NCCL_IB_DISABLE": 1},
@@ -136,8 +136,8 @@ def test_the_argument_record_is_private_and_never_written_through_a_link(tmp_pat
     the record itself is 0600, as the rest of the run folder."""
     import pytest
 
-    from sglang_fleet_node.sglang_fleet_argcheck import record_args_checked
-    from sglang_fleet_node.sglang_fleet_deployfiles import DeployFilesError
+    from sglang_fleet.node.deploy.argcheck import record_args_checked
+    from sglang_fleet.node.deploy.deployfiles import DeployFilesError
     target = tmp_path / "elsewhere"
     target.mkdir()
     (tmp_path / "linked").symlink_to(target)
@@ -151,7 +151,7 @@ def test_the_argument_record_is_private_and_never_written_through_a_link(tmp_pat
 def test_the_change_summary_never_hides_a_setting_behind_the_keys_of_another():
     """Six stall windows changed beside an injected fault: the fault is shown with its values,
     and every change beyond six is named."""
-    from sglang_fleet_node.sglang_fleet_nodecheck import setting_changes
+    from sglang_fleet.node.deploy.nodecheck import setting_changes
 
     phases = ("allocating_kv_cache", "capturing_cuda_graph", "launching", "loading_weights",
               "starting_http", "warming_up")

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from sglang_fleet.node.deploy import lock as lk
 from sglang_fleet.testfleet.local import wait_for
-from sglang_fleet_node import sglang_fleet_lock as lk
 
 
 def record(run, purpose="deploy"):
@@ -111,7 +111,7 @@ def test_a_run_in_another_pid_namespace_is_judged_from_the_initial_pid_namespace
     for its whole lease. From the kernel's initial PID namespace every process is visible,
     with its PID in its own namespace: the run is found alive, or proven gone."""
     here = lk.run_identity(os.getpid())
-    code = ("import json, os, time; from sglang_fleet_node import sglang_fleet_lock as lk; "
+    code = ("import json, os, time; from sglang_fleet.node.deploy import lock as lk; "
             "print(json.dumps(lk.run_identity(os.getpid())), flush=True); time.sleep(60)")
     holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
                                "-c", code], stdout=subprocess.PIPE, text=True,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_fleet import cli
-from sglang_fleet.diagnose import diagnose, duration, render
-from sglang_fleet_node.sglang_fleet_logphase import FATAL_KINDS
+from sglang_fleet.cli import main as cli
+from sglang_fleet.node.logs.logphase import FATAL_KINDS
+from sglang_fleet.recovery.diagnose import diagnose, duration, render
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 TRUTH = yaml.safe_load((LOGS / "truth.yml").read_text())
@@ -235,7 +235,7 @@ def test_binary_through_a_pipe_is_read_within_its_bounds():
 
 
 def test_an_endless_stream_stops_at_its_stated_limit():
-    from sglang_fleet_node import sglang_fleet_logread as logread
+    from sglang_fleet.node.logs import logread
 
     class Zeros(io.RawIOBase):
         def readable(self):

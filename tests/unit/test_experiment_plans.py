@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sglang_fleet.experiments import PlanError, differing, load_settings, load_sweep
-from sglang_fleet.report import config_row, markdown_table, write_report
+from sglang_fleet.bench.experiments import PlanError, differing, load_settings, load_sweep
+from sglang_fleet.bench.report import config_row, markdown_table, write_report
 from sglang_fleet.testfleet.local import REPO
 
 
@@ -102,7 +102,7 @@ def test_report_labels_simulated_figures(tmp_path):
 
 
 def test_a_proposed_rule_says_when_rules_cannot_match_the_culprit():
-    from sglang_fleet.cli import proposed_rule
+    from sglang_fleet.cli.bisect import proposed_rule
     recovery = {"facts": {"attention_backend": "triton", "model_family": "MLA",
                           "compute_capability": "12.0", "tp": 8, "cuda_graph": True},
                 "verdict": "stalled", "phase": "capturing_cuda_graph", "reason": "no progress"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sglang_fleet.extra_vars import dropped_keys, mapping_defaults, warnings
+from sglang_fleet.settings.extra_vars import dropped_keys, mapping_defaults, warnings
 
 WINDOWS = "sglang_server_gate_stall_windows"
 INVENTORY = {"n1": {WINDOWS: {"launching": 20, "loading_weights": 10, "warming_up": 15}},

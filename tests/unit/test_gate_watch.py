@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet_node import sglang_fleet_gate as gate
+from sglang_fleet.node.health import gate
 
 WINDOWS = {p: 30.0 for p in ("launching", "loading_weights", "allocating_kv_cache",
                              "capturing_cuda_graph", "starting_http", "warming_up")}

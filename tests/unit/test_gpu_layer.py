@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from sglang_fleet_node import sglang_fleet_gpu as gpu
-from sglang_fleet_node import sglang_fleet_simgpu as simgpu
+from sglang_fleet.node.gpu import gpu, simgpu
 
 GB = 1024**3
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.runs.whole_groups import serial_batches, serial_with_routers, split_group_errors
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet.whole_groups import serial_batches, serial_with_routers, split_group_errors
 
 HOSTS = ["a1", "a2", "b1", "b2", "c"]
 

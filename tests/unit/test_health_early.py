@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from sglang_fleet.node.common.http import HEALTH_GRACE_S, ask_health_early
 from sglang_fleet.testfleet.local import loopback_http_server
-from sglang_fleet_node.sglang_fleet_http import HEALTH_GRACE_S, ask_health_early
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

@@ -5,8 +5,8 @@ common/conn.py)."""
 
 from __future__ import annotations
 
-from sglang_fleet_node.sglang_fleet_classify import classify
-from sglang_fleet_node.sglang_fleet_logphase import parse_log
+from sglang_fleet.node.health.classify import classify
+from sglang_fleet.node.logs.logphase import parse_log
 
 WINDOWS = {p: 10 for p in ("launching", "loading_weights", "allocating_kv_cache",
                            "capturing_cuda_graph", "starting_http", "warming_up")}

@@ -1,7 +1,9 @@
-"""Which code may import which: the product never imports its simulator (the simulator
-provides a node's GPUs through the GPU layer's backend and its launch through the install
-mode), and nothing under plugins/ imports it either; the package's modules import each other
-one way, with no loop."""
+"""Which code may import which: the product never imports its simulator or its test fleet (the
+simulator provides a node's GPUs through the GPU layer's backend and its launch through the
+install mode), and nothing under plugins/ imports them either; the package's modules import
+each other one way, with no loop; its folders stand on floors (docs/layout.md) and each imports
+only folders below its own; module_utils imports nothing of the controller and has no loop;
+no folder holds more than 15 modules."""
 
 from __future__ import annotations
 
@@ -11,6 +13,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 SIMULATOR = "sglang_fleet.sim"
+TEST_FLEET = "sglang_fleet.testfleet"
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+# The product's folders, ground floor first: a folder imports only folders on lower floors
+# (and the node-side code, sglang_fleet.node, the symlink to plugins/module_utils).
+FLOORS = {
+    "known": 1, "settings": 1,        # what is known of SGLang; the settings tables
+    "launch": 2,                      # the LaunchSpec and its launch files
+    "router": 3, "runs": 3,           # the RouterSpec; playbook runs and what they say
+    "bench": 4, "recovery": 4,        # measurements and experiments; recovery's decisions
+    "cli": 5,                         # the command line
+    "reference": 6,                   # developers' checks against real SGLang
+}
+# The simulator and the test fleet stand apart: the simulator reads only what is known of
+# SGLang (and the node's GPU layer); the test fleet drives everything.
+APART = {"sim": {"known"}, "testfleet": None}
+MAX_MODULES = 15
 
 
 def _imports(path: Path) -> set[str]:
@@ -24,14 +42,14 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_no_plugin_and_no_controller_module_imports_the_simulator():
+def test_no_plugin_and_no_controller_module_imports_the_simulator_or_the_test_fleet():
     product = [p for p in (REPO / "src" / "sglang_fleet").rglob("*.py")
                if not {"sim", "testfleet"} & set(p.relative_to(REPO / "src").parts)]
     product += list((REPO / "plugins").rglob("*.py"))
     assert len(product) > 40
     offenders = sorted(str(p.relative_to(REPO)) for p in product
-                       if any(name == SIMULATOR or name.startswith(SIMULATOR + ".")
-                              for name in _imports(p)))
+                       if any(name == apart or name.startswith(apart + ".")
+                              for name in _imports(p) for apart in (SIMULATOR, TEST_FLEET)))
     assert offenders == [], offenders
 
 
@@ -87,7 +105,8 @@ def _a_cycle(graph: dict[str, set[str]]) -> list[str]:
 def test_the_package_has_no_import_loop():
     modules = _package_modules()
     graph = {name: _imported_modules(name, path, modules) for name, path in modules.items()}
-    assert "sglang_fleet.settings" in graph["sglang_fleet.spec"]  # the graph sees real imports
+    # the graph sees real imports
+    assert "sglang_fleet.settings.server" in graph["sglang_fleet.launch.spec"]
     loop = _a_cycle(graph)
     assert loop == [], " -> ".join(loop)
 
@@ -95,3 +114,64 @@ def test_the_package_has_no_import_loop():
 def test_the_loop_finder_finds_a_loop():
     assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _a_cycle({"a": {"b"}, "b": set()}) == []
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def test_each_folder_imports_only_the_folders_below_it():
+    modules = _package_modules()
+    folders = {_folder(name) for name in modules} - {""}
+    assert folders == set(FLOORS) | set(APART), "a new folder: give it a floor in FLOORS"
+    wrong = []
+    for name, path in modules.items():
+        here = _folder(name)
+        for target in _imported_modules(name, path, modules):
+            there = _folder(target)
+            if not there or there == here:
+                continue
+            if here in APART:
+                ok = APART[here] is None or there in APART[here]
+            else:
+                ok = there in FLOORS and FLOORS[there] < FLOORS.get(here, 0)
+            if not ok:
+                wrong.append(f"{name} -> {target}")
+    assert wrong == [], wrong
+
+
+def _module_utils() -> dict[str, Path]:
+    return {".".join(p.relative_to(MODULE_UTILS).with_suffix("").parts): p
+            for p in MODULE_UTILS.rglob("*.py") if p.name != "__init__.py"}
+
+
+def test_module_utils_import_nothing_of_the_controller_and_have_no_loop():
+    modules = _module_utils()
+    assert len(modules) > 25
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""])
+                assert not any(n.startswith("sglang_fleet") for n in names), (name, names)
+            if isinstance(node, ast.ImportFrom) and node.level:
+                package = name.split(".")[:-node.level]
+                base = [*package, *(node.module.split(".") if node.module else [])]
+                found |= {".".join(base)} | {".".join([*base, a.name]) for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    assert "common.vocab" in graph["health.classify"]  # the graph sees real imports
+    loop = _a_cycle(graph)
+    assert loop == [], " -> ".join(loop)
+
+
+def test_no_folder_holds_more_than_15_modules():
+    crowded = {}
+    for root in (SRC / "sglang_fleet", MODULE_UTILS):
+        for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]:
+            count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+            if count > MAX_MODULES:
+                crowded[str(folder.relative_to(REPO))] = count
+    assert crowded == {}, crowded

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_fleet.loadgen import Request, read_chunk, request_body
+from sglang_fleet.bench.loadgen import Request, read_chunk, request_body
 
 
 def test_each_api_streams_its_own_request():

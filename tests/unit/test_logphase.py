@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_fleet_node import sglang_fleet_failures as failures_grammar
-from sglang_fleet_node.sglang_fleet_logphase import (
+from sglang_fleet.node.common.vocab import PHASES
+from sglang_fleet.node.logs import failures as failures_grammar
+from sglang_fleet.node.logs.logphase import (
     FAILURE_HINTS,
     FAILURE_WHY,
     FAILURES,
@@ -25,7 +26,6 @@ from sglang_fleet_node.sglang_fleet_logphase import (
     phase_timeline,
     progress_text,
 )
-from sglang_fleet_node.sglang_fleet_vocab import PHASES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -416,7 +416,7 @@ def test_an_unnamed_exception_in_an_attention_backend_is_named_by_its_final_line
 # ---- a multi-node group's rendezvous ---------------------------------------------------------
 
 def test_the_ranks_of_each_node_as_sglang_places_them():
-    from sglang_fleet_node.sglang_fleet_logphase import node_ranks
+    from sglang_fleet.node.logs.logphase import node_ranks
     assert node_ranks(1, 2, 16, 1) == [f"TP{t}" for t in range(8, 16)]
     assert node_ranks(0, 2, 16, 1) == [f"TP{t}" for t in range(8)]
     # pp across nodes: each node holds one stage's whole TP group

@@ -3,9 +3,9 @@ began; line numbers say what they count from."""
 
 from __future__ import annotations
 
-from sglang_fleet_node import sglang_fleet_logread as logread
-from sglang_fleet_node.sglang_fleet_logphase import RUN_SEPARATOR, parse_log
-from sglang_fleet_node.sglang_fleet_observe import read_log
+from sglang_fleet.node.health.observe import read_log
+from sglang_fleet.node.logs import logread
+from sglang_fleet.node.logs.logphase import RUN_SEPARATOR, parse_log
 
 HEAD = ("[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=2)\n"
         "[2026-01-01 00:00:10 TP0] Load weight begin. avail mem=70.00 GB\n")

@@ -4,8 +4,8 @@ hosts, the variable, the value and the fix."""
 
 from __future__ import annotations
 
-from sglang_fleet.clashes import LOCAL_MACHINE, clash_errors, gpu_ids, machine_of
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.clashes import LOCAL_MACHINE, clash_errors, gpu_ids, machine_of
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet_node.sglang_fleet_failing import failing
+from sglang_fleet.node.common.failing import failing
 
 
 class Module:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sglang_fleet.node.process import procs
+from sglang_fleet.node.process.service import Supervisor, Systemd, files_digest
 from sglang_fleet.testfleet.local import wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node.sglang_fleet_service import Supervisor, Systemd, files_digest
 
 SLEEPER = "import time\nwhile True: time.sleep(1)\n"
 
@@ -145,7 +145,7 @@ def test_systemd_driver_command_sequence(marker, tmp_path):
 
 
 def test_systemd_failure_names_the_command(marker, tmp_path):
-    from sglang_fleet_node.sglang_fleet_service import ServiceError
+    from sglang_fleet.node.process.service import ServiceError
     unit = Systemd(marker, "u.service", str(tmp_path / "s"),
                    run=lambda a: (1, "", "Unit u.service not found.") if a[1] == "restart"
                    else (0, "", ""))
@@ -318,8 +318,8 @@ def test_supervisor_runs_the_server_as_the_service_user(marker):
 def test_a_failed_binds_holder_is_named_with_its_pid_and_command():
     import socket
 
-    from sglang_fleet_node.sglang_fleet_logphase import parse_log
-    from sglang_fleet_node.sglang_fleet_observe import bind_holders
+    from sglang_fleet.node.health.observe import bind_holders
+    from sglang_fleet.node.logs.logphase import parse_log
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -336,7 +336,7 @@ def test_a_failed_binds_holder_is_named_with_its_pid_and_command():
 
 
 def test_a_kernel_log_the_node_cannot_read_is_said_with_why(monkeypatch):
-    from sglang_fleet_node import sglang_fleet_observe as observe
+    from sglang_fleet.node.health import observe
 
     def refused(path, flags):
         raise PermissionError(1, "Operation not permitted", path)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.cli import watch_loop
-from sglang_fleet.outcomes import host_outcomes, stage_of
-from sglang_fleet.progress import Progress
-from sglang_fleet.reasons import group_by_reason, shorten, wrap
-from sglang_fleet.report import config_row, draw_chart
-from sglang_fleet.summary import build_summary, host_table
-from sglang_fleet_node.sglang_fleet_classify import classify
-from sglang_fleet_node.sglang_fleet_vocab import verdict_phrase
+from sglang_fleet.bench.report import config_row, draw_chart
+from sglang_fleet.cli.watch import watch_loop
+from sglang_fleet.node.common.vocab import verdict_phrase
+from sglang_fleet.node.health.classify import classify
+from sglang_fleet.runs.outcomes import host_outcomes, stage_of
+from sglang_fleet.runs.progress import Progress
+from sglang_fleet.runs.reasons import group_by_reason, shorten, wrap
+from sglang_fleet.runs.summary import build_summary, host_table
 
 ROLE = "/p/roles/sglang_server/tasks/"
 GATE_ACTION = "sglang.fleet.sglang_health"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from sglang_fleet.pd import (
+from sglang_fleet.launch.pd import (
     decodes_beside,
     deployment_errors,
     held_side,
@@ -15,7 +15,7 @@ from sglang_fleet.pd import (
     prefill_wait,
     router_side_gap,
 )
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from sglang_fleet_node.sglang_fleet_procs import MARKER_VAR
-from sglang_fleet_node.sglang_fleet_startcheck import port_owner
+from sglang_fleet.node.process.procs import MARKER_VAR
+from sglang_fleet.node.process.startcheck import port_owner
 
 LISTEN = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
           "s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import threading
 
-from sglang_fleet.recovery import (
+from sglang_fleet.recovery.decisions import (
     choose_next,
     proposed_rules,
     recent_recoveries,
 )
-from sglang_fleet.store import append_jsonl, read_jsonl
+from sglang_fleet.runs.store import append_jsonl, read_jsonl
 
 INCIDENT_FACTS = {"attention_backend": "flashinfer", "model_family": "MLA",
                   "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,

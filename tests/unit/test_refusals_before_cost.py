@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from sglang_fleet.models import gpu_memory_bytes, known_model, known_models
-from sglang_fleet.sglang_checks import CHECKS_0_5_23
-from sglang_fleet.sim.failures import SGLangError
-from sglang_fleet.sim.server_args import prepare_server_args
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.known.models import gpu_memory_bytes, known_model, known_models
+from sglang_fleet.known.sglang_checks import CHECKS_0_5_23
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.node.gpu import modelfit
+from sglang_fleet.sim.args.server_args import prepare_server_args
+from sglang_fleet.sim.engine.failures import SGLangError
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet_node import sglang_fleet_modelfit as modelfit
 
 CHECK = {check.id: check for check in CHECKS_0_5_23}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.render import render_files
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.render import render_files
+from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.testfleet.local import role_defaults
 
 
@@ -91,7 +91,7 @@ def test_shell_metacharacters_stay_arguments_and_the_key_is_filtered(tmp_path):
 def filtered(key, *writes, pause=0.15, env_key=None):
     """What the launch script's log filter makes of `writes`, each a separate write of the
     server, read separately by the filter (the pause lets it read each one on its own)."""
-    from sglang_fleet.render import _REDACT
+    from sglang_fleet.launch.render import _REDACT
     feeder = ("import os, sys, time\n"
               f"for i, part in enumerate({list(writes)!r}):\n"
               f"    time.sleep({pause} if i else 0)\n"
@@ -129,7 +129,7 @@ def test_log_filter_masks_the_key_where_sglang_prints_it_in_both_formats(tmp_pat
 def test_log_filter_masks_the_ssl_keyfile_password_beside_the_key(tmp_path):
     """--ssl-keyfile-password is a secret SGLang prints in the same arguments line: the
     launch script's filter is given it beside the API key, and masks both, in both formats."""
-    from sglang_fleet.render import _REDACT
+    from sglang_fleet.launch.render import _REDACT
 
     key, password = "sk-0123456789abcdef", "pw-fedcba9876543210"
     spec = spec_for(tmp_path, api_key=key, ssl_keyfile_password=password)
@@ -203,7 +203,7 @@ def test_every_secret_option_is_in_the_config_file_and_none_on_the_command_line(
     as SGLang parses them; none of them on the rendered command line."""
     import yaml
 
-    from sglang_fleet.sim.server_args import prepare_server_args
+    from sglang_fleet.sim.args.server_args import prepare_server_args
 
     values = {"api_key": "~sk-0123456789+/..==", "admin_api_key": "yes",
               "ssl_keyfile_password": "0123456789012345", "watermark_config": "{\"a\": 1}"}
@@ -271,7 +271,7 @@ def test_systemd_unit_escapes_spaces_and_specifiers_in_paths(tmp_path):
 
 
 def test_unit_command_paths_are_quoted_only_when_they_must_be():
-    from sglang_fleet.render import unit_command_path
+    from sglang_fleet.launch.render import unit_command_path
 
     assert unit_command_path("/opt/sglang-fleet/conf/K-30000.launch.sh") == \
         "/opt/sglang-fleet/conf/K-30000.launch.sh"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import io
 
-from sglang_fleet.metrics import prometheus_text
-from sglang_fleet.outcomes import host_outcomes
-from sglang_fleet.progress import Progress
-from sglang_fleet.router_rejoin import ready_to_add, unseen_servers
-from sglang_fleet.summary import EXIT_HOSTS_FAILED, EXIT_OK, exit_code, judge_readiness
-from sglang_fleet_node.sglang_fleet_router import router_verdict
+from sglang_fleet.node.router.api import router_verdict
+from sglang_fleet.router.rejoin import ready_to_add, unseen_servers
+from sglang_fleet.runs.metrics import prometheus_text
+from sglang_fleet.runs.outcomes import host_outcomes
+from sglang_fleet.runs.progress import Progress
+from sglang_fleet.runs.summary import EXIT_HOSTS_FAILED, EXIT_OK, exit_code, judge_readiness
 
 ROUTER = {"name": "r1", "url": "http://10.0.0.5:30000", "version": "0.3.2",
           "policy": "cache_aware"}

@@ -3,9 +3,9 @@ the admin key the router was started with is read back from its env file."""
 
 from __future__ import annotations
 
-from sglang_fleet.router_render import render_router_files
-from sglang_fleet.router_spec import build_router_identity, build_router_spec, router_secrets
-from sglang_fleet_node.sglang_fleet_router import recorded_admin_key
+from sglang_fleet.node.router.api import recorded_admin_key
+from sglang_fleet.router.render import render_router_files
+from sglang_fleet.router.spec import build_router_identity, build_router_spec, router_secrets
 
 GOOD = {"sglang_router_api_key": "rk-0123456789abcdef",
         "sglang_router_control_plane_api_keys": [

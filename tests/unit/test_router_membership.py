@@ -7,9 +7,8 @@ import json
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 
-from sglang_fleet.loadgen import Request, out_of_rotation, percentile, routed_to, summarize
-from sglang_fleet.testfleet.local import loopback_http_server
-from sglang_fleet_node.sglang_fleet_router import (
+from sglang_fleet.bench.loadgen import Request, out_of_rotation, percentile, routed_to, summarize
+from sglang_fleet.node.router.api import (
     Router,
     describe_view,
     drain,
@@ -22,6 +21,7 @@ from sglang_fleet_node.sglang_fleet_router import (
     view_of,
     worker_inflight,
 )
+from sglang_fleet.testfleet.local import loopback_http_server
 
 # Shapes of the exports: SGLang's scheduler gauges and sglang-router 0.3.2's per-worker gauge.
 WORKER_METRICS = """# HELP sglang:num_running_reqs The number of running requests.

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.router_render import router_node
-from sglang_fleet.router_spec import build_router_spec, router_secrets
+from sglang_fleet.node.deploy.argcheck import args_record
+from sglang_fleet.node.process.service import content_digest
+from sglang_fleet.node.router import host as rn
+from sglang_fleet.router.render import router_node
+from sglang_fleet.router.spec import build_router_spec, router_secrets
 from sglang_fleet.testfleet.local import loopback_http_server
-from sglang_fleet_node import sglang_fleet_routernode as rn
-from sglang_fleet_node.sglang_fleet_argcheck import args_record
-from sglang_fleet_node.sglang_fleet_service import content_digest
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"

@@ -8,16 +8,16 @@ import json
 import pytest
 import yaml
 
-from sglang_fleet import router_settings
-from sglang_fleet.router_catalogue import router_catalogue
-from sglang_fleet.router_render import render_router_files
-from sglang_fleet.router_spec import (
+from sglang_fleet.node.router.host import flag_variable
+from sglang_fleet.router.catalogue import router_catalogue
+from sglang_fleet.router.render import render_router_files
+from sglang_fleet.router.spec import (
     admin_key,
     build_router_spec,
     router_secrets,
     worker_url,
 )
-from sglang_fleet_node.sglang_fleet_routernode import flag_variable
+from sglang_fleet.settings import router as router_settings
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"
 ADMIN_KEY = "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
@@ -37,7 +37,7 @@ def build(**settings):
 def test_role_files_are_generated_from_the_table():
     for path, text in router_settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
-            f"{path} drifted: python -m sglang_fleet.router_settings --write")
+            f"{path} drifted: python -m sglang_fleet.settings.router --write")
     assert yaml.safe_load(router_settings.ROLE_FILES.defaults_yaml()) == router_settings.defaults()
 
 
@@ -206,7 +206,7 @@ def test_a_refusal_from_the_installed_router_names_the_variable():
 
 
 def test_the_cli_refuses_a_router_secret_on_its_command_line():
-    from sglang_fleet.inputs import InputError, parse_extra_vars
+    from sglang_fleet.cli.inputs import InputError, parse_extra_vars
 
     with pytest.raises(InputError, match="sglang_router_api_key: a secret on the command line"):
         parse_extra_vars([f"sglang_router_api_key={API_KEY}"])

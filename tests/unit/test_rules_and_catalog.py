@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.catalogue import catalogue
-from sglang_fleet.reviewed import nccl_did_you_mean, releases, sim_profile
-from sglang_fleet.rules import load_rules, matching_rules, parse_rules
+from sglang_fleet.known.catalogue import catalogue
+from sglang_fleet.known.reviewed import nccl_did_you_mean, releases, sim_profile
+from sglang_fleet.known.rules import load_rules, matching_rules, parse_rules
 
 INCIDENT = {"attention_backend": "flashinfer", "model_family": "MLA",
             "compute_capability": "12.0", "interconnect": "pcie", "tp": 8,
@@ -16,7 +16,7 @@ INCIDENT = {"attention_backend": "flashinfer", "model_family": "MLA",
 def test_every_rule_has_symptom_source_fix_and_the_simulator_fails_it_on_its_own():
     """A Rule is tested against the simulator, which knows SGLang's bugs as facts of its own
     (data/sim_bugs.yml): every configuration a Rule refuses fails there, as on real SGLang."""
-    from sglang_fleet.sim.runtime import _holds, known_bugs
+    from sglang_fleet.sim.engine.runtime import _holds, known_bugs
 
     rules = load_rules()
     assert {"flashinfer-mla-sm120-graph-capture-hang",

@@ -14,7 +14,7 @@ import ansible_runner.runner
 CHILD = """
 import sys, time
 import ansible_runner.runner
-import sglang_fleet.runner  # noqa: F401  (installs the spawn that ends with this process)
+import sglang_fleet.runs.runner  # noqa: F401  (installs the spawn that ends with this process)
 # As ansible-runner spawns it: SIGHUP ignored, so the pty closing with the parent ends nothing.
 child = ansible_runner.runner.pexpect.spawn(
     sys.executable, ["-c", "import time; time.sleep(120)"], ignore_sighup=True)
@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_ansible_runner_spawns_through_the_cli_s_pexpect():
-    import sglang_fleet.runner as runner
+    import sglang_fleet.runs.runner as runner
     assert isinstance(ansible_runner.runner.pexpect, runner._PexpectEndingWithTheCli)
     assert ansible_runner.runner.pexpect.EOF is runner.pexpect.EOF
 

@@ -3,14 +3,16 @@ node-side copy is generated from it, and every secret setting is masked wherever
 
 from __future__ import annotations
 
-from sglang_fleet import router_settings, secrets, settings
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.node.common import secrets as node
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import secrets
+from sglang_fleet.settings import server as settings
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet_node import sglang_fleet_secrets as node
 
 
 def test_the_node_copy_is_generated_from_the_settings_tables():
-    assert secrets.main([]) == 0, "python -m sglang_fleet.secrets --write"
+    assert secrets.main([]) == 0, "python -m sglang_fleet.settings.secrets --write"
 
 
 def test_every_secret_setting_of_both_tables_is_a_secret_name_everywhere():

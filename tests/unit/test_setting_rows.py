@@ -11,12 +11,15 @@ from functools import partial
 
 import pytest
 
-from sglang_fleet import recovery, router_settings, secrets, settings
-from sglang_fleet.router_spec import build_router_spec, router_secrets
-from sglang_fleet.setting_kinds import Setting
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.node.common import secrets as shipped_registry
+from sglang_fleet.recovery import decisions as recovery
+from sglang_fleet.router.spec import build_router_spec, router_secrets
+from sglang_fleet.settings import router as router_settings
+from sglang_fleet.settings import secrets
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import Setting
 from sglang_fleet.testfleet.local import role_defaults
-from sglang_fleet_node import sglang_fleet_secrets as shipped_registry
 
 S = partial(Setting, prefix=settings.PREFIX)
 R = partial(Setting, prefix=router_settings.PREFIX)
@@ -145,7 +148,7 @@ def test_the_secret_registry_follows_the_rows(server_rows, router_rows):
     # The name-based guess alone does not know these: only the rows make them secrets.
     assert not any(shipped_registry.is_secret_name(n) for n in new_names[:2])
     registry = types.ModuleType("registry_with_the_new_rows")
-    exec(compile(secrets.node_copy_text(), "sglang_fleet_secrets.py", "exec"),
+    exec(compile(secrets.node_copy_text(), "common/secrets.py", "exec"),
          registry.__dict__)
     for name in new_names:
         assert registry.is_secret_name(name), name

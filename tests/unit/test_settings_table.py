@@ -7,18 +7,19 @@ from dataclasses import replace
 
 import yaml
 
-from sglang_fleet import settings
-from sglang_fleet.catalogue import catalogue, shipped_versions
-from sglang_fleet.reviewed import releases
-from sglang_fleet.setting_kinds import SettingsTable
-from sglang_fleet.spec import build_launch_spec
+from sglang_fleet.known.catalogue import catalogue, shipped_versions
+from sglang_fleet.known.reviewed import releases
+from sglang_fleet.launch.spec import build_launch_spec
+from sglang_fleet.settings import server as settings
+from sglang_fleet.settings.kinds import SettingsTable
 from sglang_fleet.testfleet.local import role_defaults
 
 
 def test_role_files_are_generated_from_the_table():
     for path, text in settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
-            f"{path} drifted from the settings table: python -m sglang_fleet.settings --write")
+            f"{path} drifted from the settings table: "
+            "python -m sglang_fleet.settings.server --write")
     defaults = yaml.safe_load(settings.ROLE_FILES.defaults_yaml())
     assert defaults == {s.variable: s.default for s in settings.SETTINGS}
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from sglang_fleet_node import sglang_fleet_shm as shm
+from sglang_fleet.node.process import shm
 
 
 def dead_pid():

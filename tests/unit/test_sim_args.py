@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sglang_fleet.sim.graphs import backends
-from sglang_fleet.sim.server_args import prepare_server_args
+from sglang_fleet.sim.args.server_args import prepare_server_args
+from sglang_fleet.sim.engine.graphs import backends
 
 
 def parse_cli(*argv):
-    code = ("import sys; from sglang_fleet.sim.server_args import prepare_server_args; "
+    code = ("import sys; from sglang_fleet.sim.args.server_args import prepare_server_args; "
             "prepare_server_args(sys.argv[1:])")
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
 
@@ -48,7 +48,7 @@ def test_cuda_graph_disable_spellings():
 
 
 def test_the_simulator_parses_with_the_pinned_release():
-    code = ("import sys; from sglang_fleet.sim.server_args import prepare_server_args; "
+    code = ("import sys; from sglang_fleet.sim.args.server_args import prepare_server_args; "
             "prepare_server_args(sys.argv[1:])")
     import os
     old = subprocess.run([sys.executable, "-c", code, "--model-path", "/m",

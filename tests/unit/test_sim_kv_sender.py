@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from sglang_fleet.sim import kv_sender
-from sglang_fleet.sim.bootstrap import FAKE_BOOTSTRAP_HOST
+from sglang_fleet.sim.pd import kv_sender
+from sglang_fleet.sim.pd.bootstrap import FAKE_BOOTSTRAP_HOST
 
 
 def test_a_request_waits_until_a_decode_bootstraps_its_room():

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from sglang_fleet.sim import kv_receiver
-from sglang_fleet.sim.bootstrap import start_bootstrap_server
+from sglang_fleet.sim.pd import kv_receiver
+from sglang_fleet.sim.pd.bootstrap import start_bootstrap_server
 from sglang_fleet.testfleet.local import free_port_block
 
 

@@ -9,16 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_fleet.sim.graphs import (
+from sglang_fleet.sim.engine.graphs import (
     backends,
     capture_plan,
     decode_sizes,
     memory_defaults,
     prefill_sizes,
 )
-from sglang_fleet.sim.runtime import FAULT_KINDS, parse_faults
-from sglang_fleet.sim.scheduler import loads_multithreaded
-from sglang_fleet.sim.topology import Topology
+from sglang_fleet.sim.engine.runtime import FAULT_KINDS, parse_faults
+from sglang_fleet.sim.engine.scheduler import loads_multithreaded
+from sglang_fleet.sim.engine.topology import Topology
 
 RTX_PRO_6000_MIB = 95.59 * 1024
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.slices import (
+from sglang_fleet.runs.slices import (
     ServerHost,
     SliceError,
     plan_lines,
@@ -15,7 +15,7 @@ from sglang_fleet.slices import (
     read_server_hosts,
     write_limit_files,
 )
-from sglang_fleet.whole_groups import split_group_errors
+from sglang_fleet.runs.whole_groups import split_group_errors
 
 SLICED64 = Path(__file__).parents[1] / "fixtures" / "inventories" / "sliced64"
 

@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from sglang_fleet.spec import build_launch_spec, group_consistency_errors, launch_refusals
+from sglang_fleet.launch.spec import (
+    build_launch_spec,
+    group_consistency_errors,
+    launch_refusals,
+)
 from sglang_fleet.testfleet.local import role_defaults
 
 
@@ -423,7 +427,7 @@ def test_one_refusal_per_host_its_own_errors_first_then_its_groups():
 def test_a_host_name_that_is_not_one_folder_name_is_refused(host):
     """The controller keeps recovery evidence in evidence/<host>/: a host named `../x` put it
     outside the evidence folder. Deploy, recover and stop (identity only) refuse the name."""
-    from sglang_fleet.spec import build_identity
+    from sglang_fleet.launch.spec import build_identity
     for result in (build(host=host), build_identity(settings(), host)):
         only_error(result, f"host {host}: inventory_hostname='{host}'",
                    "is not usable as a folder name", "Fix: rename the host")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet_node import sglang_fleet_stacks as stacks
-from sglang_fleet_node.sglang_fleet_classify import classify
+from sglang_fleet.node.health import stacks
+from sglang_fleet.node.health.classify import classify
 
 REF = Path("/work/main/.cache/sglang-ref/sglang-0.5.23/sglang")
 WINDOWS = {p: 600 for p in ("launching", "loading_weights", "allocating_kv_cache",
@@ -174,7 +174,7 @@ def test_frames_are_masked_like_a_log_line():
 def test_a_probe_wait_ends_only_when_the_stacks_have_decided_and_nothing_moved():
     """The node's sampler stops waiting on /health once the stacks decided; not when this
     observation itself shows progress (the classifier judges that)."""
-    from sglang_fleet_node.sglang_fleet_classify import progressed
+    from sglang_fleet.node.health.classify import progressed
 
     _, state = classify(None, obs(hung_ranks()), T0, WINDOWS, CEILINGS, 30)
     before = {"signals": state["signals"]}

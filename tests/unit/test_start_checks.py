@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from sglang_fleet.node.process import startcheck as check
 from sglang_fleet.testfleet.local import wait_for
-from sglang_fleet_node import sglang_fleet_startcheck as check
 
 MIB = 1 << 20
 
@@ -120,7 +120,7 @@ def test_another_deployment_of_the_same_host_still_running_is_named_with_its_sto
     import json
     import uuid
 
-    from sglang_fleet_node.sglang_fleet_procs import MARKER_VAR
+    from sglang_fleet.node.process.procs import MARKER_VAR
 
     host = f"node-{uuid.uuid4().hex[:8]}"
     run = tmp_path / "run"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_fleet.store import STATE_DIR_VAR, state_path
+from sglang_fleet.runs.store import STATE_DIR_VAR, state_path
 
 
 def test_project_stores_by_default(monkeypatch, tmp_path):

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from sglang_fleet.testfleet.local import wait_for
-from sglang_fleet_node import sglang_fleet_procs as procs
-from sglang_fleet_node import sglang_fleet_simgpu as simgpu
-from sglang_fleet_node.sglang_fleet_stop import (
+from sglang_fleet.node.gpu import simgpu
+from sglang_fleet.node.process import procs
+from sglang_fleet.node.process.stop import (
     aggressive_targets,
     protected,
     reset_gpu,
     verify_released,
 )
+from sglang_fleet.testfleet.local import wait_for
 
 GB = 1 << 30
 HOLD = ("import sys, time\nf = [open(p, 'rb') for p in sys.argv[1:]]\n"

@@ -31,26 +31,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing import resource_tracker
 from typing import Any
 
-from sglang_fleet.sim.bootstrap import (
-    FAKE_BOOTSTRAP_HOST,
-    PD_WARMUP_DONE,
-    PD_WARMUP_END,
-    PD_WARMUP_FAILED,
-    PD_WARMUP_START,
-    start_bootstrap_server,
-)
-from sglang_fleet.sim.control import Hub
-from sglang_fleet.sim.controller import spawn_scheduler
-from sglang_fleet.sim.failures import (
+from sglang_fleet.sim.args.server_args import prepare_server_args
+from sglang_fleet.sim.engine.controller import spawn_scheduler
+from sglang_fleet.sim.engine.failures import (
     SCHEDULER_DIED_FRAMES,
     SGLANG_ROOT,
     SGLangError,
     frames_traceback,
 )
-from sglang_fleet.sim.http_api import Handler
-from sglang_fleet.sim.kv_receiver import PrefillInfoTable
-from sglang_fleet.sim.kv_sender import KVSender
-from sglang_fleet.sim.runtime import (
+from sglang_fleet.sim.engine.runtime import (
     SimRuntime,
     default_backend,
     effective_backend,
@@ -58,8 +47,19 @@ from sglang_fleet.sim.runtime import (
     log,
     resolved_args,
 )
-from sglang_fleet.sim.server_args import prepare_server_args
-from sglang_fleet.sim.serving import UNHEALTHY, UP, Replica, ServerState
+from sglang_fleet.sim.frontend.control import Hub
+from sglang_fleet.sim.frontend.http_api import Handler
+from sglang_fleet.sim.frontend.serving import UNHEALTHY, UP, Replica, ServerState
+from sglang_fleet.sim.pd.bootstrap import (
+    FAKE_BOOTSTRAP_HOST,
+    PD_WARMUP_DONE,
+    PD_WARMUP_END,
+    PD_WARMUP_FAILED,
+    PD_WARMUP_START,
+    start_bootstrap_server,
+)
+from sglang_fleet.sim.pd.kv_receiver import PrefillInfoTable
+from sglang_fleet.sim.pd.kv_sender import KVSender
 
 WARMUP_TEXT = "The capital city of France is"
 # entrypoints/engine.py _set_startup_time's format, as logged.
@@ -204,7 +204,7 @@ class Engine:
                                                          r.tp_rank, self.argv)
                                          for r in topo.schedulers(None)]
             self.scheduler_procs.insert(0, subprocess.Popen(
-                [sys.executable, "-m", "sglang_fleet.sim.controller", "--status-fd",
+                [sys.executable, "-m", "sglang_fleet.sim.engine.controller", "--status-fd",
                  str(write_fd), "--parent-pid", str(me), "--", *self.argv],
                 pass_fds=(write_fd,)))
         else:
@@ -212,7 +212,7 @@ class Engine:
                                                     self.argv) for r in topo.schedulers(None)]
         if topo.node_rank == 0:
             self.detokenizer = subprocess.Popen(
-                [sys.executable, "-m", "sglang_fleet.sim.detokenizer", str(me)])
+                [sys.executable, "-m", "sglang_fleet.sim.engine.detokenizer", str(me)])
         os.close(write_fd)
         return read_fd
 

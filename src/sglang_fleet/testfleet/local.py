@@ -162,7 +162,7 @@ class SimFleet:
         return self.host_root(host) / "logs" / f"Kimi-K2.5-{self.port(host)}.log"
 
     def processes(self, host: str) -> list[dict[str, Any]]:
-        from sglang_fleet_node.sglang_fleet_procs import deployment_processes
+        from sglang_fleet.node.process.procs import deployment_processes
         return deployment_processes(self.marker(host))
 
     def server_processes(self, host: str) -> list[dict[str, Any]]:
@@ -198,7 +198,7 @@ class SimFleet:
 
     def kill_leftovers(self) -> None:
         """Safety net after a test: end processes carrying this fleet's markers, nothing else."""
-        from sglang_fleet_node.sglang_fleet_procs import stop_deployment
+        from sglang_fleet.node.process.procs import stop_deployment
         for host in self.hosts:
             stop_deployment(self.marker(host), term_timeout=5)
         if "sglang_fleet_router_port" in self.extra:
@@ -375,7 +375,7 @@ class SimProcess:
         return [x for x in re.split(r"[\r\n]+", self.log()) if x.strip()]
 
     def stop(self) -> None:
-        from sglang_fleet_node.sglang_fleet_procs import stop_deployment
+        from sglang_fleet.node.process.procs import stop_deployment
         stop_deployment(self.marker, term_timeout=5)
         try:
             self.proc.wait(5)
@@ -388,7 +388,7 @@ def start_sim(tmp: Path, *flags: str, time_factor: float = 0.005, fault: str = "
               model_arch: str = "DeepseekV3ForCausalLM",
               model_config: dict[str, Any] | None = None) -> SimProcess:
     """Start sglang-sim directly (no Ansible) on a provisioned simulated node in `tmp`."""
-    from sglang_fleet.sim.runtime import GB
+    from sglang_fleet.sim.engine.runtime import GB
     gpu_dir, model, shm = tmp / "gpus", tmp / "model", tmp / "shm"
     for d in (gpu_dir, model, shm):
         d.mkdir(parents=True, exist_ok=True)

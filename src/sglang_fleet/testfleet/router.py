@@ -11,7 +11,7 @@ from typing import Any
 
 import requests
 
-from sglang_fleet.router_settings import BY_NAME
+from sglang_fleet.settings.router import BY_NAME
 
 VERSION = BY_NAME["version"].default
 # Point this at a virtualenv that already has the pinned sglang-router to skip the install.

@@ -1,0 +1,1 @@
+"""Prefill/decode disaggregation in the simulator: the bootstrap server and the KV transfer."""
