@@ -69,6 +69,7 @@ PREFILL_CAPTURE_S = "capturing_prefill_cuda_graph"  # profile key, seconds
 # A weight read from storage reads a piece this often (real-world seconds), so that the read
 # counters climb through a slow load as a real one's do.
 READ_PIECE_EVERY_S = 5.0
+MIN_READ_PIECE_EVERY_S = 0.02  # wall seconds: a compressed load's reads stay cheap
 # DeepGEMM's warm-up compiles one kernel per M of this list (compile_utils.py's m_list for a
 # prefill node, shortened).
 DEEP_GEMM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -474,8 +475,12 @@ class Scheduler:
         # Reading each shard makes the process's I/O counters climb, as real loads do.
         paths = [os.path.join(model_path, files[(i - 1) % len(files)]) if files else os.devnull
                  for i in range(1, shards + 1)]
+        # A shard streams in pieces, at least every READ_PIECE_EVERY_S of real-world time,
+        # however slow the storage (a slow shard takes more pieces, not longer gaps).
+        piece_every = max(min(READ_PIECE_EVERY_S * rt.time_factor, per_shard / 16),
+                          MIN_READ_PIECE_EVERY_S)
         weight_utils.buffered_multi_thread_safetensors_weights_iterator(
-            paths, per_shard, READ_PIECE_EVERY_S * rt.time_factor, on_shard)
+            paths, per_shard, piece_every, on_shard)
         bar.update()
         bar.close()
         before = self.avail_gb()
