@@ -240,9 +240,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def report(hangs: list[dict], replays: list[dict], costs: Costs, server_factor: float,
-           scale: float, replay_scale: float) -> bool:
-    """Print the figures; True when every goal is met."""
+def _report_hangs(hangs: list[dict], server_factor: float, scale: float) -> bool:
     ok = True
     print(f"HANGS BY THEIR STACKS: {len(hangs)} SIMULATED hangs (sglang-sim, its hung code in "
           f"functions filed as SGLang 0.5.23's, read by the real py-spy {_py_spy_version()})")
@@ -288,6 +286,15 @@ def report(hangs: list[dict], replays: list[dict], costs: Costs, server_factor: 
               f"p99 {percentile(writes, 0.99):.0f} s, max {max(writes):.0f} s")
         print(f"signature class and frame right: {right}/{len(hangs)}; decided by the stacks "
               f"(not a window): {sum(1 for h in hangs if h['by_stacks'])}/{len(hangs)}")
+    return ok
+
+
+def report(hangs: list[dict], replays: list[dict], costs: Costs, server_factor: float,
+           scale: float, replay_scale: float) -> bool:
+    """Print the figures; True when every goal is met."""
+    ok = True
+    if hangs:
+        ok = _report_hangs(hangs, server_factor, scale)
     if replays:
         print()
         print(f"SLOW, STEADY PHASES (SIMULATED, server and gate on one clock, time factor "
