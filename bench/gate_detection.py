@@ -1,6 +1,15 @@
 """Hang detection time and false positives: the health gate beside fixed start-up budgets.
 
-    .venv/bin/python bench/gate_detection.py [--scale 0.01] [--slow-runs 2] [--only TEXT]
+    .venv/bin/python bench/gate_detection.py [--hangs 200] [--parallel 2] [--no-windows]
+        [--scale 0.01] [--slow-runs 2] [--only TEXT]
+
+Two parts. HANGS BY THEIR STACKS (bench/stack_trials.py): --hangs hangs injected at random
+phases (the seed's capture hang and a serving deadlock among them), each judged by the gate
+with py-spy sampling every rank; it prints p50 and p99 of the time from the last progress to
+`stalled`, whether each verdict names the right signature and its frame, replays of a
+23-minute JIT warm-up and a 3000 s slow load (0 stalled is the goal), and py-spy's measured
+cost per sample and per rank per minute. THE WINDOWS (below; --no-windows skips it) judge
+with stack sampling off: the phases' windows, the backstop for hangs whose stacks move.
 
 Each case runs one simulated Kimi-K2.5 server (sglang-sim, which prints SGLang 0.5.23's own
 start-up lines) on a timeline compressed by --scale (0.01: one real-world second takes 10 ms),
@@ -47,6 +56,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from stack_trials import Costs, gate_params, report, run_hangs, run_replays
 
 from sglang_fleet.node.common.vocab import default_windows
 from sglang_fleet.node.health.classify import classify
@@ -122,15 +133,6 @@ def line_end_offset(log_path: Path, line: str) -> int | None:
     text = log_path.read_bytes().decode(errors="replace")
     at = text.find(line)
     return None if at < 0 else len(text[:at + len(line)].encode())
-
-
-def gate_params(sim: SimProcess, state_file: Path) -> dict:
-    return {"marker": sim.marker, "state_file": str(state_file), "manager": "supervisor",
-            "unit_name": None, "log_file": str(sim.log_path), "serves_http": True,
-            "host": "127.0.0.1", "port": sim.port, "health_timeout": 2.0,
-            "gpu_backend": "simulated", "sim_dir": str(sim.gpu_dir), "gpu_timeout": 5.0,
-            # the simulated node's kernel log, read as the gate reads /dev/kmsg
-            "kernel_log": str(sim.gpu_dir.parent / "kmsg")}
 
 
 def judge(sim: SimProcess, scale: float, started: float, stop_after: float,
@@ -270,33 +272,63 @@ def row(case: Case) -> tuple[list[str], float | None, bool, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hangs", type=int, default=200, help="hangs injected (0: none)")
+    parser.add_argument("--parallel", type=int, default=1, help="hangs run side by side")
+    parser.add_argument("--seed", type=int, default=44, help="the draw of kinds and TP sizes")
+    parser.add_argument("--server-factor", type=float, default=0.01,
+                        help="time factor of the hung servers' phases before the hang")
+    parser.add_argument("--gate-scale", type=float, default=0.5,
+                        help="compression of the gate's production timings in the hang trials")
+    parser.add_argument("--replays", action=argparse.BooleanOptionalAction, default=True,
+                        help="replay a 23-minute JIT warm-up and a 3000 s slow load")
+    parser.add_argument("--replay-scale", type=float, default=0.05)
+    parser.add_argument("--windows", action=argparse.BooleanOptionalAction, default=True,
+                        help="the window cases beside fixed budgets (stack sampling off)")
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--slow-runs", type=int, default=2, help="runs of each slow case")
     parser.add_argument("--slow-load-s", type=float, default=3000.0,
                         help="real-world seconds of weight loading in the slow cases")
     parser.add_argument("--only", default="",
-                        help="run only the cases whose name contains this text")
+                        help="run only the window cases whose name contains this text")
     args = parser.parse_args()
-    s = args.scale
-    cases = [c for c in CASES if args.only in c.name]
-    if not cases:
+    cases = [c for c in CASES if args.only in c.name] if args.windows else []
+    if args.windows and not cases:
         parser.error(f"--only {args.only!r} matches no case; the cases are: "
                      + "; ".join(c.name for c in CASES))
+    ok = True
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
+        costs = Costs()
+        # One after the other: on a shared machine, each slows the other's clock.
+        hangs = run_hangs(args.hangs, args.parallel, Path(tmp) / "hangs", args.server_factor,
+                          args.gate_scale, args.seed, costs) if args.hangs else []
+        replays = run_replays(Path(tmp) / "replays", args.replay_scale, costs) \
+            if args.replays else []
+        if hangs or replays:
+            ok = report(hangs, replays, costs, args.server_factor, args.gate_scale,
+                        args.replay_scale)
         for i, case in enumerate(cases):
             for n in range(args.slow_runs if case.kind == "slow" else 1):
-                case.results.append(run_case(case, s, Path(tmp) / f"{i}-{n}", args.slow_load_s))
+                case.results.append(run_case(case, args.scale, Path(tmp) / f"{i}-{n}",
+                                             args.slow_load_s))
+    if cases:
+        print()
+        ok = print_windows(cases, args.scale) and ok
+    raise SystemExit(0 if ok else 1)
 
-    print(f"SIMULATED servers (sglang-sim printing SGLang 0.5.23's lines, Kimi-K2.5 profile), "
-          f"timeline scale {s}; figures in real-world-equivalent seconds; gate poll "
-          f"{POLL_S:.0f} s")
+
+def print_windows(cases: list[Case], s: float) -> bool:
+    print(f"THE WINDOWS (stack sampling off): SIMULATED servers (sglang-sim printing SGLang "
+          f"0.5.23's lines, Kimi-K2.5 profile), timeline scale {s}; figures in "
+          f"real-world-equivalent seconds; gate poll {POLL_S:.0f} s")
     print()
     widths = (62, 8, 10, 21, 31, 7, 4)
     head = ["case", "goal", "verdict", "phase", "measured", "target", ""]
     print(" ".join(f"{h:<{w}}" for h, w in zip(head, widths, strict=True))
           + "".join(f" {k:>17}" for k in BUDGETS_S))
+    all_ok = True
     for case in cases:
         cells, ready, ok, notes = row(case)
+        all_ok = all_ok and ok
         goal = {"hang": "stalled", "fatal": "crashed", "slow": "ready"}[case.kind]
         line = [case.name, goal, *cells, "ok" if ok else "MISS"]
         print(" ".join(f"{c:<{w}}" for c, w in zip(line, widths, strict=True))
@@ -310,6 +342,7 @@ def main() -> None:
           f"gets ready, or what it does to the slow load. Gate observations took up to "
           f"{max(r['longest_observation'] for r in results):.2f} s; polls late by half a poll "
           f"or more: {sum(r['late_polls'] for r in results)}.")
+    return all_ok
 
 
 if __name__ == "__main__":

@@ -152,6 +152,10 @@ from ansible_collections.sglang.fleet.plugins.module_utils.health.observe import
     read_log,
     xids_and_ooms,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.health.stacks import (
+    find_py_spy,
+    is_python,
+)
 from ansible_collections.sglang.fleet.plugins.module_utils.logs.logphase import (
     current_run,
     phase_timeline,
@@ -165,28 +169,6 @@ from ansible_collections.sglang.fleet.plugins.module_utils.process.procs import 
 
 # The environment variable the LaunchSpec names its configuration with (spec.CONFIG_VAR).
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
-
-
-def _find_py_spy(p):
-    candidates = [p["py_spy"]] if p["py_spy"] else []
-    if p["server_python"]:
-        candidates.append(os.path.join(os.path.dirname(p["server_python"]), "py-spy"))
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
-        candidates.append(os.path.join(folder, "py-spy"))
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def is_python(pid):
-    """Whether a process runs a Python interpreter (py-spy reads only those: a dump of the
-    launch script's /bin/sh is a native backtrace that says nothing)."""
-    try:
-        exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
-    except OSError:
-        return False
-    return bool(re.match(r"^python(?:\d+(?:\.\d+)?)?(?: \(deleted\))?$", exe))
 
 
 def _dump(py_spy, pid):
@@ -297,7 +279,7 @@ def main():
         "%7d %7d %s %8d %s\n" % (m["pid"], m["ppid"], m["state"],
                                  m["utime_ticks"] + m["stime_ticks"], m["cmdline"])
         for m in members) or "no process of the deployment is running\n")
-    py_spy = _find_py_spy(p)
+    py_spy = find_py_spy(p["py_spy"], p["server_python"])
     skipped = []
     if py_spy:
         for m in members:

@@ -104,6 +104,28 @@ options:
       /health is not yet 200).
     type: float
     default: 1.0
+  stack_sampling:
+    description: Sample each rank's Python stack with py-spy's non-blocking mode while the
+      server starts and serves, so that a hang whose stacks stop changing is C(stalled) within
+      O(stack_window) of its last progress, whatever the phase's window. Without py-spy, or
+      where ptrace is denied, the verdict says so once and hangs are judged by the windows.
+    type: bool
+    default: true
+  py_spy:
+    description: py-spy executable; when empty it is looked for beside the server's Python,
+      then on PATH.
+    type: str
+    default: ""
+  stack_interval:
+    description: Seconds between two samples of one rank (each sample costs milliseconds of
+      py-spy's CPU and never pauses the rank).
+    type: float
+    default: 10.0
+  stack_window:
+    description: Seconds with no progress, over which every rank's stack stayed on the same
+      frames (3 samples at least), after which the server is C(stalled).
+    type: float
+    default: 30.0
   release_lock:
     description:
       - The deployment's lock (I(path)) and the run that holds it (I(run), as the lock records
@@ -274,6 +296,18 @@ run_id:
     recovery checks under its lock that the server is still that run.
   returned: always
   type: float
+signature:
+  description: For a C(stalled) verdict its ranks' stacks decided, the hang's signature
+    (C(cuda_graph_capture), C(nccl_collective), C(scheduler_peer_wait), C(weight_io),
+    C(jit_compilation), C(detokenizer_deadlock)), or null when the frames match none;
+    I(evidence.stacks) names the rank, the frame and the ranks that wait for it.
+  returned: when stalled by stacks
+  type: str
+stack_sampling:
+  description: Said once, on the first observation that finds stack sampling off (py-spy
+    missing, ptrace denied); hangs are then judged by the phases' windows alone.
+  returned: when sampling is off, once
+  type: str
 processes:
   description: The deployment's processes with state and CPU ticks.
   returned: always
@@ -319,6 +353,8 @@ def main():
         required_if=GATE_REQUIRED_IF, supports_check_mode=True)
     with failing(module, GateArgsInvalid):
         verdict = judge(module.params, module.check_mode)
+    if verdict.get("stack_sampling"):
+        module.warn(verdict["stack_sampling"])  # said once: the gate state remembers it
     if not module.check_mode:
         _bookkeeping(module, verdict)
     release = module.params["release_lock"]

@@ -151,7 +151,8 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
                          rf"\(self\.watchdog_timeout={watchdog}\.0, self\.soft=False\)",
                          out), out[-3000:]
         assert f"it was ready on {good} and failed later (crashed while serving)" in out
-        assert f"restart on the same configuration {good}. Now {good} is ready." in out
+        assert (f"restart on the same configuration {good}. Now {good} is ready and answered "
+                "its soak of 150 generation requests.") in out
         assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
     finally:

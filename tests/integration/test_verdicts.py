@@ -166,7 +166,7 @@ def test_a_scheduler_killed_from_outside_while_loading_keeps_the_configuration(o
     assert recovery["next"]["source"] == "restart" and recovery["next"]["overrides"] == {}
     assert "Keep it" not in out and "sglang_server_cuda_graph" not in json.dumps(
         recovery["next"])
-    assert "Now " in out and " is ready." in out
+    assert "Now " in out and " is ready" in out
 
 
 def test_a_port_taken_while_loading_is_the_nodes_fault_naming_its_holder(one_node):

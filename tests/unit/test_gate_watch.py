@@ -52,7 +52,7 @@ class Server:
         self.now += 0.005
         return 503
 
-    def observe(self, p, health_answered=False):
+    def observe(self, p, health_answered=False, stack_state=None):
         self.now += self.observe_cost
         phase, port = self.state()
         health = 200 if health_answered else (self.http_status("x/health", 25) if port

@@ -19,6 +19,7 @@ import time
 from ..common import vocab
 from ..logs import failures as failures_grammar
 from ..logs import logphase
+from . import stacks
 
 # Bytes read per poll that count as loading progress. A busy-waiting process reads a few bytes
 # a second from its event pipe; weight loading reads gigabytes.
@@ -37,7 +38,9 @@ def _signals(obs):
     members = obs["processes"]
     return {
         "phase_index": vocab.PHASES.index(log["phase"]),
-        "log_lines": log["meaningful_lines"],
+        # SGLang's own "Health check failed" lines answer the gate's probes: not progress.
+        "log_lines": log["meaningful_lines"] - sum(
+            f.get("count", 1) for f in log["failures"] if f["kind"] == "health_check_failed"),
         "shards_done": (log["shards"] or [0, 0])[0],
         "capture_done": (log["capture"] or [0, 0])[0],
         "progress_ticks": log.get("progress_ticks", 0),
@@ -47,6 +50,8 @@ def _signals(obs):
         "gpu_memory": obs.get("gpu_memory_used", 0),
         "members": len(members),
         "port_open": 1 if obs.get("port_open") else 0,
+        # A JIT's compiler running under a rank (nvcc, ninja, ptxas) is work being done.
+        "compilers": sum(1 for p in members if stacks.is_compiler(p.get("cmdline"))),
     }
 
 
@@ -61,6 +66,8 @@ def _moved(prev, now):
         moved.append("bytes_read")
     if abs(now["gpu_memory"] - prev.get("gpu_memory", 0)) >= GPU_MEMORY_PROGRESS_BYTES:
         moved.append("gpu_memory")
+    if now.get("compilers"):
+        moved.append("compilers")
     return moved
 
 
@@ -113,7 +120,7 @@ def _stamp(epoch):
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
 
 
-def classify(prev_state, obs, now, windows, ceilings):
+def classify(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WINDOW_S):
     """Return (verdict dict, new state). `prev_state` is None on the first observation; `now`
     is the node's monotonic clock (time.monotonic()).
 
@@ -124,8 +131,10 @@ def classify(prev_state, obs, now, windows, ceilings):
     it would be judged stalled) with `stalls_by` ("window" or "ceiling", whichever is
     nearer). `headline` is the verdict in one line of words. A failed verdict says its
     `cause` (configuration, environment, external, hardware, or None when unknown), the
-    `failure` it rests on and `advice`: what to do next."""
-    verdict, state = _judge(prev_state, obs, now, windows, ceilings)
+    `failure` it rests on and `advice`: what to do next. `stack_window`: how long the ranks'
+    stacks must stay on the same frames with no progress before that alone is `stalled`."""
+    verdict, state = _judge(prev_state, obs, now, windows, ceilings, stack_window)
+    verdict.pop("stack_hang", None)  # shown as evidence["stacks"] when it decided
     phase = verdict["phase"]
     window, ceiling = windows.get(phase, 300), ceilings.get(phase, 3600)
     quiet = max(0.0, now - verdict["last_progress_at"])
@@ -170,6 +179,13 @@ def _first_sight(obs, now):
     return now
 
 
+def _observing_s(obs):
+    """How long the observation ran after it read the processes and the log."""
+    if obs.get("observed_at") and obs.get("read_at"):
+        return max(0.0, obs["observed_at"] - obs["read_at"])
+    return 0.0
+
+
 def _history(prev_state, obs):
     """The previous observation's state when it belongs to this run on this boot."""
     prev_state = prev_state or {}
@@ -180,7 +196,56 @@ def _history(prev_state, obs):
     return prev_state
 
 
-def _judge(prev_state, obs, now, windows, ceilings):
+def stack_state(state):
+    """What observe() needs of the gate state to sample stacks: when each rank was last
+    sampled, and whether sampling is known to be off on this node."""
+    state = state or {}
+    return {"sampled": state.get("stacks_sampled") or {}, "off": state.get("stacks_off"),
+            "history": state.get("stacks") or {}, "last_progress": state.get("last_progress_wall"),
+            "signals": state.get("signals")}
+
+
+def progressed(stack_state_, obs):
+    """Which progress signals moved between the gate state and an observation (possibly
+    still without the port's answers): the node's StackSampler asks before it stops
+    waiting on /health."""
+    prev = (stack_state_ or {}).get("signals")
+    return _moved(prev, _signals(obs)) if prev else ["no previous observation"]
+
+
+def _stacks(prev_state, obs, now, last_progress, state, stack_window):
+    """Keep each rank's last samples in the state; return the hang the stacks show (every
+    rank on the same frames over the last samples since the last progress, and no progress
+    for `stack_window`), or None. Sampling that is off is said once, in `stack_sampling`."""
+    sampled = dict(prev_state.get("stacks_sampled") or {})
+    history = prev_state.get("stacks")
+    for taken in obs.get("stacks") or []:
+        # On this clock: as long before `now` as the round was before the observation's end.
+        at = now - max(0.0, obs.get("observed_at", taken["at"]) - taken["at"])
+        history = stacks.merge(history, taken["samples"], at, taken["at"])
+        sampled.update((label, taken["at"]) for label in taken["samples"])
+    history = history or {}
+    pids = set(p["pid"] for p in obs["processes"])
+    history = dict((label, kept) for label, kept in history.items() if kept[-1]["pid"] in pids)
+    off = prev_state.get("stacks_off") or obs.get("stacks_error")
+    # The last progress on the wall clock, for the node's next observation (StackSampler).
+    wall = obs.get("observed_at") or obs.get("wall_now")
+    state.update(stacks=history, stacks_sampled=sampled, stacks_off=off,
+                 last_progress_wall=wall - (now - last_progress) if wall else None)
+    if off:
+        return {"off": off, "said": bool(prev_state.get("stacks_off"))}
+    if now - last_progress < stack_window or not stacks.frozen(history, list(history),
+                                                              last_progress):
+        return None
+    if obs["log"].get("rendezvous"):
+        return None  # a multi-node group waits for its other nodes: the window judges that
+    hang = stacks.read_signature(history, list(history))
+    # Frames that no signature names (a model's own code, torch.compile's workers) may be a
+    # slow step of their own: the window judges them.
+    return hang if hang["signature"] else None
+
+
+def _judge(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WINDOW_S):
     prev_state = _history(prev_state, obs)
     log = obs["log"]
     phase = log["phase"]
@@ -191,7 +256,9 @@ def _judge(prev_state, obs, now, windows, ceilings):
     if last_progress is None:
         last_progress = _first_sight(obs, now)
     if moved:
-        last_progress = now
+        # Seen when the processes and the log were read, at the observation's start: a
+        # /health probe after it can take 25 s.
+        last_progress = now - _observing_s(obs)
     phase_since = prev_state.get("phase_since") if prev_state.get("phase") == phase else None
     if phase_since is None:
         phase_since = now if prev_state else last_progress
@@ -209,6 +276,13 @@ def _judge(prev_state, obs, now, windows, ceilings):
              else prev_state.get("quiet_since", now)}
     verdict = {"phase": phase, "progress": log.get("progress"), "since": phase_since,
                "last_progress_at": last_progress, "moved": moved, "evidence": {}}
+    hang = _stacks(prev_state, obs, now, last_progress, state, stack_window)
+    if hang and hang.get("off"):
+        if not hang["said"]:
+            verdict["stack_sampling"] = ("stack sampling is off: %s; hangs are judged by the "
+                                         "phases' windows alone" % hang["off"])
+        hang = None
+    verdict["stack_hang"] = hang
     judged = (_absent(verdict, obs) or _stopped(verdict, obs) or _xid(verdict, obs) or
               _exited(verdict, obs, member_pids) or
               _fatal_while_alive(verdict, obs, member_pids) or
@@ -472,8 +546,22 @@ def _answering(verdict, obs):
                        "rank finished start-up; rank 0 serves HTTP")
         return True
     if phase == "serving" and not _still_starting(obs):
-        reason = "serving, but /health %s" % ("timed out" if health is None
-                                              else "answered %s" % health)
+        if obs.get("health_unanswered_s") is not None:
+            reason = "serving, but /health has not answered in %.0f s" % obs[
+                "health_unanswered_s"]
+        else:
+            reason = "serving, but /health %s" % ("timed out" if health is None
+                                                  else "answered %s" % health)
+        hang = verdict.get("stack_hang")
+        if hang and hang["signature"]:
+            # A deadlock, not a slow generation: the stacks name where it waits.
+            verdict.update(verdict=vocab.STALLED, cause=vocab.CONFIGURATION,
+                           reason="%s; its stacks stayed on the same frames over %d samples: "
+                                  "%s" % (reason, stacks.FROZEN_SAMPLES, hang["text"]),
+                           advice=stall_advice(phase, obs["processes"]))
+            verdict["evidence"].update(health=health, last_lines=log["last_lines"])
+            _stack_evidence(verdict, hang)
+            return True
         cause, frozen = _stall_cause(obs["processes"])
         verdict.update(verdict=vocab.UNHEALTHY, cause=cause if frozen else None,
                        reason=reason + ("; " + frozen if frozen else ""),
@@ -545,15 +633,21 @@ def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):
     quiet_for = now - verdict["last_progress_at"]
     in_phase = now - verdict["since"]
     window, ceiling = windows.get(phase, 300), ceilings.get(phase, 3600)
-    if quiet_for <= window and in_phase <= ceiling:
+    hang = verdict.get("stack_hang")
+    if quiet_for <= window and in_phase <= ceiling and not hang:
         verdict.update(verdict=vocab.PROGRESSING, reason="")  # worded by classify()
         return
     flat = [k for k in ("log_lines", "shards_done", "capture_done", "progress_ticks",
                         "bytes_read", "gpu_memory", "port_open") if k not in verdict["moved"]]
     # The headline names the phase before the reason ("stalled in <phase>: ...").
-    reason = ("no progress for %.0f s (window %d s)" % (quiet_for, window)
-              if quiet_for > window else
-              "the phase has lasted %.0f s, over its ceiling of %d s" % (in_phase, ceiling))
+    if quiet_for > window:
+        reason = "no progress for %.0f s (window %d s)" % (quiet_for, window)
+    elif in_phase > ceiling:
+        reason = "the phase has lasted %.0f s, over its ceiling of %d s" % (in_phase, ceiling)
+    else:
+        reason = stack_hang_reason(quiet_for, hang)
+    if hang:
+        _stack_evidence(verdict, hang)
     states = sorted(set(p["state"] for p in obs["processes"]))
     cause, frozen = _stall_cause(obs["processes"])
     if frozen:
@@ -574,6 +668,18 @@ def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):
     busy = _busy_wait(*quiet_span)
     if busy:
         verdict["evidence"]["busy_wait"] = busy
+
+
+def stack_hang_reason(quiet_for, hang):
+    """'no progress for 34 s and every rank's stack stayed on the same frames over 3
+    samples: CUDA graph capture at capture_one_shape (...) on TP0; ...'."""
+    return ("no progress for %.0f s and every rank's stack stayed on the same frames over "
+            "%d samples: %s" % (quiet_for, stacks.FROZEN_SAMPLES, hang["text"]))
+
+
+def _stack_evidence(verdict, hang):
+    verdict["signature"] = hang["signature"]
+    verdict["evidence"]["stacks"] = hang
 
 
 def _stall_cause(processes):

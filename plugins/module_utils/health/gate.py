@@ -20,8 +20,9 @@ from ..common.http import HEALTH_GRACE_S, http_status
 from ..common.text import inert
 from ..common.vocab import PROGRESSING
 from ..logs.logphase import progress_text
-from .classify import classify
+from .classify import classify, stack_state
 from .observe import observe
+from .stacks import SAMPLE_INTERVAL_S, STACK_WINDOW_S
 
 # sglang_health's options; sglang_node takes the same ones as its `gate` option.
 GATE_ARGS = deployment_argument_spec(
@@ -39,6 +40,10 @@ GATE_ARGS = deployment_argument_spec(
     ceilings=dict(type="dict", required=True),
     wait=dict(type="float", default=0),
     poll=dict(type="float", default=1.0),
+    stack_sampling=dict(type="bool", default=True),
+    py_spy=dict(type="str", default=""),
+    stack_interval=dict(type="float", default=SAMPLE_INTERVAL_S),
+    stack_window=dict(type="float", default=STACK_WINDOW_S),
 )
 GATE_REQUIRED_IF = DEPLOYMENT_REQUIRED_IF
 
@@ -75,8 +80,9 @@ def watch(p, previous, windows, ceilings, health_answered=False):
     HEALTH_GAP_S between them, and a phase change is reported once /health has had
     HEALTH_GRACE_S to answer 200. `health_answered`: /health answered 200 just before the
     call (the node check asks it first), so that the first observation does not ask again."""
-    obs = observe(p, health_answered=health_answered)
-    verdict, state = classify(previous, obs, time.monotonic(), windows, ceilings)
+    obs = observe(p, health_answered=health_answered, stack_state=stack_state(previous))
+    verdict, state = classify(previous, obs, time.monotonic(), windows, ceilings,
+                              p.get("stack_window", STACK_WINDOW_S))
     deadline = time.monotonic() + max(0.0, p["wait"])
     pause = max(0.25, p["poll"])
     phase, changed_by = verdict["phase"], None
@@ -91,13 +97,14 @@ def watch(p, previous, windows, ceilings, health_answered=False):
             if time.monotonic() + HEALTH_GAP_S > until:
                 break
             answered = await_health(p, min(until, time.monotonic() + pause))
-            obs = observe(p, health_answered=answered)
+            obs = observe(p, health_answered=answered, stack_state=stack_state(state))
         else:
             if time.monotonic() + pause > until:
                 break
             time.sleep(pause)
-            obs = observe(p)
-        verdict, state = classify(state, obs, time.monotonic(), windows, ceilings)
+            obs = observe(p, stack_state=stack_state(state))
+        verdict, state = classify(state, obs, time.monotonic(), windows, ceilings,
+                                  p.get("stack_window", STACK_WINDOW_S))
     return obs, verdict, state
 
 

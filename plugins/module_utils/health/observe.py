@@ -18,6 +18,7 @@ from ..gpu import gpu
 from ..logs import logphase, logread
 from ..process import procs, startcheck
 from ..process.service import launch_errors
+from . import classify, stacks
 
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 # The killed process's pid and name (its comm: a process title's first 15 characters).
@@ -60,8 +61,11 @@ class HttpProbe(threading.Thread):
         self.answers = {}
 
     def run(self):
-        answers = {"port_open": port_open(self.host, self.port)}
+        # Filled as it goes: an observation that stops waiting reads what is in.
+        answers = self.answers
+        answers["port_open"] = port_open(self.host, self.port)
         if answers["port_open"]:
+            answers["health_asked"] = time.time()
             base = "http://%s:%d" % (self.host, self.port)
             asked = time.monotonic()
             answers["health"] = http_status(base + "/health", self.health_timeout)
@@ -73,7 +77,6 @@ class HttpProbe(threading.Thread):
                 answers["ready_endpoint"] = http_status(base + "/ready", 5)
             if self.bootstrap_port:
                 answers["bootstrap_health"] = bootstrap_health(self.host, self.bootstrap_port)
-        self.answers = answers
 
     def result(self):
         """The answers, once the probe has them (every request it makes is bounded)."""
@@ -259,14 +262,95 @@ def _recorded_stop(state):
     return {"at": stopped, "by": state.get("stopped_by")}
 
 
-def observe(p, health_answered=False):
+def _main_python(members):
+    """The launcher's Python (its command line's first word), where SGLang's venv keeps
+    py-spy."""
+    for member in members:
+        first = (member.get("cmdline") or "").split(" ", 1)[0]
+        if "python" in os.path.basename(first):
+            return first
+    return ""
+
+
+class StackSampler(object):
+    """Each rank's stack, sampled with py-spy when due, in rounds: one at the end of the
+    observation, and one each sampling interval while /health keeps the observation waiting
+    (a deadlocked server's /health takes its whole timeout, 25 s: the samples keep their
+    pace). `stack_state`: the gate state's record of when each rank was last sampled, and
+    whether sampling is known to be off. Leaves `stacks` (the rounds, each {"at": wall time,
+    "samples": {label: sample}}), `stacks_cost` and, when it cannot sample, `stacks_error`
+    in the observation."""
+
+    def __init__(self, p, obs, stack_state):
+        stack_state = stack_state or {}
+        self.obs, self.sampled = obs, dict(stack_state.get("sampled") or {})
+        self.interval = float(p.get("stack_interval") or stacks.SAMPLE_INTERVAL_S)
+        self.window = float(p.get("stack_window") or stacks.STACK_WINDOW_S)
+        self.history = stack_state.get("history") or {}
+        self.last_progress = stack_state.get("last_progress")
+        self.stack_state = stack_state
+        self.py_spy = None
+        if not p.get("stack_sampling", True) or not obs["main_alive"] or stack_state.get("off"):
+            return
+        self.py_spy = stacks.find_py_spy(p.get("py_spy") or "", _main_python(obs["processes"]))
+        if self.py_spy is None:
+            obs["stacks_error"] = ("py-spy was not found beside the server's Python or on "
+                                   "PATH (sglang_server_pip_extra_packages installs it)")
+
+    def take(self):
+        """One round of the ranks that are due."""
+        if self.py_spy is None:
+            return
+        now = time.time()
+        try:
+            samples, cost = stacks.sample_ranks(self.py_spy, self.obs["processes"],
+                                                self.sampled, now, interval=self.interval,
+                                                secrets_of=procs.secret_values)
+        except stacks.SamplingUnavailable as exc:
+            self.obs["stacks_error"], self.py_spy = str(exc), None
+            return
+        self.sampled.update((label, now) for label in samples)
+        if samples:
+            self.obs.setdefault("stacks", []).append({"at": now, "samples": samples})
+        total = self.obs.setdefault("stacks_cost", {"samples": 0, "cpu_s": 0.0, "wall_s": 0.0})
+        for key in total:
+            total[key] = round(total[key] + cost[key], 4)
+
+    def during(self, thread):
+        """Rounds each interval while `thread` (the HTTP probe) runs. True when the stacks
+        have decided meanwhile (no progress for the stack window, every rank on the same
+        frames since): waiting on for /health would only delay the verdict."""
+        while self.py_spy is not None and thread.is_alive():
+            thread.join(self.interval)
+            if thread.is_alive():
+                self.take()
+                if self.settled():
+                    return True
+        return False
+
+    def settled(self):
+        if self.last_progress is None or time.time() - self.last_progress < self.window:
+            return False
+        if classify.progressed(self.stack_state, self.obs):
+            return False  # this observation saw progress: the classifier's to judge
+        history = self.history
+        for taken in self.obs.get("stacks") or []:
+            history = stacks.merge(history, taken["samples"], taken["at"], taken["at"])
+        pids = set(m["pid"] for m in self.obs["processes"])
+        labels = [label for label, kept in history.items() if kept[-1]["pid"] in pids]
+        return stacks.frozen(history, labels, self.last_progress, clock="wall")
+
+
+def observe(p, health_answered=False, stack_state=None):
     """One observation; `p` holds the module's parameters. `health_answered`: /health answered
     200 just before it (the gate's wait between observations), so it is not asked again: a
-    200 older than the processes and the log read here cannot hide a crash they show."""
+    200 older than the processes and the log read here cannot hide a crash they show.
+    `stack_state`: what the gate state holds of the stack sampling (StackSampler)."""
     state = read_json(p["state_file"]) or {}
     # A recorded session counts only while its leader is the process recorded at start.
     session = procs.recorded_session(state) if p["manager"] == "supervisor" else {}
     unit = p.get("unit_name") if p["manager"] == "systemd" else None
+    read_at = time.time()  # what moved in the processes and the log had moved by now
     main_alive, members = _members(p, state, session, unit)
     log, mtime = _read_run(p, state)
     started_at = state.get("started_at")
@@ -289,6 +373,7 @@ def observe(p, health_answered=False):
         "log_age_s": wall - mtime if mtime else None,
         "run_age_s": wall - started_at if started_at else None,
         "wall_now": wall,
+        "read_at": read_at,
         "boot_id": current_boot,
         "boot_changed": bool(not main_alive and state.get("boot_id") and current_boot
                              and state["boot_id"] != current_boot),
@@ -301,6 +386,7 @@ def observe(p, health_answered=False):
     # Asked after the log was read, never before: an answer older than the log could pair a
     # 503 from a server still starting with a log that says it is serving.
     probe = None
+    sampler = StackSampler(p, obs, stack_state)
     bootstrap_port = p.get("bootstrap_port") if p["serves_http"] else None
     obs["bootstrap_port"] = bootstrap_port
     if p["serves_http"] and main_alive and health_answered:
@@ -328,12 +414,19 @@ def observe(p, health_answered=False):
     if holders is not None:
         obs["port_holders"] = holders
     if probe is not None:
-        obs.update(probe.result())
+        if sampler.during(probe):
+            # The stacks decided while /health kept the observation waiting: what the probe
+            # has so far, and how long /health has not answered.
+            obs.update(dict(probe.answers), health_unanswered_s=round(
+                time.time() - probe.answers.get("health_asked", time.time()), 1))
+        else:
+            obs.update(probe.result())
     _bootstrap_holders(obs, members)
     if obs.get("health") == 200 and main_alive and logphase.fatal_failures(log):
         # The log reads as a failure while /health answers: ask again, generating a token,
         # before anything is judged crashed on a line of text.
         obs["health_generate"] = http_status(
             "http://%s:%d/health_generate" % (p["host"], p["port"]), p["health_timeout"])
+    sampler.take()
     obs["observed_at"] = time.time()
     return obs

@@ -36,7 +36,7 @@ STARTUP_PHASES = ("launching", "loading_weights", "allocating_kv_cache", "captur
 PHASES = (*STARTUP_PHASES, "serving")
 # kind -> (default phase, phases it can strike in)
 FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    "hang": (None, STARTUP_PHASES),
+    "hang": (None, PHASES),
     "crash": (None, PHASES),
     "oom": ("allocating_kv_cache", ("loading_weights", "allocating_kv_cache",
                                     "capturing_cuda_graph", "serving")),

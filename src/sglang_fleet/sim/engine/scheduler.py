@@ -42,6 +42,21 @@ from sglang_fleet.sim.engine.graphs import CapturePlan
 from sglang_fleet.sim.engine.runtime import GB, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.engine.topology import SchedulerRank
 from sglang_fleet.sim.frontend.control import Channel
+from sglang_fleet.sim.srt.distributed.parallel_state import GroupCoordinator
+from sglang_fleet.sim.srt.layers.deep_gemm_wrapper.compile_utils import (
+    _compile_deep_gemm_one_type_all,
+)
+from sglang_fleet.sim.srt.managers.scheduler_components.request_receiver import (
+    SchedulerRequestReceiver,
+)
+from sglang_fleet.sim.srt.model_executor.runner.decode_cuda_graph_runner import (
+    DecodeCudaGraphRunner,
+)
+from sglang_fleet.sim.srt.model_executor.runner.prefill_cuda_graph_runner import (
+    PrefillCudaGraphRunner,
+)
+from sglang_fleet.sim.srt.model_loader import weight_utils
+from sglang_fleet.sim.srt.utils.common import get_available_gpu_memory
 
 PR_SET_PDEATHSIG = 1
 COMMUNICATOR_GB = 0.25  # NCCL and custom all-reduce buffers per rank (simulated)
@@ -51,6 +66,13 @@ GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_de
 # scheduler_components/internal_state.py _DECODE_GRAPH_PHASES
 DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 PREFILL_CAPTURE_S = "capturing_prefill_cuda_graph"  # profile key, seconds
+# A weight read from storage reads a piece this often (real-world seconds), so that the read
+# counters climb through a slow load as a real one's do.
+READ_PIECE_EVERY_S = 5.0
+MIN_READ_PIECE_EVERY_S = 0.02  # wall seconds: a compressed load's reads stay cheap
+# DeepGEMM's warm-up compiles one kernel per M of this list (compile_utils.py's m_list for a
+# prefill node, shortened).
+DEEP_GEMM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def pyspy_dump(pid: int) -> list[str]:
@@ -156,6 +178,7 @@ class Scheduler:
                                    "scheduler_e2e": 0.0,
                                    "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
         self.graph_memory = dict.fromkeys(GRAPH_PHASES, 0.0)
+        self.jit_warm = False  # DeepGEMM's kernels compiled (at the first captured forward)
 
     # --- memory ---------------------------------------------------------------------------
     def avail_gb(self) -> float:
@@ -209,6 +232,8 @@ class Scheduler:
             os.kill(os.getpid(), signal.SIGKILL)
         if fault.kind == "killed" and self.channel is not None:
             self.stuck()  # the peers of a killed rank wait in their next collective
+        if fault.kind == "hang":
+            self.hang_here()
         raise SimHang()
 
     def error_of(self, fault: Fault) -> BaseException | None:
@@ -324,6 +349,26 @@ class Scheduler:
             failures.req_repr(rid, input_ids, [], sampling),
             failures.full_pool_line(total, total - len(input_ids)))
 
+    def hang_here(self) -> None:
+        """A hang where the rank is, in SGLang's own frames (sim/srt), so that py-spy reads
+        what it reads on a real rank: the group's barrier while launching, the all_reduce of
+        get_available_gpu_memory while sizing the KV cache, a weight read that never returns
+        (called inside weight_utils._load_file), and in graph capture (called inside
+        capture_one_shape) TP rank 0 busy-waiting while its peers wait for it in all_reduce.
+        Serving: TP rank 0 waits in the forward batch's all_reduce, its peers in
+        recv_requests for the requests it broadcasts: a TP deadlock. Never returns."""
+        group = GroupCoordinator()
+        if self.phase == "launching":
+            group.barrier()
+        elif self.phase == "allocating_kv_cache":
+            get_available_gpu_memory(group, distributed=True)
+        elif self.phase == "serving" and self.rank.tp_rank != 0:
+            SchedulerRequestReceiver(group).recv_requests()
+        elif self.phase == "serving" or (self.phase == "capturing_cuda_graph"
+                                         and self.rank.tp_rank != 0):
+            group.all_reduce()
+        self.hang()
+
     def hang(self) -> None:
         """The incident's signature: alive, spinning, one byte to an event pipe a second."""
         read_end, write_end = os.pipe()
@@ -420,16 +465,23 @@ class Scheduler:
                 else "Loading safetensors checkpoint shards")
         bar = Bar(desc, shards, shards_format=True, enabled=self.rank.loads_with_bar)
         start = time.monotonic()
-        hang_at = shards // 2 if rt.fault_at("loading_weights") else None
-        for i in range(1, shards + 1):
-            if files:
-                # Reading the shard makes the process's I/O counters climb, as real loads do.
-                with open(os.path.join(model_path, files[(i - 1) % len(files)]), "rb") as f:
-                    f.read()
-            time.sleep(per_shard)
-            bar.update()
-            if hang_at is not None and i == hang_at:
-                self.strike("loading_weights")
+        hang_at = shards // 2 + 1 if rt.fault_at("loading_weights") else None
+
+        def on_shard(i: int):
+            if i > 1:
+                bar.update()
+            return (lambda: self.strike("loading_weights")) if i == hang_at else None
+
+        # Reading each shard makes the process's I/O counters climb, as real loads do.
+        paths = [os.path.join(model_path, files[(i - 1) % len(files)]) if files else os.devnull
+                 for i in range(1, shards + 1)]
+        # A shard streams in pieces, at least every READ_PIECE_EVERY_S of real-world time,
+        # however slow the storage (a slow shard takes more pieces, not longer gaps).
+        piece_every = max(min(READ_PIECE_EVERY_S * rt.time_factor, per_shard / 16),
+                          MIN_READ_PIECE_EVERY_S)
+        weight_utils.buffered_multi_thread_safetensors_weights_iterator(
+            paths, per_shard, piece_every, on_shard)
+        bar.update()
         bar.close()
         before = self.avail_gb()
         self.hold(rt.profile["weights_gb_per_gpu"] * GB)
@@ -496,17 +548,40 @@ class Scheduler:
                 plan.decode_sizes, rt.duration("capturing_cuda_graph"), 0.95,
                 fault if in_decode else None, "decode")
 
+    def deep_gemm_warmup(self) -> None:
+        """DeepGEMM's JIT warm-up on a cold cache (compile_utils.py, "DeepGEMM warmup"), at
+        the first forward that uses its kernels (the first captured shape), when
+        SGLANG_SIM_JIT_WARMUP_S (real-world seconds) asks for one: one NVCC child per kernel,
+        minutes each, the rank's stack unchanged meanwhile."""
+        seconds = float(os.environ.get("SGLANG_SIM_JIT_WARMUP_S") or 0) * self.rt.time_factor
+        if seconds <= 0:
+            return
+        bar = Bar("DeepGEMM warmup", len(DEEP_GEMM_M), shards_format=False,
+                  enabled=self.rank.draws_bars)
+        _compile_deep_gemm_one_type_all(list(DEEP_GEMM_M), seconds / len(DEEP_GEMM_M),
+                                        bar.update)
+        bar.close()
+
     def capture_loop(self, begin: str, step: str, end: str, sizes: list[int], seconds: float,
                      usage_gb: float, fault: Fault | None, graph: str) -> None:
         start, before = time.monotonic(), self.avail_gb()
         log(begin.format(avail=before), self.p)
         bar = Bar("", len(sizes), shards_format=False, enabled=self.rank.draws_bars)
         per_size = seconds / max(len(sizes), 1)
+        runner = DecodeCudaGraphRunner() if graph == "decode" else PrefillCudaGraphRunner()
         for n, size in enumerate(reversed(sizes), start=1):
             bar.set_description(step.format(size=size, avail=self.avail_gb()))
-            if n == 2 and fault is not None:
-                self.play(fault)
-            time.sleep(per_size)
+            strikes = n == 2 and fault is not None
+
+            def forward(strikes: bool = strikes) -> None:
+                if not self.jit_warm:  # the first forward compiles the JIT's kernels
+                    self.jit_warm = True
+                    self.deep_gemm_warmup()
+                if strikes:
+                    self.play(fault)
+                time.sleep(per_size)
+
+            runner.capture_one_shape(size, forward)
             bar.update()
         bar.close()
         self.hold(usage_gb * GB)
