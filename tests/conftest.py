@@ -51,7 +51,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     tests = [(schedule.base_nodeid(item.nodeid), _unit(item)) for item in items]
     order = schedule.longest_first(tests, schedule.read_durations(DURATIONS))
     items[:] = [items[i] for i in order]
-    if getattr(config.option, "loadgroup", False):  # an xdist worker: name each test's group in its id
+    # An xdist worker: name each test's group in its id.
+    if getattr(config.option, "loadgroup", False):
         for item, (nodeid, unit) in zip(items, [tests[i] for i in order], strict=True):
             if unit != nodeid and "@" not in item.nodeid:
                 # xdist 3.8 appends `@group` to `item._nodeid`, which pytest 9 no longer
