@@ -25,6 +25,7 @@ from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
     REPO,
+    SOAK_REQUESTS,
     ansible_env,
     free_port_block,
     make_fleet,
@@ -402,7 +403,7 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(ready_node):
     assert ("Path: restart, because it came from outside SGLang (a signal, a stopped "
             "process), not from the configuration (unhealthy in serving: ") in out
     assert (f"restart on the same configuration {good['config_hash']}. Now "
-            f"{good['config_hash']} is ready and answered its soak of 150 generation "
+            f"{good['config_hash']} is ready and answered its soak of {SOAK_REQUESTS} generation "
             f"requests.") in out
     assert "The inventory already describes it." in out
     assert "processes stopped" in out and "was 1" not in out
@@ -474,7 +475,8 @@ def test_a_one_off_change_that_hangs_is_named_and_reverted_to_the_last_known_goo
             f"capturing_cuda_graph), so the configuration is suspect: revert to the last "
             f"known good {good}: the configuration that failed, {spec['config_hash']}, "
             f"differs from it") in out
-    assert (f"Now {good} is ready and answered its soak of 150 generation requests. The "
+    assert (f"Now {good} is ready and answered its soak of {SOAK_REQUESTS} generation "
+            "requests. The "
             "inventory already describes it.") in out
     rec = [e for e in ledger(fleet) if e["kind"] == "recovery"][-1]
     assert rec["config_hash"] == spec["config_hash"], "the one-off is the one that failed"

@@ -21,6 +21,7 @@ from sglang_fleet.node.process import procs
 from sglang_fleet.node.router.api import Router, parse_prometheus, read_inflight
 from sglang_fleet.testfleet.local import (
     FAST_GATE,
+    SOAK_REQUESTS,
     http_status,
     make_fleet,
     make_tp16_group,
@@ -152,7 +153,7 @@ def test_a_hang_is_judged_before_sglangs_watchdog_ends_it_and_recovered_unchange
                          out), out[-3000:]
         assert f"it was ready on {good} and failed later (crashed while serving)" in out
         assert (f"restart on the same configuration {good}. Now {good} is ready and answered "
-                "its soak of 150 generation requests.") in out
+                f"its soak of {SOAK_REQUESTS} generation requests.") in out
         assert [e for e in ledger(fleet) if e["kind"] == "ready"][-1]["config_hash"] == good
         assert http_status(fleet.url("sim-node-1") + "/health") == 200
     finally:

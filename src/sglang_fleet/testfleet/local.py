@@ -227,6 +227,9 @@ def tp_settings(tp: int | None) -> dict[str, Any]:
     return settings
 
 
+SOAK_REQUESTS = 10
+
+
 def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
                tp: int | None = None, router: Path | None = None,
                gate_poll_interval: int | None = None) -> SimFleet:
@@ -255,6 +258,10 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
     # 1 s. A test that reads the progress lines of each poll asks for 1.
     settings.update(sglang_server_gate_poll_interval=gate_poll_interval or 10)
     settings.update(tp_settings(tp))
+    # A recovered server's soak: SOAK_REQUESTS, not the role's 150. What a test checks (it
+    # is soaked before it rejoins, and said so) does not depend on the count, and each
+    # simulated request costs a fifth of a second of a test's wall time.
+    settings.update(sglang_recover_soak_requests=SOAK_REQUESTS)
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     extra = {"sglang_fleet_sim_root": str(tmp / "nodes"), "sglang_fleet_sim_base_port": base,
              **own_stores(tmp)}
