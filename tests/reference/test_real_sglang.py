@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_fleet.known import refenv
 from sglang_fleet.known.catalogue import catalogue, shipped_versions
-from sglang_fleet.reference import fidelity, refenv
+from sglang_fleet.reference import fidelity
 
 VERSIONS = shipped_versions()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 
+from sglang_fleet.known import refenv
 from sglang_fleet.node.common import secrets as registry
-from sglang_fleet.reference import refenv
 
 VERSION = "0.5.23"
 
