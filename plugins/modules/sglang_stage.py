@@ -208,6 +208,13 @@ def run_state(module, places, manifest):
         out = {"changed": started, "pid": pid}
         node.read_status(places, timeout=30)  # a new agent's first status
         out.update(observe(places, manifest, p, 0))
+        if out.get("verdict") == "crashed":
+            # An agent that could not start (its port held, say) must stop the play here, not
+            # leave the nodes to fetch from whatever answers on that port.
+            module.fail_json(msg="%s: the staging agent did not start: %s. Fix: free %s:%s "
+                             "or set another port" % (p["node_name"], out.get("message") or
+                                                      out.get("progress_text"),
+                                                      p["listen_address"], p["port"]), **out)
         return out
     if state == "observed":
         return observe(places, manifest, p, p["wait"])

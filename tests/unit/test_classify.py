@@ -71,6 +71,15 @@ def test_flat_capture_with_busy_wait_is_stalled_after_the_window():
     assert v["evidence"]["process_states"] == ["R"]
 
 
+def test_a_slow_health_probe_after_a_moving_log_is_not_a_stall():
+    # The log was read at the observation's start and had moved; /health then hung for 30 s
+    # on a port that accepts and never answers. Quiet is measured to the read, not past it.
+    first = obs(shards=[1, 64], port=True)
+    moved = dict(obs(shards=[3, 64], port=True), read_at=T0 + 1, observed_at=T0 + 31)
+    verdicts = replay([(0, first), (31, moved)])
+    assert verdicts[-1]["verdict"] == "progressing", verdicts[-1].get("reason")
+
+
 def test_capture_bar_moving_is_progress_even_with_the_cpu_busy():
     seq = [(t, obs("capturing_cuda_graph", capture=[t // 4, 36], cpu=t * 100))
            for t in range(0, 60, 2)]

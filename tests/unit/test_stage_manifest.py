@@ -118,3 +118,12 @@ def test_each_node_fetches_from_the_nodes_before_it_and_the_origin_last():
     chain = sources_by_node([("a", "http://a"), ("b", "http://b"), ("c", "http://c")], "http://o")
     assert chain == {"a": ["http://o"], "b": ["http://a", "http://o"],
                      "c": ["http://b", "http://a", "http://o"]}
+
+
+def test_a_piece_request_naming_another_manifest_is_refused():
+    # An agent left on the port by another revision must not serve its pieces to this one.
+    from sglang_fleet.node.staging.agent import parse_request
+    assert parse_request("/piece/3", "wait=2&m=abc", 10, "abc") == ("piece", 3, 2.0)
+    assert parse_request("/stream/0", "wait=1&m=old", 10, "abc") == (None, 0, 0.0)
+    assert parse_request("/piece/3", "wait=40", 10, "abc") == ("piece", 3, 30.0)
+    assert parse_request("/piece/12", "m=abc", 10, "abc") == (None, 0, 0.0)

@@ -630,7 +630,10 @@ def _kv_transfer_failed(verdict, kv, looked_before):
 
 def _stalled_or_progressing(verdict, obs, now, windows, ceilings, quiet_span):
     phase, log = verdict["phase"], obs["log"]
-    quiet_for = now - verdict["last_progress_at"]
+    # Quiet up to when the signals were read, not to the end of the observation: a /health
+    # probe held by a port that accepts and never answers can take its whole timeout, while
+    # the log it no longer reads moves on.
+    quiet_for = max(0.0, now - _observing_s(obs) - verdict["last_progress_at"])
     in_phase = now - verdict["since"]
     window, ceiling = windows.get(phase, 300), ceilings.get(phase, 3600)
     hang = verdict.get("stack_hang")

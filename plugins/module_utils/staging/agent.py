@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 try:
     from . import manifest as mf
@@ -277,7 +277,11 @@ class Fetcher:
         store = self.agent.store
         gained = 0
         try:
-            resp = source.request("GET", "%s/stream/%d?wait=%s" % (source.base, index, wait))
+            resp = source.request("GET", "%s/stream/%d?wait=%s&m=%s" % (
+                source.base, index, wait, self.agent.manifest["id"]))
+            if resp.status != 200:
+                resp.read()
+                return self.progress_or_skip(source, None, now)
             while not self.agent.stopping:
                 head = resp.read(FRAME.size)
                 if len(head) < FRAME.size:
@@ -343,7 +347,8 @@ class Fetcher:
 
     def send(self, source, index, wait):
         if not source.files:
-            return source.request("GET", "%s/piece/%d?wait=%s" % (source.base, index, wait))
+            return source.request("GET", "%s/piece/%d?wait=%s&m=%s" % (
+                source.base, index, wait, self.agent.manifest["id"]))
         fidx, offset, length, _ = self.agent.store.pieces[index]
         path = quote(self.agent.manifest["files"][fidx]["path"])
         return source.request("GET", "%s/%s" % (source.base, path), {
@@ -362,19 +367,21 @@ class Fetcher:
         return b"".join(parts)
 
 
-def parse_request(path, query, count):
-    """('piece' or 'stream', index, wait) of /piece/N?wait=S or /stream/N?wait=S; kind None
-    for anything else."""
+def parse_request(path, query, count, manifest_id=None):
+    """('piece' or 'stream', index, wait) of /piece/N?wait=S&m=ID or /stream/N?wait=S&m=ID;
+    kind None for anything else. A request naming another manifest (a peer or an origin left
+    over from another revision on this port) is refused: its pieces would all fail to verify."""
     parts = path.strip("/").split("/")
+    args = parse_qs(query)
     if (len(parts) != 2 or parts[0] not in ("piece", "stream") or not parts[1].isdigit()
-            or int(parts[1]) >= count):
+            or int(parts[1]) >= count
+            or (manifest_id and args.get("m", [manifest_id])[0] != manifest_id)):
         return None, 0, 0.0
     wait = 0.0
-    if query.startswith("wait="):
-        try:
-            wait = max(0.0, min(30.0, float(query[5:] or 0)))
-        except ValueError:
-            wait = 0.0
+    try:
+        wait = max(0.0, min(30.0, float(args.get("wait", ["0"])[0] or 0)))
+    except ValueError:
+        wait = 0.0
     return parts[0], int(parts[1]), wait
 
 
@@ -392,7 +399,8 @@ class PieceHandler(BaseHTTPRequestHandler):
         if path == "/status":
             return self.reply(200, json.dumps(self.agent.status()).encode())
         store = self.agent.store
-        kind, index, wait = parse_request(path, query, len(store.pieces))
+        kind, index, wait = parse_request(path, query, len(store.pieces),
+                                          self.agent.manifest["id"])
         if kind is None:
             return self.reply(404, b"")
         if kind == "stream":

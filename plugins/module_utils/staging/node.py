@@ -175,6 +175,7 @@ def start_agent(places, manifest, listen, sources, options, seed_folder=None, py
         return pid, False
     if seed_folder is None and published(places, manifest):
         return None, False
+    stop_agents_on_port(places, listen)
     prepare_staging(places, manifest)
     cfg = dict(options)
     cfg.update({
@@ -310,6 +311,29 @@ def stop_agent(places, timeout=10.0):
         _reap(pid)
         time.sleep(0.05)
     return True
+
+
+def stop_agents_on_port(places, listen):
+    """Stop this model's agents of other revisions that still linger on the address and port
+    the new one needs (each found by its own pid file and config, never by name): the new
+    revision's nodes would otherwise reach the old one's pieces."""
+    stopped = []
+    revisions = os.path.dirname(places["staging"])
+    for revision in sorted(os.listdir(revisions)) if os.path.isdir(revisions) else []:
+        try:
+            other = layout(places["root"], os.path.basename(revisions), revision)
+        except StageError:
+            continue
+        if other["staging"] == places["staging"]:
+            continue
+        try:
+            with open(other["config"]) as f:
+                held = json.load(f).get("listen")
+        except (OSError, ValueError):
+            continue
+        if held == [listen[0], int(listen[1])] and stop_agent(other):
+            stopped.append(revision)
+    return stopped
 
 
 def _reap(pid):
