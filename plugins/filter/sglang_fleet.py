@@ -23,6 +23,7 @@ try:
     from sglang_fleet.launch.render import render_files
     from sglang_fleet.launch.spec import (
         IDENTITY_SETTINGS,
+        OUTPUT_FACTS,
         PREFIX,
         build_identity,
         build_launch_spec,
@@ -69,11 +70,33 @@ def state_path_filter(name, config_file):
     return state_path(str(name), project)
 
 
-def launch_spec(settings, host, group_members=None, dist_init_host=None):
+def launch_spec(settings, host, group_members=None, dist_init_host=None, seed_of=None):
     _need_package()
     return build_launch_spec(dict(settings), str(host),
                              list(group_members) if group_members else None,
-                             str(dist_init_host) if dist_init_host else None)
+                             str(dist_init_host) if dist_init_host else None,
+                             dict(seed_of) if seed_of else None)
+
+
+def seed_host(name, host, hostvars, groups):
+    """sglang_server_weights_from_instance | sglang_fleet_seed_host(inventory_hostname,
+    hostvars, groups): what the inventory says of the seed a server loads its weights from
+    (launch.seed.SeedHost's fields), read from the seed's own variables; None when unset."""
+    _need_package()
+    if not name:
+        return None
+    name = str(name)
+    if name not in groups.get("all", []):
+        return {"name": name, "in_inventory": False}
+    hv = hostvars[name]
+    settings = dict((k, hv[k]) for k in hv
+                    if k.startswith("sglang_server_") and not k.startswith("sglang_server__")
+                    and k not in OUTPUT_FACTS)
+    group = settings.get("sglang_server_group")
+    return {"name": name, "in_inventory": True, "settings": settings,
+            "ansible_host": hv.get("ansible_host"), "machine": machine_of(hostvars, name),
+            "group_members": sorted(groups.get(group, [])) if group else [],
+            "own_machine": machine_of(hostvars, str(host))}
 
 
 def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=None,
@@ -317,6 +340,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "sglang_fleet_launch_spec": launch_spec,
+            "sglang_fleet_seed_host": seed_host,
             "sglang_fleet_identity": identity,
             "sglang_fleet_identity_variables": identity_variables,
             "sglang_fleet_render": render,

@@ -39,7 +39,7 @@ from sglang_fleet.known.reviewed import (
 )
 from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import resolved
-from sglang_fleet.launch import clashes, pd
+from sglang_fleet.launch import clashes, pd, seed
 from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.launch.views import SCHEMA
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
@@ -481,12 +481,18 @@ def _options_of_release(v: Validated, p: Problems) -> None:
                     described="<secret>" if s.secret else None)
 
 
-def server_command(v: Validated, topo: Topology, host: str, served: str, p: Problems
-                   ) -> ServerCommand:
+def server_command(v: Validated, topo: Topology, host: str, served: str, p: Problems,
+                   from_seed: list[str] | None = None) -> ServerCommand:
     cmd = ServerCommand()
     _options_of_release(v, p)
     clean = not p.errors
-    cmd.args = _render_settings(v, topo, served) + _check_extra_args(v, p)
+    cmd.args = _render_settings(v, topo, served) + list(from_seed or []) + \
+        _check_extra_args(v, p)
+    if from_seed and "load_format" in v.catalogue.check_args(v["extra_args"] or []).dests:
+        p.error("extra_args", None, f"sets --load-format while {seed.VAR} loads the weights "
+                f"from {v['weights_from_instance']} (--load-format {seed.LOAD_FORMAT})",
+                "remove --load-format from extra_args, or unset the seed",
+                described="<--load-format ...>")
     if clean and not p.errors:
         # The whole command line through SGLang's own parser, rebuilt from the catalogue.
         try:
@@ -787,13 +793,15 @@ def build_launch_spec(
     host: str,
     group_members: list[str] | None = None,
     dist_init_host: str | None = None,
+    seed_of: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build and validate one host's LaunchSpec.
 
     Returns {"ok": bool, "errors": [str], "error_details": [...], "warnings": [str],
     "spec": dict or None}. group_members is the sorted membership of the host's
     `sglang_server_group` (None for a single-node server); dist_init_host is the address of
-    the group's rank 0.
+    the group's rank 0; seed_of is what the inventory says of the host that
+    sglang_server_weights_from_instance names (seed.SeedHost's fields).
     """
     p = Problems(host, PREFIX)
     host_name_errors(host, p)
@@ -803,7 +811,10 @@ def build_launch_spec(
     topo = topology(v, host, group_members, dist_init_host, p)
     served = v["served_model_name"] or (
         v["model_path"].rstrip("/").split("/")[-1] if v["model_path"] else None)
-    cmd = server_command(v, topo, host, served or "", p)
+    seed_host = seed.SeedHost.from_mapping(seed_of)
+    from_seed = seed.seed_args(v.values, host, seed_host, _seed_server(v, host, seed_host, p),
+                               v.release.version, v.catalogue, p)
+    cmd = server_command(v, topo, host, served or "", p, from_seed)
     pd.side_checks(v.values, p)
     deployment = _deployment_name(v, served, p)
     root = v["root"]
@@ -908,6 +919,9 @@ def build_launch_spec(
         "binds": _binds(v, cmd, topo, f"{root}/sim/gpus" if simulated else None),
         # The server's side of its PD deployment and what the deployment must agree on.
         "pd": pd.pd_view(v.values, cmd.parsed, cmd.env, served),
+        # The running server this one loads its weights from (the node checks that it serves
+        # before this one starts), or None.
+        "weights_from_instance": _seed_view(v, from_seed),
         "facts": cmd.facts,
         # The inputs with the overrides applied, secrets left out: what recovery compares with
         # the last known good.
@@ -920,6 +934,35 @@ def build_launch_spec(
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
     return {**_result(p, spec), "release_case": cmd.release_case}
+
+
+def _seed_server(v: Validated, host: str, seed_host: seed.SeedHost | None, p: Problems
+                 ) -> seed.SeedServer | None:
+    """The seed's server as its own variables build it (over the role's defaults), or None
+    when there is none to build or they do not build (said on this host)."""
+    if not v["weights_from_instance"] or seed_host is None or not seed_host.in_inventory \
+            or seed_host.name == host:
+        return None
+    sp = Problems(seed_host.name, PREFIX)
+    sv = validate({**_table().defaults(), **seed_host.settings}, sp)
+    if sv is None or sp.errors:
+        first = str(sp.errors[0]) if sp.errors else "its release does not build"
+        p.error("weights_from_instance", seed_host.name, f"the seed's own variables do not "
+                f"build a server ({first})", "correct the seed's inventory first")
+        return None
+    served = sv["served_model_name"] or str(sv["model_path"] or "").rstrip("/").rsplit("/", 1)[-1]
+    return seed.SeedServer(sv.release.version, served, sv["tp"], sv["pp"], sv["ep"], sv["host"],
+                           sv["port"], tuple(sv["extra_args"] or ()), sv["group"])
+
+
+def _seed_view(v: Validated, from_seed: list[str]) -> dict[str, Any] | None:
+    if not from_seed:
+        return None
+    flags = dict(zip(from_seed[::2], from_seed[1::2], strict=True))
+    return {"seed": v["weights_from_instance"],
+            "url": f"http://{flags[seed.IP_FLAG]}:{flags[seed.PORT_FLAG]}",
+            "ports": list(v["weights_from_instance_ports"] or []),
+            "backend": v["weights_from_instance_backend"]}
 
 
 def _sim_catalogue(version: str) -> dict[str, str]:

@@ -47,6 +47,7 @@ class LaunchSpec(TypedDict):
     http: dict[str, Any]
     binds: dict[str, Any]
     pd: dict[str, Any] | None
+    weights_from_instance: dict[str, Any] | None
     facts: dict[str, Any]
     settings: dict[str, Any]
     gate: dict[str, Any]

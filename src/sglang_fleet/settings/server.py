@@ -36,6 +36,25 @@ TABLE = SettingsTable(PREFIX, (
       "model data/models.yml does not know: the pinned release's own checks read it before "
       "any node is touched; null: only the release's parser runs for such a model.", "Model",
       nullable=True, configuration=False),
+    S("weights_from_instance", "str", None,
+      "An inventory host of this deployment whose running server this one loads its weights "
+      "from, GPU to GPU (SGLang's --load-format remote_instance: the seed's address and HTTP "
+      "port come from its own variables; docs/weights.md says what it needs); null loads "
+      "them from sglang_server_model_path.", "Model", nullable=True, max_length=255,
+      render="custom", configuration=False,
+      owns=("--remote-instance-weight-loader-seed-instance-ip",
+            "--remote-instance-weight-loader-seed-instance-service-port")),
+    S("weights_from_instance_ports", "list", [],
+      "One free port per TP rank on the seed's node, where each rank's weight-send group "
+      "meets (--remote-instance-weight-loader-send-weights-group-ports); open them from this "
+      "node to the seed's. Needed with the nccl backend.", "Model", elements="int",
+      example="[30100, 30101]", configuration=False,
+      owns=("--remote-instance-weight-loader-send-weights-group-ports",)),
+    S("weights_from_instance_backend", "str", "nccl",
+      "How the seed's GPUs send the weights: nccl, or transfer_engine (Mooncake's, which the "
+      "seed must run with --remote-instance-weight-loader-start-seed-via-transfer-engine).",
+      "Model", choices=("nccl", "transfer_engine"), configuration=False,
+      owns=("--remote-instance-weight-loader-backend",)),
     S("served_model_name", "str", None, "Name clients use; null means the model folder's name.",
       "Model", flag="--served-model-name", render="custom", nullable=True, max_length=200),
     S("model_family", "str", "MLA",
