@@ -107,6 +107,8 @@ ALLOWED: dict[str, dict[str, str]] = {
     "roles/sglang_server/tasks/preflight.yml": {
         "sglang_server_launch_spec.paths.root": "the roots a server ran from before (ledger)",
         "sglang_server_launch_spec.sglang_version": "the simulator parses as that release",
+        "sglang_server_launch_spec.weights_from_instance": "the seed's /health is asked with "
+                                                           "ansible.builtin.uri",
     },
     "roles/sglang_server/tasks/report.yml": {
         "_spec.config_hash": _REPORT,

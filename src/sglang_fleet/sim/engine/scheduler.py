@@ -39,7 +39,7 @@ from sglang_fleet.sim.args.server_args import prepare_server_args
 from sglang_fleet.sim.engine import failures, rendezvous
 from sglang_fleet.sim.engine.bars import Bar
 from sglang_fleet.sim.engine.graphs import CapturePlan
-from sglang_fleet.sim.engine.runtime import GB, Fault, SimRuntime, load_runtime, log
+from sglang_fleet.sim.engine.runtime import GB, VERSION, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.engine.topology import SchedulerRank
 from sglang_fleet.sim.frontend.control import Channel
 from sglang_fleet.sim.srt.distributed.parallel_state import GroupCoordinator
@@ -55,7 +55,7 @@ from sglang_fleet.sim.srt.model_executor.runner.decode_cuda_graph_runner import 
 from sglang_fleet.sim.srt.model_executor.runner.prefill_cuda_graph_runner import (
     PrefillCudaGraphRunner,
 )
-from sglang_fleet.sim.srt.model_loader import weight_utils
+from sglang_fleet.sim.srt.model_loader import remote_instance, weight_utils
 from sglang_fleet.sim.srt.utils.common import get_available_gpu_memory
 
 PR_SET_PDEATHSIG = 1
@@ -459,12 +459,31 @@ class Scheduler:
         self.build_model()
         shards = int(rt.profile["weight_shards"])
         per_shard = rt.duration("loading_weights") / shards
+        start = time.monotonic()
+        if remote_instance.effective_load_format(
+                rt.args, VERSION, p, quiet=not self.rank.loads_with_bar) \
+                == remote_instance.LOAD_FORMAT:
+            remote_instance.load_model_from_remote_instance(rt.args, self.rank.tp_rank, p,
+                                                            per_shard)
+        else:
+            self.load_shards(shards, per_shard)
+        before = self.avail_gb()
+        self.hold(rt.profile["weights_gb_per_gpu"] * GB)
+        self.startup_time["load_weight"] = time.monotonic() - start
+        quant = quantization_log(rt.model_config)
+        log(f"Load weight end. elapsed={time.monotonic() - start:.2f} s, type={rt.model_type}, "
+            + (f"{quant}, " if quant else "")
+            + f"avail mem={self.avail_gb():.2f} GB, mem usage={before - self.avail_gb():.2f} GB.",
+            p)
+
+    def load_shards(self, shards: int, per_shard: float) -> None:
+        """DefaultModelLoader: the checkpoint's shards from the node's own files."""
+        rt = self.rt
         model_path = rt.args.model_path
         files = sorted(f for f in os.listdir(model_path) if f.endswith(".safetensors"))
         desc = ("Multi-thread loading shards" if loads_multithreaded(rt.args)
                 else "Loading safetensors checkpoint shards")
         bar = Bar(desc, shards, shards_format=True, enabled=self.rank.loads_with_bar)
-        start = time.monotonic()
         hang_at = shards // 2 + 1 if rt.fault_at("loading_weights") else None
 
         def on_shard(i: int):
@@ -483,14 +502,6 @@ class Scheduler:
             paths, per_shard, piece_every, on_shard)
         bar.update()
         bar.close()
-        before = self.avail_gb()
-        self.hold(rt.profile["weights_gb_per_gpu"] * GB)
-        self.startup_time["load_weight"] = time.monotonic() - start
-        quant = quantization_log(rt.model_config)
-        log(f"Load weight end. elapsed={time.monotonic() - start:.2f} s, type={rt.model_type}, "
-            + (f"{quant}, " if quant else "")
-            + f"avail mem={self.avail_gb():.2f} GB, mem usage={before - self.avail_gb():.2f} GB.",
-            p)
 
     def build_model(self) -> None:
         """The model's layers are built before its weights load: an attention layer whose

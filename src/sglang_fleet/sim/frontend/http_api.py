@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from sglang_fleet.sim.engine.runtime import VERSION, log, resolved_args
-from sglang_fleet.sim.frontend import request_log
+from sglang_fleet.sim.frontend import request_log, weight_export
 from sglang_fleet.sim.frontend.serving import (
     STARTING,
     UNHEALTHY,
@@ -39,13 +39,17 @@ from sglang_fleet.sim.pd.kv_sender import PREFILL_FINISH, bootstrap_failed_line,
 
 UNAUTHENTICATED_PREFIXES = ("/health", "/ready", "/metrics")
 # http_server.py's @auth_level(AuthLevel.ADMIN_OPTIONAL) routes, of those the simulator serves.
-ADMIN_OPTIONAL = {"/flush_cache", "/freeze_gc"}
+ADMIN_OPTIONAL = {"/flush_cache", "/freeze_gc", weight_export.INIT_PATH,
+                  weight_export.SEND_PATH, *weight_export.TE_INFO_PATHS}
 NORMAL, ADMIN_OPTIONAL_LEVEL = "normal", "admin_optional"
 GET_PATHS = {"/health", "/health_generate", "/ready", "/ping", "/model_info", "/get_model_info",
              "/server_info", "/get_server_info", "/v1/models", "/metrics", "/flush_cache",
-             "/freeze_gc"}
+             "/freeze_gc", *weight_export.TE_INFO_PATHS}
 POST_PATHS = {"/generate", "/v1/chat/completions", "/v1/completions", "/flush_cache",
-              "/freeze_gc"}
+              "/freeze_gc", weight_export.INIT_PATH, weight_export.SEND_PATH}
+# The deprecated names of GET routes, each with the route it logs to use instead.
+DEPRECATED_GET = {"/get_model_info": "/model_info", "/get_server_info": "/server_info",
+                  weight_export.TE_INFO_PATHS[1]: weight_export.TE_INFO_PATHS[0]}
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "
            "or waiting requests, the operation will not be performed.)\n")
 
@@ -190,6 +194,9 @@ class Handler(BaseHTTPRequestHandler):
         if path is None:
             return
         st, args = self.state, self.state.rt.args
+        if path in DEPRECATED_GET:
+            log(f"Endpoint '{path}' is deprecated and will be removed in a future version. "
+                f"Please use '{DEPRECATED_GET[path]}' instead.")
         if path in ("/health", "/health_generate"):
             self._send(self._health(path))
         elif path == "/ready":
@@ -197,14 +204,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/ping":
             self._send(200 if st.is_healthy() else 503)
         elif path in ("/model_info", "/get_model_info"):
-            if path == "/get_model_info":
-                log("Endpoint '/get_model_info' is deprecated and will be removed in a future "
-                    "version. Please use '/model_info' instead.")
             self._send(200, self._model_info())
         elif path in ("/server_info", "/get_server_info"):
-            if path == "/get_server_info":
-                log("Endpoint '/get_server_info' is deprecated and will be removed in a future "
-                    "version. Please use '/server_info' instead.")
             self._send(200, self._server_info())
         elif path == "/v1/models":
             self._send(200, {"object": "list", "data": [self._model_card()]})
@@ -222,6 +223,28 @@ class Handler(BaseHTTPRequestHandler):
             self._flush_cache()
         elif path == "/freeze_gc":
             self._send(200, "Garbage collection frozen.\n")
+        elif path in weight_export.TE_INFO_PATHS:
+            self._transfer_engine_info()
+
+    def _transfer_engine_info(self) -> None:
+        query = parse_qs(urlparse(self.path).query)
+        try:
+            rank = int(query["rank"][0]) if "rank" in query else None
+        except ValueError:
+            rank = None
+        self._send(*weight_export.WeightExporter.transfer_engine_info(rank))
+
+    def _weight_send(self, path: str, body: Any) -> None:
+        """A seed's weight-send group for another server (weight_export)."""
+        bad = weight_export.missing_field(path, body)
+        if bad:
+            raise BadBody(bad)
+        exporter = self.state.weight_exporter
+        if path == weight_export.INIT_PATH:
+            success, message = exporter.init_group(body)
+        else:
+            success, message = exporter.send_weights(body)
+        self._send(200 if success else 400, {"success": success, "message": message})
 
     def _model_card(self) -> dict[str, Any]:
         name = self.state.rt.args.served_model_name
@@ -314,6 +337,8 @@ class Handler(BaseHTTPRequestHandler):
             body = parse_body(raw)
             if path == "/generate":
                 self._generate(body)
+            elif path in (weight_export.INIT_PATH, weight_export.SEND_PATH):
+                self._weight_send(path, body)
             else:
                 self._openai(path, body if isinstance(body, dict) else {})
         except BadBody as bad:

@@ -25,6 +25,7 @@ from typing import Any
 from sglang_fleet.sim.engine.runtime import SimRuntime, log
 from sglang_fleet.sim.frontend import metrics
 from sglang_fleet.sim.frontend.control import Hub
+from sglang_fleet.sim.frontend.weight_export import WeightExporter
 from sglang_fleet.sim.pd.kv_receiver import PrefillInfoTable
 from sglang_fleet.sim.pd.kv_sender import KVSender
 
@@ -73,6 +74,8 @@ class ServerState:
         self.replica_state: dict[Any, dict[str, Any]] = {}  # each DP rank's internal state
         # A decode's table of the prefills it has looked up (set by the engine in PD mode).
         self.prefill_info: PrefillInfoTable | None = None
+        # A seed's weight-send groups (remote-instance loading of another server).
+        self.weight_exporter = WeightExporter(rt)
         # A prefill's side of the KV transfer (kv_sender): the rooms its decodes bootstrapped
         # and those whose KV cache it sent.
         self.kv_sender: KVSender | None = None
