@@ -72,10 +72,16 @@ def test_the_seed_s_address_port_and_group_ports_render_the_release_s_flags():
 
 
 def test_a_seed_listening_on_every_interface_is_reached_at_its_ansible_host():
-    result = build(seed_of=_seed(host="0.0.0.0", api_key="k" * 8 + "x7Yq2LmN"),
-                   host="node2")
+    result = build(seed_of=_seed(host="0.0.0.0", allow_unauthenticated=True), host="node2")
     assert result["ok"], result["errors"]
     assert _flag(result["spec"]["server_args"], seed.IP_FLAG) == "10.0.0.1"
+
+
+def test_a_seed_whose_endpoints_need_a_key_is_refused():
+    """SGLang's loader posts to the seed without an Authorization header."""
+    refused(build(seed_of=_seed(host="0.0.0.0", api_key="Zq8xP2mLw4Rt7Yk9")),
+            "sglang_server_weights_from_instance", "requires an API key",
+            "sends none")
 
 
 def test_the_older_release_has_no_backend_flag_and_loads_over_nccl():

@@ -78,6 +78,7 @@ class SeedServer:
     port: int
     extra_args: tuple[str, ...]
     group: str | None
+    keyed: bool = False  # an API or admin API key guards its weight-send endpoints
 
 
 def _address(seed: SeedHost, server: SeedServer) -> str:
@@ -200,6 +201,15 @@ def _agrees(values: dict[str, Any], name: str, server: SeedServer, version: str,
                 "at its release and layout: " + "; ".join(mismatches),
                 "name a server that serves the same model with the same sglang_server_version, "
                 "tp, pp and ep, or unset it")
+        return False
+    if server.keyed:
+        p.error("weights_from_instance", name, "its server requires an API key on "
+                "/init_weights_send_group_for_remote_instance and /send_weights_to_remote_instance "
+                "(auth level ADMIN_OPTIONAL), and SGLang's remote-instance loader sends none: "
+                "the seed would refuse it and this server wait for the group",
+                "seed from a server without sglang_server_api_key and "
+                "sglang_server_admin_api_key (on a private network: "
+                "sglang_server_allow_unauthenticated), or unset it")
         return False
     if values["weights_from_instance_backend"] == "transfer_engine" \
             and SEED_TRANSFER_ENGINE_FLAG not in server.extra_args:

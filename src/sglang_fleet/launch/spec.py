@@ -952,7 +952,8 @@ def _seed_server(v: Validated, host: str, seed_host: seed.SeedHost | None, p: Pr
         return None
     served = sv["served_model_name"] or str(sv["model_path"] or "").rstrip("/").rsplit("/", 1)[-1]
     return seed.SeedServer(sv.release.version, served, sv["tp"], sv["pp"], sv["ep"], sv["host"],
-                           sv["port"], tuple(sv["extra_args"] or ()), sv["group"])
+                           sv["port"], tuple(sv["extra_args"] or ()), sv["group"],
+                           bool(sv["api_key"] or sv["admin_api_key"]))
 
 
 def _seed_view(v: Validated, from_seed: list[str]) -> dict[str, Any] | None:
