@@ -335,12 +335,14 @@ def test_auth_decisions_are_sglangs_for_every_key_and_route(env, monkeypatch):
     spec.loader.exec_module(real)
     http_server = source(env, "sglang/srt/entrypoints/http_server.py")
     for path in http_api.ADMIN_OPTIONAL:
-        assert re.search(rf'@app\.api_route\("{re.escape(path)}", methods=\[[^\]]*\]\)\n'
-                         r"@auth_level\(AuthLevel\.ADMIN_OPTIONAL\)", http_server), path
+        route = rf'@app\.(?:api_route\("{re.escape(path)}", methods=\[[^\]]*\]\)|' \
+                rf'(?:get|post)\("{re.escape(path)}"\))\n'
+        assert re.search(route + r"@auth_level\(AuthLevel\.ADMIN_OPTIONAL\)", http_server), path
     levels = {http_api.NORMAL: real.AuthLevel.NORMAL,
               http_api.ADMIN_OPTIONAL_LEVEL: real.AuthLevel.ADMIN_OPTIONAL}
     paths = ["/generate", "/server_info", "/flush_cache", "/freeze_gc", "/health",
-             "/health_generate", "/ready", "/metrics", "/v1/models"]
+             "/health_generate", "/ready", "/metrics", "/v1/models",
+             "/init_weights_send_group_for_remote_instance"]
     keys = [None, "user", "admin"]
     headers = [None, "Bearer user", "Bearer admin", "bearer admin", "Basic admin", "Bearer"]
     for path, api, admin, header, method in itertools.product(
