@@ -22,11 +22,11 @@ torch's default process-group timeout (30 minutes), as in SGLang.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
 import urllib.request
+from json import dumps
 from typing import Any
 
 from sglang_fleet.sim.engine import rendezvous
@@ -74,9 +74,9 @@ def instance_ip() -> str:
         return "127.0.0.1"
 
 
-def _post(url: str, body: dict[str, Any]) -> None:
+def _post(url: str, json: dict[str, Any]) -> None:  # noqa: A002 - requests.post's keyword
     # requests.post without a timeout, whose status nobody reads (as in SGLang).
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+    request = urllib.request.Request(url, data=dumps(json).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request) as response:  # noqa: S310 - the seed's URL
@@ -97,7 +97,7 @@ def trigger_init_weights_send_group_for_remote_instance_request(args: Any, clien
     url = f"http://{ip}:{port}"
     try:
         _post(f"{url}/init_weights_send_group_for_remote_instance",
-              {"master_address": ip, "ports": ",".join(str(p) for p in ports),
+              json={"master_address": ip, "ports": ",".join(str(p) for p in ports),
                "group_rank": 0, "world_size": 2, "group_name": f"send_weights_{client_id}",
                "backend": "nccl"})
     except Exception as e:
@@ -110,7 +110,7 @@ def trigger_transferring_weights_request(args: Any, client_id: str, prefix: str)
     ip, port, ports = _seed(args)
     try:
         _post(f"http://{ip}:{port}/send_weights_to_remote_instance",
-              {"master_address": ip, "ports": ",".join(str(p) for p in ports),
+              json={"master_address": ip, "ports": ",".join(str(p) for p in ports),
                "group_name": f"send_weights_{client_id}"})
     except Exception as e:
         log(f"Failed to trigger send weights to remote instance request: {e}", prefix)
