@@ -21,9 +21,9 @@ try:
     from sglang_fleet.launch.clashes import clash_errors, machine_of
     from sglang_fleet.launch.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
     from sglang_fleet.launch.render import render_files
+    from sglang_fleet.launch.seed import seed_host_of
     from sglang_fleet.launch.spec import (
         IDENTITY_SETTINGS,
-        OUTPUT_FACTS,
         PREFIX,
         build_identity,
         build_launch_spec,
@@ -83,20 +83,7 @@ def seed_host(name, host, hostvars, groups):
     hostvars, groups): what the inventory says of the seed a server loads its weights from
     (launch.seed.SeedHost's fields), read from the seed's own variables; None when unset."""
     _need_package()
-    if not name:
-        return None
-    name = str(name)
-    if name not in groups.get("all", []):
-        return {"name": name, "in_inventory": False}
-    hv = hostvars[name]
-    settings = dict((k, hv[k]) for k in hv
-                    if k.startswith("sglang_server_") and not k.startswith("sglang_server__")
-                    and k not in OUTPUT_FACTS)
-    group = settings.get("sglang_server_group")
-    return {"name": name, "in_inventory": True, "settings": settings,
-            "ansible_host": hv.get("ansible_host"), "machine": machine_of(hostvars, name),
-            "group_members": sorted(groups.get(group, [])) if group else [],
-            "own_machine": machine_of(hostvars, str(host))}
+    return seed_host_of(name, str(host), hostvars, groups)
 
 
 def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=None,
@@ -192,7 +179,9 @@ def _inventory_binds(hostvars, groups, name):
         return None
     group = settings.get("sglang_server_group")
     members = sorted(groups.get(group, [])) if group else None
-    return inventory_binds(settings, str(name), members)
+    seed_of = seed_host_of(settings.get("sglang_server_weights_from_instance"), str(name),
+                           hostvars, groups)
+    return inventory_binds(settings, str(name), members, seed_of)
 
 
 def identity(settings, host, group_members=None):

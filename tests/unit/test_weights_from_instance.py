@@ -174,3 +174,16 @@ def test_a_release_without_the_load_format_is_refused():
     options["--load-format"] = SimpleNamespace(choices=("auto", "remote_instance"))
     assert seed.release_problem(SimpleNamespace(by_flag=options), "nccl").startswith(
         "has no --remote-instance-weight-loader-seed-instance-ip")
+
+
+def test_the_seed_is_read_from_its_own_inventory_variables():
+    hostvars = {"node1": {"ansible_host": "10.0.0.1", "sglang_server_port": 30001,
+                          "sglang_server_launch_spec": {}, "sglang_server__spec_ready": True},
+                "node2": {"ansible_host": "10.0.0.2"}}
+    groups = {"all": ["node1", "node2"]}
+    found = seed.seed_host_of("node1", "node2", hostvars, groups)
+    assert found["settings"] == {"sglang_server_port": 30001}  # no outputs, no private facts
+    assert (found["machine"], found["own_machine"]) == ("10.0.0.1", "10.0.0.2")
+    assert seed.seed_host_of("node9", "node2", hostvars, groups) == {
+        "name": "node9", "in_inventory": False}
+    assert seed.seed_host_of(None, "node2", hostvars, groups) is None

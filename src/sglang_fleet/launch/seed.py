@@ -20,6 +20,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sglang_fleet.launch.clashes import machine_of
+from sglang_fleet.settings.server import OUTPUT_FACTS, PREFIX
+
 LOAD_FORMAT_FLAG = "--load-format"
 LOAD_FORMAT = "remote_instance"
 IP_FLAG = "--remote-instance-weight-loader-seed-instance-ip"
@@ -34,6 +37,25 @@ LOOPBACK_PREFIXES = ("127.", "localhost", "::1", "[::1]")
 VAR = "sglang_server_weights_from_instance"
 PORTS_VAR = "sglang_server_weights_from_instance_ports"
 BACKEND_VAR = "sglang_server_weights_from_instance_backend"
+
+
+def seed_host_of(name: Any, host: str, hostvars: Any, groups: Any) -> dict[str, Any] | None:
+    """What the inventory says of the seed that `host` names (`name`), as SeedHost's fields,
+    read from the seed's own variables (the role's defaults are not among another host's
+    variables: the builder adds them); None when no seed is named."""
+    if not name:
+        return None
+    name = str(name)
+    if name not in (groups.get("all") or []):
+        return {"name": name, "in_inventory": False}
+    hv = hostvars[name]
+    settings = {k: hv[k] for k in list(hv) if str(k).startswith(PREFIX)
+                and not str(k).startswith(PREFIX + "_") and k not in OUTPUT_FACTS}
+    group = settings.get(PREFIX + "group")
+    return {"name": name, "in_inventory": True, "settings": settings,
+            "ansible_host": hv.get("ansible_host"), "machine": machine_of(hostvars, name),
+            "group_members": sorted(groups.get(group, [])) if group else [],
+            "own_machine": machine_of(hostvars, str(host))}
 
 
 class SeedProblems(Protocol):

@@ -1069,11 +1069,13 @@ def group_consistency_errors(specs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def inventory_binds(settings: dict[str, Any], host: str,
-                    group_members: list[str] | None = None) -> dict[str, Any] | None:
+                    group_members: list[str] | None = None,
+                    seed_of: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What a server takes on its machine (the LaunchSpec's `binds`), built from its
     inventory variables over the settings' defaults, for a server outside the run (--limit,
     a later batch) whose LaunchSpec the run does not build; None when it does not build."""
-    built = build_launch_spec({**_table().defaults(), **settings}, host, group_members)
+    built = build_launch_spec({**_table().defaults(), **settings}, host, group_members,
+                              seed_of=seed_of)
     return built["spec"]["binds"] if built["ok"] else None
 
 

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_fleet.launch.seed import seed_host_of
 from sglang_fleet.launch.spec import build_launch_spec
 from sglang_fleet.router.spec import worker_url
 from sglang_fleet.settings.server import TABLE
@@ -30,7 +31,9 @@ def _launch_spec(server: str, groups: Mapping[str, list[str]],
     members = sorted(groups.get(group, [])) if group else []
     dist = settings.get("sglang_server_dist_init_host") or (
         str(hostvars[members[0]].get("ansible_host", members[0])) if members else "")
-    return build_launch_spec(settings, server, members or None, dist or None)
+    seed_of = seed_host_of(settings.get("sglang_server_weights_from_instance"), server,
+                           hostvars, groups)
+    return build_launch_spec(settings, server, members or None, dist or None, seed_of)
 
 
 def unseen_servers(router: str, groups: Mapping[str, list[str]],
