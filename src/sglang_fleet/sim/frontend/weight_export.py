@@ -59,6 +59,9 @@ class WeightExporter:
     def __init__(self, rt: SimRuntime):
         self.rt = rt
         self.groups: dict[str, rendezvous.Store] = {}
+        # Each rank's group being built: a real seed rank takes the send request only after
+        # its init (one scheduler event loop), however early the new server's rank 0 sends it.
+        self.building: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
 
     def _ranks(self) -> list[Any]:
@@ -95,6 +98,7 @@ class WeightExporter:
             f"group_name={name}, backend={body.get('backend', 'nccl')}", rank.prefix)
         with self.lock:
             old = self.groups.pop(name, None)
+            built = self.building[name] = threading.Event()
         if old is not None:
             with contextlib.suppress(OSError):
                 old.server.close()
@@ -105,9 +109,11 @@ class WeightExporter:
             message = f"Failed to init group: {exc}."
             log(message, rank.prefix)
             results[rank.tp_rank] = (False, message)
+            built.set()
             return
         with self.lock:
             self.groups[name] = store
+        built.set()
         results[rank.tp_rank] = (True, f"Succeeded to init group through {address}:{port} "
                                        "group.")
 
@@ -122,6 +128,10 @@ class WeightExporter:
         if port is None:
             return False, problem
         name = f"{body.get('group_name', 'weight_send_group')}_{port}_{rank.tp_rank}"
+        with self.lock:
+            built = self.building.get(name)
+        if built is not None:
+            built.wait()
         with self.lock:
             store = self.groups.get(name)
         if store is None:
