@@ -187,3 +187,37 @@ def test_the_seed_is_read_from_its_own_inventory_variables():
     assert seed.seed_host_of("node9", "node2", hostvars, groups) == {
         "name": "node9", "in_inventory": False}
     assert seed.seed_host_of(None, "node2", hostvars, groups) is None
+
+
+# The request's thread raises after logging, as SGLang's does (Python prints its traceback).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_loader_whose_seed_does_not_answer_fails_as_sglang_s(monkeypatch, capsys):
+    """The simulated loader against a closed port, with torch's 30-minute group timeout cut to
+    a second: the release's log lines, then the missing `_model_update_group` through the
+    release's frames."""
+    import socket
+
+    from sglang_fleet.sim.engine import failures
+    from sglang_fleet.sim.srt.model_loader import remote_instance
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setattr(remote_instance, "DEFAULT_PG_TIMEOUT_S", 1)
+    args = SimpleNamespace(remote_instance_weight_loader_seed_instance_ip="127.0.0.1",
+                           remote_instance_weight_loader_seed_instance_service_port=closed,
+                           remote_instance_weight_loader_send_weights_group_ports=[closed])
+    with pytest.raises(AttributeError) as raised:
+        remote_instance.load_model_from_remote_instance(args, 0, " TP0", 0.0)
+    out = capsys.readouterr().out
+    assert "TP0] Loading weights from remote instance ..." in out
+    # TP rank 0 asked the seed first, in a thread of its own, and said why that failed.
+    assert (f"Failed to trigger init_weights_send_group_for_remote_instance_request to seed "
+            f"instance http://127.0.0.1:{closed}: ") in out
+    assert f"init custom process group: master_address=127.0.0.1, master_port={closed}, " \
+           "rank_offset=1, world_size=2" in out
+    assert "Failed to initialize custom process group: The client socket has timed out" in out
+    text = failures.scheduler_traceback("loading_weights", raised.value)
+    assert text.rstrip().endswith("AttributeError: 'RemoteInstanceConnector' object has no "
+                                  "attribute '_model_update_group'")
+    assert "in load_model_from_remote_instance_by_nccl" in text

@@ -248,7 +248,8 @@ def _as_builtin(base: type[Exception]) -> type[SGLangError]:
     return cls
 
 
-_ERRORS = {base.__name__: _as_builtin(base) for base in (AssertionError, ValueError)}
+_ERRORS = {base.__name__: _as_builtin(base)
+           for base in (AssertionError, ValueError, AttributeError)}
 
 
 def _as_torch(name: str) -> type[SGLangError]:
@@ -293,6 +294,14 @@ _RUNNER = [
     (_TP, 319, "__init__", "self._init_model_runner()"),
     (_TP, 487, "_init_model_runner", "self._model_runner = ModelRunner("),
 ]
+# RemoteInstanceModelLoader over NCCL: a group that could not be built (connector/
+# remote_instance.py build_group logs why and returns) leaves the connector without
+# `_model_update_group`, and the broadcast of the first parameter fails on it.
+_REMOTE_LOAD = [
+    (_LOADER, 3191, "load_model", "self.load_model_from_remote_instance_by_nccl("),
+    (_LOADER, 3287, "load_model_from_remote_instance_by_nccl",
+     "group=client._model_update_group,"),
+]
 _KV_CONFIGURE = ("sglang/srt/mem_cache/kv_cache_configurator.py", 476, "configure",
                  "config = self._resolve_memory_pool_config(pre_model_load_memory)")
 SCHEDULER_FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
@@ -328,6 +337,7 @@ SCHEDULER_FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
                              (_TP, 435, "init_cuda_graphs", "self.model_runner.init_cuda_graphs("),
                              (_MR, 1192, "init_cuda_graphs", "capture = capture_cuda_graphs(")],
 }
+REMOTE_INSTANCE_FRAMES = [*SCHEDULER_FRAMES["loading_weights"][:-3], *_REMOTE_LOAD]
 # After start-up: run_scheduler_process -> run_event_loop -> dispatch_event_loop -> the overlap
 # loop (the default) or, with --disable-overlap-schedule, the normal one -> run_batch's forward
 # (no speculative decoding, no pipeline parallelism).
@@ -488,5 +498,5 @@ HEADS_FRAMES = {
 }
 
 ALL_FRAME_STACKS += [*SCHEDULER_FRAMES.values(), *SERVING_FRAMES.values(), NO_KV_MEMORY_FRAMES,
-                     SCHEDULER_DIED_FRAMES,
+                     SCHEDULER_DIED_FRAMES, REMOTE_INSTANCE_FRAMES,
                      RENDEZVOUS_FRAMES, *HEADS_FRAMES.values()]

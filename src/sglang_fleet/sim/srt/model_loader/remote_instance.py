@@ -29,7 +29,7 @@ import urllib.request
 from json import dumps
 from typing import Any
 
-from sglang_fleet.sim.engine import rendezvous
+from sglang_fleet.sim.engine import failures, rendezvous
 from sglang_fleet.sim.engine.runtime import log
 
 LOAD_FORMAT = "remote_instance"
@@ -139,8 +139,9 @@ def load_model_from_remote_instance(args: Any, tp_rank: int, prefix: str,
         group = rendezvous.join(ip, port, 1, DEFAULT_PG_TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - build_group logs any failure and goes on
         log(f"Failed to initialize custom process group: {e}.", prefix)
-        raise AttributeError("'RemoteInstanceConnector' object has no attribute "
-                             "'_model_update_group'") from None
+        raise failures.sglang_error(
+            "AttributeError", failures.REMOTE_INSTANCE_FRAMES,
+            "'RemoteInstanceConnector' object has no attribute '_model_update_group'") from None
     if tp_rank == 0:
         _thread(trigger_transferring_weights_request, args, client_id, prefix)
     received, ended = 0, False
