@@ -112,11 +112,22 @@ def join(host: str, port: int, rank: int, timeout_s: float) -> socket.socket:
             time.sleep(RETRY_S)
     sock.settimeout(None)
     sock.sendall(f"join {rank}\n".encode())
-    answer = sock.makefile("r").readline()
-    if answer.strip() != "go":
+    if _line(sock) != "go":
         # The store's host went away before the world was complete: torch's groups wait on.
         threading.Event().wait()
     return sock
+
+
+def _line(sock: socket.socket) -> str:
+    """One line, read a byte at a time: whatever the store sends after it (a seed's weights
+    down the same connection) stays in the socket for its reader."""
+    data = b""
+    while not data.endswith(b"\n"):
+        byte = sock.recv(1)
+        if not byte:
+            break
+        data += byte
+    return data.decode().strip()
 
 
 def rendezvous(addr: str, world: int, rank: int, timeout_s: float | None) -> object:
