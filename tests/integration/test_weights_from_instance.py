@@ -39,6 +39,17 @@ def _read(path):
     return path.read_bytes().decode(errors="replace") if path.exists() else ""
 
 
+def test_a_seed_outside_the_inventory_is_refused_before_any_node_is_touched(fleet):
+    run = fleet.deploy("--limit", NEW, extra={
+        "sglang_server_weights_from_instance": "sim-node-9",
+        "sglang_server_weights_from_instance_ports": list(range(30100, 30108))})
+    assert run.rc != 0
+    assert ("sglang_server_weights_from_instance='sim-node-9': is not a host of this "
+            "inventory") in run.output, run.output[-3000:]
+    assert fleet.main_pid(NEW) is None
+    assert not fleet.log_file(NEW).exists()
+
+
 def test_a_server_loads_its_weights_from_a_running_seed_of_its_deployment(fleet):
     run = fleet.deploy("--limit", SEED)
     assert run.rc == 0, run.output[-4000:]
