@@ -166,7 +166,7 @@ def test_the_lock_of_a_launchspec_declares_the_gates_lease_and_a_stop_or_release
     accepted("sglang_lock", {**taken, "purpose": "recover", "run": {"pid": 1}}, monkeypatch)
 
 
-def test_the_drain_step_asks_with_the_service_and_its_launch_files_only(spec, monkeypatch):
+def test_the_drain_step_asks_with_the_files_the_start_digests(spec, monkeypatch):
     paths, service = spec["paths"], spec["service"]
     sent = options_sent("sglang_service", {"from_spec": spec, "pending": True,
                                            "state": "started"})
@@ -175,7 +175,7 @@ def test_the_drain_step_asks_with_the_service_and_its_launch_files_only(spec, mo
         "unit_name": service["unit_name"], "service_user": service["user"],
         "node_rank": spec["group"]["node_rank"], "script": paths["script"],
         "log_file": paths["log_file"], "state_file": paths["pid_file"],
-        "config_files": [paths["script"], paths["env_file"]]
+        "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
         + ([paths["unit_file"]] if paths["unit_file"] else []), "state": "started"}
     accepted("sglang_service", sent, monkeypatch)
 

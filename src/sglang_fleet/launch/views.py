@@ -208,13 +208,11 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 def pending_start_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_service's options for asking (in check mode) whether a start would (re)start
     the server: its service and the launch files whose change restarts it."""
-    paths = spec["paths"]
     view = service_module_args(spec)
     del view["workdir"], view["stop_timeout"]  # a question starts and stops nothing
-    # Without the config file the start's digest covers: a running server with secret
-    # options always reads as about to restart, and so is drained (as before this view).
-    view["config_files"] = [paths["script"], paths["env_file"]] + (
-        [paths["unit_file"]] if paths["unit_file"] else [])
+    # The same files as the start's digest (start_module_args): with fewer, a running server
+    # with secret options would always read as about to restart, and be drained for nothing.
+    view["config_files"] = start_module_args(spec)["config_files"]
     return view
 
 

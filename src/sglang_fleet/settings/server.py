@@ -6,7 +6,7 @@ rendering, Rule facts (rule_facts), what recovery may change (NOT_CONFIGURATION)
 registry (sglang_fleet.settings.secrets), the role's defaults/main.yml and
 meta/argument_specs.yml all come from this table:
 
-    python -m sglang_fleet.settings.server --write  # regenerate the role's two files
+    python -m sglang_fleet.settings --write  # regenerate every generated file
 
 and tests/unit/test_settings_table.py fails when any of them drift.
 """
