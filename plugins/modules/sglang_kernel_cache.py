@@ -14,21 +14,24 @@ description:
     is frozen into a snapshot that M(sglang.fleet.sglang_stage) agents move, verified piece by
     piece, to the controller and from it to the nodes that lack it.
   - C(state=compared) makes the live folder when it is missing (owned by I(user)) and counts
-    its files against a snapshot's manifest (none: every file is new): C(new_files) the node
-    compiled, C(missing_files) it lacks.
+    its files against its key's newest snapshot (without one, every file is new), returning
+    C(new_files), the files the node compiled, and C(missing_files), those it lacks.
   - C(state=frozen) copies the live folder into a snapshot published under I(snapshots)
-    (aside, then renamed into place: a kill leaves no half snapshot) and returns its
+    (aside, then renamed into place, so that a kill leaves no half snapshot) and returns its
     manifest; the compilers' work in flight (C(deep_gemm/tmp), C(deep_gemm/locks)) and
     symlinks are left out.
   - C(state=merged) copies each file of a published snapshot that the live folder lacks into
     it, never over a file the node holds; a missing folder arrives whole; everything is owned
     as the live folder is.
+  - On a node, I(from_spec) (the LaunchSpec) gives I(root), I(key), I(live), I(snapshots) and
+    I(user).
   - On the controller, C(state=latest) returns the newest snapshot of each of I(keys) in
     I(store), and C(state=recorded) names a snapshot the store published the newest of its key
     and prunes the key's snapshots to I(keep), never the newest.
 version_added: "1.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.from_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   state:
@@ -47,16 +50,20 @@ options:
     description: The node's folder of snapshots (their staging root).
     type: path
   key:
-    description: The cache's key, with C(state=frozen).
+    description: The cache's key (its release, GPU architecture and TP).
     type: str
   keys:
     description: The keys whose newest snapshot C(state=latest) returns.
     type: list
     elements: str
     default: []
+  newest:
+    description: With C(state=compared), each key's newest snapshot on the controller (the
+      C(snapshots) that C(state=latest) returns); the node compares with its key's.
+    type: dict
+    default: {}
   manifest:
-    description: A snapshot's manifest (C(compared), C(merged), C(recorded)); null with
-      C(compared) when the controller holds none.
+    description: A snapshot's manifest (C(merged), C(recorded)).
     type: dict
   store:
     description: The controller's folder of snapshots (C(latest), C(recorded)).
@@ -76,22 +83,43 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Count what the node compiled that the controller's snapshot lacks
+- name: Read the controller's newest snapshot of each key
+  sglang.fleet.sglang_kernel_cache:
+    state: latest
+    store: /srv/sglang-fleet/kernel-caches
+    keys: [0.5.23-sm90-tp8]
+  delegate_to: localhost
+  run_once: true
+  register: newest
+
+- name: Count what the node compiled that the controller's snapshot lacks, and the reverse
   sglang.fleet.sglang_kernel_cache:
     state: compared
-    live: /opt/sglang-fleet/kernel-cache/0.5.23-sm90-tp8/live
-    manifest: "{{ snapshots['0.5.23-sm90-tp8'] }}"
+    from_spec: "{{ sglang_server_launch_spec }}"
+    newest: "{{ newest.snapshots }}"
+  register: compared
 
 - name: Merge a staged snapshot into the live folder
   sglang.fleet.sglang_kernel_cache:
     state: merged
-    root: /opt/sglang-fleet
-    live: /opt/sglang-fleet/kernel-cache/0.5.23-sm90-tp8/live
-    snapshots: /opt/sglang-fleet/kernel-cache/snapshots
-    manifest: "{{ snapshot }}"
+    from_spec: "{{ sglang_server_launch_spec }}"
+    manifest: "{{ compared.manifest }}"
 """
 
 RETURN = r"""
+key:
+  description: The cache's key.
+  type: str
+  returned: when compared or frozen
+live:
+  description: The live folder.
+  type: str
+  returned: when compared
+snapshots:
+  description: On a node, its folder of snapshots; with C(state=latest), each key's newest
+    snapshot's manifest on the controller, or null.
+  type: raw
+  returned: when compared, frozen or latest
 new_files:
   description: Files in the live folder that the snapshot lacks.
   type: int
@@ -109,17 +137,18 @@ published:
   type: bool
   returned: when compared
 manifest:
-  description: The frozen snapshot's manifest (its revision is its content's id).
+  description: The frozen snapshot's manifest (its revision is its content's id), or with
+    C(state=compared) the key's newest snapshot's on the controller (null when it has none).
   type: dict
+  returned: when compared or frozen
+seed_folder:
+  description: The frozen snapshot's files on the node.
+  type: str
   returned: when frozen
 copied:
   description: Files merged into the live folder.
   type: int
   returned: when merged
-snapshots:
-  description: Each key's newest snapshot's manifest on the controller, or null.
-  type: dict
-  returned: when latest
 pruned:
   description: The key's snapshots removed from the controller.
   type: list
@@ -134,7 +163,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.staging import kernel
 from ansible_collections.sglang.fleet.plugins.module_utils.staging import manifest as mf
 from ansible_collections.sglang.fleet.plugins.module_utils.staging import node
 
-REQUIRED = {"compared": ("root", "live", "snapshots"),
+REQUIRED = {"compared": ("root", "live", "snapshots", "key"),
             "frozen": ("root", "live", "snapshots", "key"),
             "merged": ("root", "live", "snapshots", "manifest"),
             "latest": ("store",), "recorded": ("store", "manifest")}
@@ -149,36 +178,53 @@ def _manifest(p):
     return mf.validate(dict(p["manifest"])) if p["manifest"] else None
 
 
-def run_state(module):
-    p = module.params
-    state = p["state"]
-    if state == "latest":
-        return {"snapshots": dict((k, kc.latest(p["store"], k)) for k in p["keys"])}
-    if state == "recorded":
-        manifest = _manifest(p)
-        if module.check_mode:
-            return {"changed": kc.latest(p["store"], manifest["model"]) != manifest}
-        changed = kc.record_latest(p["store"], manifest)
-        pruned = node.prune(p["store"], manifest["model"], p["keep"], {manifest["revision"]})
-        return {"changed": changed or bool(pruned), "pruned": pruned}
-    _node_paths(p)
+def _latest(module, p):
+    return {"snapshots": dict((k, kc.latest(p["store"], k)) for k in p["keys"])}
+
+
+def _recorded(module, p):
     manifest = _manifest(p)
-    if state == "compared":
-        made = not os.path.isdir(p["live"])
-        if made and not module.check_mode:
-            kc.make_live(p["live"], p["user"])
-        out = kc.compare(p["live"], manifest)
-        out["changed"] = made
-        out["published"] = bool(manifest) and node.published(
-            node.layout(p["snapshots"], manifest["model"], manifest["revision"]), manifest)
-        return out
-    if state == "frozen":
-        if module.check_mode:
-            return {"changed": True}
-        manifest, changed = kc.freeze(p["live"], p["snapshots"], p["key"], p["piece_size"])
-        return {"changed": changed, "manifest": manifest}
+    if module.check_mode:
+        return {"changed": kc.latest(p["store"], manifest["model"]) != manifest}
+    changed = kc.record_latest(p["store"], manifest)
+    pruned = node.prune(p["store"], manifest["model"], p["keep"], {manifest["revision"]})
+    return {"changed": changed or bool(pruned), "pruned": pruned}
+
+
+def _places(p):
+    _node_paths(p)
+    return {"key": p["key"], "live": p["live"], "snapshots": p["snapshots"]}
+
+
+def _compared(module, p):
+    places = _places(p)
+    newest = (p["newest"] or {}).get(p["key"])
+    manifest = mf.validate(dict(newest)) if newest else None
+    made = not os.path.isdir(p["live"])
+    if made and not module.check_mode:
+        kc.make_live(p["live"], p["user"])
+    out = dict(places, changed=made, manifest=manifest, **kc.compare(p["live"], manifest))
+    out["published"] = bool(manifest) and node.published(
+        node.layout(p["snapshots"], manifest["model"], manifest["revision"]), manifest)
+    return out
+
+
+def _frozen(module, p):
+    places = _places(p)
+    if module.check_mode:
+        return dict(places, changed=True)
+    manifest, changed = kc.freeze(p["live"], p["snapshots"], p["key"], p["piece_size"])
+    seed = node.layout(p["snapshots"], p["key"], manifest["revision"])["model_dir"]
+    return dict(places, changed=changed, manifest=manifest, seed_folder=seed)
+
+
+def _merged(module, p):
+    _places(p)
+    manifest = _manifest(p)
     places = node.layout(p["snapshots"], manifest["model"], manifest["revision"])
     if not node.published(places, manifest):
+        if module.check_mode:  # the staging before it did not run
+            return {"changed": True, "copied": 0}
         module.fail_json(msg="the kernel cache snapshot %s is not published at %s: stage it "
                          "first" % (manifest["revision"], places["publish"]))
     missing = kc.compare(p["live"], manifest)["missing_files"]
@@ -186,6 +232,10 @@ def run_state(module):
         return {"changed": bool(missing), "copied": 0}
     copied = kc.merge(p["live"], places["model_dir"], manifest)
     return {"changed": bool(copied), "copied": len(copied)}
+
+
+STATES = {"latest": _latest, "recorded": _recorded, "compared": _compared, "frozen": _frozen,
+          "merged": _merged}
 
 
 def main():
@@ -197,6 +247,7 @@ def main():
             snapshots=dict(type="path"),
             key=dict(type="str", no_log=False),
             keys=dict(type="list", elements="str", default=[], no_log=False),
+            newest=dict(type="dict", default={}),
             manifest=dict(type="dict"),
             store=dict(type="path"),
             piece_size=dict(type="int", default=16777216),
@@ -212,7 +263,7 @@ def main():
                                                                        ", ".join(lacking)))
     try:
         result = {"changed": False}
-        result.update(run_state(module))
+        result.update(STATES[p["state"]](module, p))
     except (mf.ManifestError, node.StageError, OSError) as exc:
         module.fail_json(msg="%s: %s" % (p["state"], exc))
     module.exit_json(**result)

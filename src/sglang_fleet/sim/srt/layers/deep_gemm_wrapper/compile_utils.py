@@ -79,7 +79,8 @@ def _compile_one(cache: Path | None, arch: str, m: int, seconds: float) -> None:
               f"{tmp / 'kernel.cubin'} --gpu-architecture=sm_{arch} -O3", flush=True)
     (tmp / "kernel.cu").write_text(f"// simulated DeepGEMM kernel {target.name}, M={m}\n")
     subprocess.run([sys.executable, "-c", _NVCC, str(seconds)], check=False)
-    (tmp / "kernel.cubin").write_bytes(hashlib.sha256(target.name.encode()).digest() * 64)
+    # 256 KiB, a small real cubin's size.
+    (tmp / "kernel.cubin").write_bytes(hashlib.sha256(target.name.encode()).digest() * 8192)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp.rename(target)
