@@ -33,6 +33,12 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.pd": "a PD server's decodes rejoin, its routers are read",
         "sglang_server_launch_spec.group.name": "a failed node takes its whole group along",
     },
+    "playbooks/stage.yml": {
+        "sglang_server_launch_spec.kernel_cache": "only servers that keep their kernel caches",
+    },
+    "playbooks/stage_in_use.yml": {
+        "sglang_server_launch_spec.kernel_cache": "only servers that keep their kernel caches",
+    },
     "playbooks/stop.yml": {
         "sglang_server_identity.deployment": f"{_LEDGER}, and {_REPORT}",
         "sglang_server_identity.paths.log_file": _REPORT,

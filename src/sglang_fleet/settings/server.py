@@ -204,6 +204,12 @@ TABLE = SettingsTable(PREFIX, (
     S("root", "path", "/opt/sglang-fleet",
       "Folder for the deployment's files, logs and venv on the node.", "Node",
       configuration=False),
+    S("kernel_cache", "bool", False,
+      "Keep the server's JIT kernel caches (DeepGEMM, FlashInfer, Triton, torch.compile) in "
+      "<root>/kernel-cache/<release>-sm<arch>-tp<N>/live, staged there from the controller "
+      "before the server starts and harvested from a ready server after, so that the next "
+      "node does not compile again (docs/weights.md). Turning it on moves the caches out of "
+      "the service user's home: the first start is cold.", "Node", configuration=False),
     S("shm_dir", "path", "/dev/shm", "Shared-memory folder the server uses.",
       "Node", configuration=False),
     S("service_manager", "str", "systemd", "Service manager.", "Node",
