@@ -33,6 +33,7 @@ try:
     )
     from sglang_fleet.recovery.decisions import (
         choose_next,
+        choose_rollback,
         last_ready,
         previous_roots,
         recent_recoveries,
@@ -203,10 +204,15 @@ def render(spec, secrets=None, masked=False):
 
 
 def next_spec(settings, facts, ledger_path, host, fallback_chain=None, verdict=None,
-              running=None, window_s=3600):
+              running=None, window_s=3600, rollback=False):
     """The next configuration for a failed server: `verdict` is the gate's, `running` what
-    ran as the node recorded it (sglang_evidence's `running`); see recovery.choose_next."""
+    ran as the node recorded it (sglang_evidence's `running`); see recovery.choose_next.
+    `rollback`: back to the configuration ready before the running one
+    (recovery.choose_rollback), whatever the verdict."""
     _need_package()
+    if rollback:
+        return choose_rollback(dict(settings), read_jsonl(ledger_path), str(host),
+                               dict(running or {}))
     return choose_next(dict(settings), dict(facts), read_jsonl(ledger_path), str(host),
                        list(fallback_chain or []), dict(verdict or {}), dict(running or {}),
                        float(window_s))

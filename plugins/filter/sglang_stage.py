@@ -13,6 +13,7 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
+    from sglang_fleet.staging import kernel_cache
     from sglang_fleet.staging.chain import peer_url, sources_by_node
     from sglang_fleet.staging.sources import SourceError, names, staged_path
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
@@ -55,10 +56,41 @@ def stage_sources(host, peers, hosts, origin):
     return sources_by_node(nodes, origin)[host]
 
 
+def _facts(hosts, hostvars, name):
+    return dict((h, hostvars[h].get(name)) for h in hosts)
+
+
+def kernel_cache_keys(hosts, hostvars):
+    """ansible_play_hosts | sglang_fleet_kernel_cache_keys(hostvars): the hosts' kernel cache
+    keys (sglang_server_launch_spec.kernel_cache), sorted."""
+    _ready()
+    return kernel_cache.keys(list(hosts), _facts(hosts, hostvars, "sglang_server_launch_spec"))
+
+
+def kernel_cache_chains(hosts, hostvars, compared):
+    """Per key, the hosts that fetch the controller's newest snapshot (`compared` names each
+    host's registered sglang_kernel_cache state=compared result)."""
+    _ready()
+    return kernel_cache.stage_chains(list(hosts), _facts(hosts, hostvars,
+                                                         "sglang_server_launch_spec"),
+                                     _facts(hosts, hostvars, compared))
+
+
+def kernel_cache_harvests(hosts, hostvars, compared):
+    """Per key, the host whose live folder is harvested to the controller."""
+    _ready()
+    return kernel_cache.harvest_sources(list(hosts), _facts(hosts, hostvars,
+                                                            "sglang_server_launch_spec"),
+                                        _facts(hosts, hostvars, compared))
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_fleet_staged_path": staged_path_filter,
             "sglang_fleet_stage_sources": stage_sources,
             "sglang_fleet_stage_names": stage_names,
+            "sglang_fleet_kernel_cache_keys": kernel_cache_keys,
+            "sglang_fleet_kernel_cache_chains": kernel_cache_chains,
+            "sglang_fleet_kernel_cache_harvests": kernel_cache_harvests,
         }

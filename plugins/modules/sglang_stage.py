@@ -103,6 +103,13 @@ options:
   python:
     description: The interpreter that runs the agent; defaults to the module's.
     type: path
+  phase:
+    description: What is staged, as the gate names the phase (C(staging_weights), a kernel
+      cache's snapshot staged to a node, C(staging_kernel_cache), or harvested from one to the
+      controller, C(harvesting_kernel_cache)).
+    type: str
+    choices: [staging_weights, staging_kernel_cache, harvesting_kernel_cache]
+    default: staging_weights
 """
 
 EXAMPLES = r"""
@@ -133,7 +140,7 @@ verdict:
   type: str
   returned: when observed or started
 phase:
-  description: C(staging_weights).
+  description: The I(phase).
   type: str
   returned: when observed or started
 progress_text:
@@ -164,6 +171,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sglang.fleet.plugins.module_utils.staging import manifest as mf
 from ansible_collections.sglang.fleet.plugins.module_utils.staging import node
+from ansible_collections.sglang.fleet.plugins.module_utils.staging.kernel_cache import (
+    HARVEST_PHASE,
+    STAGE_PHASE,
+)
+
+PHASES = [node.PHASE, STAGE_PHASE, HARVEST_PHASE]
 
 
 def agent_options(p):
@@ -179,7 +192,8 @@ def observe(places, manifest, p, wait):
     first = None
     while True:
         status = node.read_status(places, timeout=0)
-        verdict = node.judge(status, p["stall_window"], node.published(places, manifest))
+        verdict = node.judge(status, p["stall_window"], node.published(places, manifest),
+                             phase=p["phase"])
         key = (verdict["verdict"], verdict.get("progress_text"))
         first = first or key
         if key != first or verdict["verdict"] != "progressing" or time.monotonic() >= deadline:
@@ -196,8 +210,9 @@ def run_state(module, places, manifest):
         return {"need_bytes": need, "free_bytes": free,
                 "published": node.published(places, manifest)}
     if state == "started":
-        if node.published(places, manifest) and not node.agent_pid(places):
-            return {"changed": False, "verdict": "ready", "phase": node.PHASE,
+        if not p["seed_folder"] and node.published(places, manifest) \
+                and not node.agent_pid(places):
+            return {"changed": False, "verdict": "ready", "phase": p["phase"],
                     "progress_text": "published"}
         if module.check_mode:
             return {"changed": True}
@@ -261,6 +276,7 @@ def main():
             node_check=dict(type="str", default="full", choices=["full", "sizes"]),
             keep=dict(type="int", default=2),
             python=dict(type="path"),
+            phase=dict(type="str", default=node.PHASE, choices=PHASES),
         ),
         required_one_of=[("manifest", "revision")],
         required_together=[("model", "revision")],

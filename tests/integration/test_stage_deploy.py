@@ -14,8 +14,7 @@ import pytest
 from sglang_fleet.known.models import known_model
 from sglang_fleet.node.staging import manifest as mf
 from sglang_fleet.staging.synthetic import make_checkpoint
-from sglang_fleet.testfleet.local import make_fleet
-from sglang_fleet.testfleet.staging import free_ports, stop_agents_under
+from sglang_fleet.testfleet.staging import staging_fleet, stop_agents_under
 
 pytestmark = pytest.mark.integration
 
@@ -28,18 +27,14 @@ def _checkpoint(folder, seed_bytes):
 @pytest.fixture(scope="module")
 def staged_fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stage-deploy")
-    fleet = make_fleet(tmp, hosts=2)
-    ports = free_ports(3)
-    for i, host in enumerate(fleet.hosts):
-        fleet.set_host_vars(host, {"sglang_stage_port": ports[i],
-                                   "sglang_stage_address": "127.0.0.1"})
+    fleet, origin_port = staging_fleet(tmp, "sglang_stage_port")
     sources = tmp / "shared"
     _checkpoint(sources / "r1" / "Kimi-K2.5", 1_000_000)
     _checkpoint(sources / "r2" / "Kimi-K2.5", 1_000_000)
     fleet.extra.update({
         "sglang_server_model_path":
             "{{ sglang_stage_source | sglang.fleet.sglang_fleet_staged_path(sglang_server_root) }}",
-        "sglang_stage_origin_port": ports[2], "sglang_stage_rate_limit": 100_000,
+        "sglang_stage_origin_port": origin_port, "sglang_stage_rate_limit": 100_000,
         "sglang_stage_piece_size": 65536, "sglang_stage_poll_interval": 1,
         "sglang_stage_stall_window": 30, "sglang_stage_linger": 3,
         "sglang_stage_cache_dir": str(tmp / "stage-cache")})

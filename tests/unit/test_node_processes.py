@@ -245,9 +245,10 @@ SGLANG_RANK1 = (
 
 @pytest.mark.parametrize("logs", [True, False])
 def test_a_non_zero_rank_that_only_logs_sigterm_is_killed_without_waiting_out_the_timeout(
-        marker, tmp_path, logs):
+        marker, tmp_path, logs, monkeypatch):
     """Real SGLang's non-zero node ranks log SIGTERM and keep running (engine.py, 0.5.23):
     SIGKILL follows as soon as the log says so, or after a short grace, not after 60 s."""
+    monkeypatch.setattr(procs, "NONZERO_RANK_TERM_GRACE", 2.0)  # the rule, not its length
     log = tmp_path / "rank1.log"
     env = dict(os.environ, **{procs.MARKER_VAR: marker})
     with open(log, "wb") as out:

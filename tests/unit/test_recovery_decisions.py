@@ -7,8 +7,10 @@ import threading
 
 from sglang_fleet.recovery.decisions import (
     choose_next,
+    choose_rollback,
     proposed_rules,
     recent_recoveries,
+    rejected,
 )
 from sglang_fleet.runs.store import append_jsonl, read_jsonl
 
@@ -290,3 +292,51 @@ def test_a_bind_lost_to_another_program_restarts_the_same_configuration():
     choice = choose(v, running(), [ready_entry()])
     assert choice["source"] == "restart" and choice["overrides"] == {}
     assert "held by 4242" in choice["why"]
+
+
+# ---- rollbacks on demand and the configurations they reject ---------------------------------
+
+UPGRADED = dict(BASE, sglang_server_version="0.5.23")
+BEFORE = dict(BASE, sglang_server_version="0.5.4.post3")
+
+
+def test_a_rollback_returns_to_the_configuration_ready_before_the_one_running():
+    ledger = [ready_entry("aaaa", BEFORE, NOW - 7200), ready_entry("bbbb", UPGRADED, NOW - 60)]
+    choice = choose_rollback(UPGRADED, ledger, "n1", running("bbbb", UPGRADED))
+    assert choice["source"] == "rollback" and choice["config_hash"] == "aaaa"
+    assert choice["overrides"] == {"sglang_server_version": "0.5.4.post3"}
+    assert "roll back from bbbb to aaaa" in choice["reason"]
+    assert "sglang_server_version differs" in choice["reason"]
+
+
+def test_a_rollback_with_nothing_ready_before_is_refused_with_the_reason():
+    ledger = [ready_entry("bbbb", UPGRADED, NOW - 60)]
+    choice = choose_rollback(UPGRADED, ledger, "n1", running("bbbb", UPGRADED))
+    assert choice["source"] == "none"
+    assert "nothing to roll back to" in choice["reason"]
+
+
+def test_a_rejected_configuration_is_never_restarted_nor_reverted_to():
+    ledger = [ready_entry("aaaa", BEFORE, NOW - 7200), ready_entry("bbbb", UPGRADED, NOW - 600),
+              {"kind": "rejected", "host": "n1", "config_hash": "bbbb", "settings": UPGRADED},
+              ready_entry("aaaa", BEFORE, NOW - 60)]
+    assert set(rejected(ledger, "n1")) == {"bbbb"}
+    # The inventory still names the upgrade: a start-up failure reverts, no fallback on it.
+    choice = choose(verdict("stalled", "capturing_cuda_graph"), running("aaaa", BEFORE),
+                    ledger, settings=UPGRADED)
+    assert choice["source"] in ("restart", "last_known_good")
+    assert choice["overrides"] == {"sglang_server_version": "0.5.4.post3"}
+    crashed = choose(verdict("crashed", "loading_weights"), running("cccc", UPGRADED),
+                     ledger, settings=UPGRADED)
+    assert crashed["source"] == "last_known_good" and crashed["config_hash"] == "aaaa"
+    assert "was rejected by a rollback" in crashed["reason"]
+    # A second rollback passes over the rejected one.
+    again = choose_rollback(BEFORE, ledger, "n1", running("aaaa", BEFORE))
+    assert again["source"] == "none"
+
+
+def test_a_later_ready_start_of_a_rejected_configuration_lifts_the_rejection():
+    ledger = [{"kind": "rejected", "host": "n1", "config_hash": "bbbb", "settings": UPGRADED},
+              ready_entry("bbbb", UPGRADED, NOW - 10)]
+    assert rejected(ledger, "n1") == {}
+    assert rejected(ledger[:1], "n2") == {}

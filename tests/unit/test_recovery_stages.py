@@ -42,6 +42,7 @@ STAGES = {
     ],
     "record": [
         "Record the recovery in the ledger",
+        "Mark the configuration rolled back from as rejected for this deployment",
         "Record in the lock that the ledger has the recovery",
         "Show Rules the ledger proposes",
     ],

@@ -37,7 +37,7 @@ def build(**settings):
 def test_role_files_are_generated_from_the_table():
     for path, text in router_settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
-            f"{path} drifted: python -m sglang_fleet.settings.router --write")
+            f"{path} drifted: python -m sglang_fleet.settings --write")
     assert yaml.safe_load(router_settings.ROLE_FILES.defaults_yaml()) == router_settings.defaults()
 
 

@@ -12,7 +12,12 @@ from sglang_fleet.testfleet.local import role_defaults
 
 
 def test_the_node_copy_and_the_docs_table_are_generated_from_the_settings_tables():
-    assert secrets.main([]) == 0, "python -m sglang_fleet.settings.secrets --write"
+    assert secrets.main([]) == 0, "python -m sglang_fleet.settings --write"
+
+
+def test_one_command_checks_every_generated_file():
+    from sglang_fleet.settings.__main__ import main
+    assert main([]) == 0, "python -m sglang_fleet.settings --write"
 
 
 def test_every_secret_setting_of_both_tables_is_a_secret_name_everywhere(check_registry):

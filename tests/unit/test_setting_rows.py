@@ -143,7 +143,7 @@ def test_a_router_secret_row_is_rendered_from_the_env_file_only(router_rows):
 def test_a_secret_row_is_the_row_and_the_generator(server_rows, router_rows, tmp_path,
                                                   check_registry):
     """Adding a secret row to either table, then running the generator (`python -m
-    sglang_fleet.settings.secrets --write`), in a copy of the files it writes: every check
+    sglang_fleet.settings --write`), in a copy of the files it writes: every check
     that reads the list of secrets passes with no other edit, the node copy masks the new
     names and docs/validation.md's table lists them. No list of secrets is kept anywhere
     else."""

@@ -19,7 +19,7 @@ def test_role_files_are_generated_from_the_table():
     for path, text in settings.ROLE_FILES.generated_files().items():
         assert path.read_text() == text, (
             f"{path} drifted from the settings table: "
-            "python -m sglang_fleet.settings.server --write")
+            "python -m sglang_fleet.settings --write")
     defaults = yaml.safe_load(settings.ROLE_FILES.defaults_yaml())
     assert defaults == {s.variable: s.default for s in settings.SETTINGS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -55,3 +56,15 @@ def test_the_simulator_parses_with_the_pinned_release():
                           "--attention-backend", "cutlass_mla"], capture_output=True, text=True,
                          env={**os.environ, "SGLANG_SIM_VERSION": "0.5.4.post3"})
     assert old.returncode == 0, old.stderr
+
+
+def test_an_older_release_copies_its_long_parallel_names_as_from_cli_args_does():
+    """0.5.4.post3 parses --tp-size into tensor_parallel_size and ServerArgs.from_cli_args
+    copies it to tp_size (and pp, dp, ep likewise): the simulator serves that release too."""
+    code = ("import sys; from sglang_fleet.sim.args.server_args import prepare_server_args; "
+            "a = prepare_server_args(sys.argv[1:]); print(a.tp_size, a.pp_size, a.dp_size)")
+    proc = subprocess.run([sys.executable, "-c", code, "--model-path", "/m", "--tp-size", "4",
+                           "--dp-size", "2"], capture_output=True, text=True,
+                          env={**os.environ, "SGLANG_SIM_VERSION": "0.5.4.post3"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["4", "1", "2"]

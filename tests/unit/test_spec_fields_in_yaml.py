@@ -22,6 +22,7 @@ _LISTED = re.compile(rf"\['({_SPEC})'((?:,\s*'[a-z_]+')+)\]")
 _REPORT = "the operator's report line"
 _LEDGER = "the ledger entry's own field"
 _INTERPRETER = "the interpreter the task connects with (the server's own Python)"
+_ROLLBACK = "a rollback is refused, before the server is touched, when nothing else was ready"
 # file -> {field: why that task's logic reads it}
 ALLOWED: dict[str, dict[str, str]] = {
     "playbooks/health.yml": {
@@ -31,6 +32,12 @@ ALLOWED: dict[str, dict[str, str]] = {
     "playbooks/recover.yml": {
         "sglang_server_launch_spec.pd": "a PD server's decodes rejoin, its routers are read",
         "sglang_server_launch_spec.group.name": "a failed node takes its whole group along",
+    },
+    "playbooks/stage.yml": {
+        "sglang_server_launch_spec.kernel_cache": "only servers that keep their kernel caches",
+    },
+    "playbooks/stage_in_use.yml": {
+        "sglang_server_launch_spec.kernel_cache": "only servers that keep their kernel caches",
     },
     "playbooks/stop.yml": {
         "sglang_server_identity.deployment": f"{_LEDGER}, and {_REPORT}",
@@ -45,6 +52,10 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "roles/sglang_recover/tasks/main.yml": {
         "sglang_server_launch_spec.paths.reboot_mark": "the mark an operator clears",
+        "sglang_server_launch_spec.paths.running_spec": _ROLLBACK,
+        "sglang_server_launch_spec.settings": _ROLLBACK,
+        "sglang_server_launch_spec.facts": _ROLLBACK,
+        "sglang_server_launch_spec.config_hash": _ROLLBACK,
     },
     "roles/sglang_recover/tasks/recover.yml": {
         "sglang_server_launch_spec.marker": "the lock owner's description",
@@ -64,6 +75,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "_spec.group.name": "one choice for every node of a multi-node server",
     },
     "roles/sglang_recover/tasks/record.yml": {
+        "_spec.settings": "a rejected configuration's settings, when the node recorded none",
         "_spec.config_hash": _LEDGER,
         "_spec.deployment": _LEDGER,
         "_spec.facts": _LEDGER,

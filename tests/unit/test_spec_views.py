@@ -166,7 +166,7 @@ def test_the_lock_of_a_launchspec_declares_the_gates_lease_and_a_stop_or_release
     accepted("sglang_lock", {**taken, "purpose": "recover", "run": {"pid": 1}}, monkeypatch)
 
 
-def test_the_drain_step_asks_with_the_service_and_its_launch_files_only(spec, monkeypatch):
+def test_the_drain_step_asks_with_the_files_the_start_digests(spec, monkeypatch):
     paths, service = spec["paths"], spec["service"]
     sent = options_sent("sglang_service", {"from_spec": spec, "pending": True,
                                            "state": "started"})
@@ -175,7 +175,7 @@ def test_the_drain_step_asks_with_the_service_and_its_launch_files_only(spec, mo
         "unit_name": service["unit_name"], "service_user": service["user"],
         "node_rank": spec["group"]["node_rank"], "script": paths["script"],
         "log_file": paths["log_file"], "state_file": paths["pid_file"],
-        "config_files": [paths["script"], paths["env_file"]]
+        "config_files": [paths["script"], paths["env_file"], paths["config_file"]]
         + ([paths["unit_file"]] if paths["unit_file"] else []), "state": "started"}
     accepted("sglang_service", sent, monkeypatch)
 
@@ -215,9 +215,24 @@ def test_a_newer_schema_is_refused_naming_both_and_an_unversioned_record_is_read
         options_sent("sglang_stop", {"from_spec": {"schema": 1, "marker": "x"}})
 
 
+def test_the_kernel_cache_view_names_the_keys_folders_and_refuses_a_server_without(
+        spec, monkeypatch):
+    settings = dict(role_defaults(), sglang_server_attention_backend="triton",
+                    sglang_server_kernel_cache=True)
+    cached = build_launch_spec(settings, "node1")["spec"]
+    view = cached["kernel_cache"]
+    sent = options_sent("sglang_kernel_cache", {"from_spec": cached, "state": "compared"})
+    assert sent == {"root": cached["paths"]["root"], "key": view["key"], "live": view["live"],
+                    "snapshots": view["snapshots"], "user": cached["service"]["user"],
+                    "state": "compared"}
+    accepted("sglang_kernel_cache", sent, monkeypatch)
+    with pytest.raises(AnsibleActionFail, match="sglang_server_kernel_cache is off"):
+        options_sent("sglang_kernel_cache", {"from_spec": spec, "state": "compared"})
+
+
 TESTED = {"sglang_argcheck", "sglang_evidence", "sglang_stop", "sglang_shm_cleanup",
           "sglang_port_owner", "sglang_bench", "sglang_deployment_files", "sglang_lock",
-          "sglang_service", "sglang_health", "sglang_node"}
+          "sglang_service", "sglang_health", "sglang_node", "sglang_kernel_cache"}
 
 
 def test_every_module_that_takes_from_spec_has_its_view_plugin_and_a_test_here():

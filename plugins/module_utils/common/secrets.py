@@ -12,7 +12,7 @@ import re
 
 MASK = "********"
 
-# ---- generated from the settings tables: python -m sglang_fleet.settings.secrets --write ----
+# ---- generated from the settings tables: python -m sglang_fleet.settings --write ----
 # The toolkit's secret settings (server and router), their short names, the env file variables
 # they are stored under, and the command-line options whose values are secrets.
 SECRET_NAMES = frozenset((

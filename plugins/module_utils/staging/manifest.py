@@ -68,13 +68,15 @@ def walk_folder(folder):
     return found
 
 
-def build(folder, model, revision, piece_size=DEFAULT_PIECE_SIZE, expected=None, source=""):
-    """The manifest of a folder, reading each file once. `expected` maps a path to the
-    SHA-256 the source states (the Hub's LFS metadata): a file that disagrees is an error."""
+def build(folder, model, revision, piece_size=DEFAULT_PIECE_SIZE, expected=None, source="",
+          paths=None):
+    """The manifest of a folder (of `paths` in it, else of walk_folder's), reading each file
+    once. `expected` maps a path to the SHA-256 the source states (the Hub's LFS metadata): a
+    file that disagrees is an error."""
     if not os.path.isdir(folder):
         raise ManifestError("the source folder %s does not exist" % folder)
     files = []
-    for rel in walk_folder(folder):
+    for rel in walk_folder(folder) if paths is None else paths:
         size, digest, pieces = hash_file(os.path.join(folder, rel), piece_size)
         want = (expected or {}).get(rel)
         if want and want != digest:

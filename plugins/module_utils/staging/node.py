@@ -223,20 +223,20 @@ def progress_text(status):
         total / div, status["rate"] / div, unit)
 
 
-def judge(status, stall_window, published_now=False, now=None):
+def judge(status, stall_window, published_now=False, now=None, phase=PHASE):
     """The gate's verdict on a node's staging: ready once published, progressing while the
     pieces arrive, stalled when nothing arrived for the stall window, failed when the agent
-    gave up or died."""
+    gave up or died. `phase` names what is staged (weights or a kernel cache)."""
     now = time.time() if now is None else now
     if published_now and (status is None or status.get("state") != "fetching"):
-        return {"verdict": "ready", "phase": PHASE, "progress_text": "published"}
+        return {"verdict": "ready", "phase": phase, "progress_text": "published"}
     if status is None:
-        return {"verdict": "crashed", "phase": PHASE,
+        return {"verdict": "crashed", "phase": phase,
                 "progress_text": "the staging agent left no status"}
     text = progress_text(status)
     corrupt = ["%s piece %d from %s" % (c["file"], c["piece"], c["source"])
                for c in status.get("corrupt", [])]
-    verdict = {"phase": PHASE, "progress_text": text, "status": status, "corrupt": corrupt}
+    verdict = {"phase": phase, "progress_text": text, "status": status, "corrupt": corrupt}
     state = status["state"]
     if state in ("incomplete", "failed", "stopped"):
         missing = status.get("missing", [])
@@ -250,7 +250,7 @@ def judge(status, stall_window, published_now=False, now=None):
         verdict.update(verdict="crashed", message="the staging agent stopped writing status")
     else:
         verdict["verdict"] = "progressing"
-    verdict["headline"] = "%s: %s %s" % (verdict["verdict"], PHASE, text)
+    verdict["headline"] = "%s: %s %s" % (verdict["verdict"], phase, text)
     return verdict
 
 
@@ -314,25 +314,29 @@ def stop_agent(places, timeout=10.0):
 
 
 def stop_agents_on_port(places, listen):
-    """Stop this model's agents of other revisions that still linger on the address and port
-    the new one needs (each found by its own pid file and config, never by name): the new
-    revision's nodes would otherwise reach the old one's pieces."""
+    """Stop the agents of other revisions (of any model under this root) that still linger on
+    the address and port the new one needs (each found by its own pid file and config, never
+    by name): the new revision's nodes would otherwise reach the old one's pieces, or the new
+    agent could not listen."""
     stopped = []
-    revisions = os.path.dirname(places["staging"])
-    for revision in sorted(os.listdir(revisions)) if os.path.isdir(revisions) else []:
-        try:
-            other = layout(places["root"], os.path.basename(revisions), revision)
-        except StageError:
-            continue
-        if other["staging"] == places["staging"]:
-            continue
-        try:
-            with open(other["config"]) as f:
-                held = json.load(f).get("listen")
-        except (OSError, ValueError):
-            continue
-        if held == [listen[0], int(listen[1])] and stop_agent(other):
-            stopped.append(revision)
+    staging_root = os.path.dirname(os.path.dirname(places["staging"]))
+    for model in sorted(os.listdir(staging_root)) if os.path.isdir(staging_root) else []:
+        revisions = os.path.join(staging_root, model)
+        for revision in sorted(os.listdir(revisions)) if os.path.isdir(revisions) else []:
+            try:
+                other = layout(places["root"], model, revision)
+            except StageError:
+                continue
+            if other["staging"] == places["staging"]:
+                continue
+            try:
+                with open(other["config"]) as f:
+                    held = json.load(f).get("listen")
+            except (OSError, ValueError):
+                continue
+            # Port 0 is any free port: such an agent (the controller's harvest) blocks none.
+            if int(listen[1]) and held == [listen[0], int(listen[1])] and stop_agent(other):
+                stopped.append(revision)
     return stopped
 
 

@@ -16,7 +16,7 @@ from sglang_fleet.cli.experiments.bisect import cmd_bisect
 from sglang_fleet.cli.experiments.sweep import cmd_sweep
 from sglang_fleet.cli.health import cmd_health
 from sglang_fleet.cli.plan import cmd_plan
-from sglang_fleet.cli.recover import cmd_recover
+from sglang_fleet.cli.recover import cmd_recover, cmd_rollback
 from sglang_fleet.cli.render import cmd_render
 from sglang_fleet.cli.report import cmd_report
 from sglang_fleet.cli.watch import cmd_watch
@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     recover.add_argument("--clear-reboot-mark", action="store_true",
                          help="after rebooting a node marked for reboot, clear its mark")
     recover.set_defaults(func=cmd_recover)
+
+    rollback = sub.add_parser(
+        "rollback", help="drain, stop and restart servers on the configuration that was "
+                         "ready before the one they run; the ledger rejects the one they ran")
+    _common(rollback)
+    _report_args(rollback)
+    rollback.set_defaults(func=cmd_rollback)
 
     watch = sub.add_parser("watch", help="observe the fleet every interval, export Prometheus "
                                          "metrics, recover failed hosts if allowed")

@@ -1,4 +1,6 @@
-"""`sglang-fleet recover`: recover the hosts whose verdict is failed."""
+"""`sglang-fleet recover`: recover the hosts whose verdict is failed; `sglang-fleet rollback`:
+return servers to the configuration that was ready before the one they run (the same
+playbook, every server of the run taken whatever its verdict)."""
 
 from __future__ import annotations
 
@@ -16,3 +18,12 @@ def cmd_recover(args: argparse.Namespace) -> int:
         check_inventory(args)
         args.limit = pd_unit_limit(args, args.limit)
     return run_playbook_command(args, "recover", "playbooks/recover.yml", extra)[0]
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    extra = parse_extra_vars(args.extra_vars)
+    extra["sglang_recover_rollback"] = True
+    if args.limit:
+        check_inventory(args)
+        args.limit = pd_unit_limit(args, args.limit)
+    return run_playbook_command(args, "rollback", "playbooks/recover.yml", extra)[0]

@@ -40,6 +40,7 @@ from sglang_fleet.known.reviewed import (
 from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.launch import clashes, pd, seed
+from sglang_fleet.launch.kernel_cache import kernel_cache_view
 from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.launch.views import SCHEMA
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
@@ -827,6 +828,7 @@ def build_launch_spec(
         p.error("root", root, unit_problem, "choose a root without quotes or backslashes "
                 "(spaces, '$', ';' and '%' are fine: the unit escapes them), or set "
                 "sglang_server_service_manager: supervisor")
+    kcache = _kernel_cache(v, root, cmd.env, p) if root else None
     if p.errors:
         return _result(p, None)
     assert root and deployment and served  # narrowed by the checks above
@@ -852,6 +854,8 @@ def build_launch_spec(
     # SGLang renames its workers with setproctitle, which by default reuses the environ area
     # and so erases the marker from /proc/PID/environ; SPT_NOENV keeps the environment intact.
     env["SPT_NOENV"] = "1"
+    if kcache:
+        env.update(kcache.pop("env"))
     if simulated:
         env.update({
             "SGLANG_SIM_GPU_DIR": f"{root}/sim/gpus",
@@ -923,6 +927,9 @@ def build_launch_spec(
         # before this one starts), or None.
         "weights_from_instance": _seed_view(v, from_seed),
         "facts": cmd.facts,
+        # The kernel caches' folders on the node and their key (sglang_server_kernel_cache),
+        # or None: staging fills the live folder before the start and harvests it after.
+        "kernel_cache": kcache,
         # The inputs with the overrides applied, secrets left out: what recovery compares with
         # the last known good.
         "settings": public_settings(v.effective),
@@ -964,6 +971,21 @@ def _seed_view(v: Validated, from_seed: list[str]) -> dict[str, Any] | None:
             "url": f"http://{flags[seed.IP_FLAG]}:{flags[seed.PORT_FLAG]}",
             "ports": list(v["weights_from_instance_ports"] or []),
             "backend": v["weights_from_instance_backend"]}
+
+
+def _kernel_cache(v: Validated, root: str, env: dict[str, str], p: Problems
+                  ) -> dict[str, Any] | None:
+    """The kernel caches' view when sglang_server_kernel_cache is on; an extra_env variable
+    that would point a cache elsewhere is refused (the staged folder would go unread)."""
+    if not v["kernel_cache"]:
+        return None
+    view = kernel_cache_view(root, v.release.version,
+                             compute_capability(v["gpu_compute_capability"]) or "", v["tp"])
+    for name in sorted(set(env) & set(view["env"])):
+        p.error("extra_env", name, f"{name} would move a kernel cache out of the folder "
+                "sglang_server_kernel_cache stages", "remove it from sglang_server_extra_env, "
+                "or set sglang_server_kernel_cache: false")
+    return view
 
 
 def _sim_catalogue(version: str) -> dict[str, str]:

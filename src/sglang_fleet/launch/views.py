@@ -53,6 +53,7 @@ class LaunchSpec(TypedDict):
     gate: dict[str, Any]
     allowed_rules: list[str]
     sim: dict[str, Any] | None
+    kernel_cache: dict[str, Any] | None
 
 
 class Identity(TypedDict):
@@ -209,13 +210,11 @@ def start_module_args(spec: dict[str, Any], group_hosts: list[str] | None = None
 def pending_start_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_service's options for asking (in check mode) whether a start would (re)start
     the server: its service and the launch files whose change restarts it."""
-    paths = spec["paths"]
     view = service_module_args(spec)
     del view["workdir"], view["stop_timeout"]  # a question starts and stops nothing
-    # Without the config file the start's digest covers: a running server with secret
-    # options always reads as about to restart, and so is drained (as before this view).
-    view["config_files"] = [paths["script"], paths["env_file"]] + (
-        [paths["unit_file"]] if paths["unit_file"] else [])
+    # The same files as the start's digest (start_module_args): with fewer, a running server
+    # with secret options would always read as about to restart, and be drained for nothing.
+    view["config_files"] = start_module_args(spec)["config_files"]
     return view
 
 
@@ -298,6 +297,16 @@ def shm_cleanup_view(spec: dict[str, Any]) -> dict[str, Any]:
             "marker": spec["marker"], "service_user": spec["service"]["user"]}
 
 
+def kernel_cache_places(spec: dict[str, Any]) -> dict[str, Any]:
+    """sglang_kernel_cache's options: the key and the node's folders of the server's kernel
+    caches (sglang_server_kernel_cache), and who owns the live folder."""
+    view = spec.get("kernel_cache")  # absent from a LaunchSpec recorded before it existed
+    if not view:
+        raise ValueError("kernel_cache: sglang_server_kernel_cache is off for this server")
+    return {"root": spec["paths"]["root"], "key": view["key"], "live": view["live"],
+            "snapshots": view["snapshots"], "user": spec["service"]["user"]}
+
+
 # ---- routers and benchmarks ----------------------------------------------------------------
 
 def port_owner_view(spec: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +342,7 @@ VIEWS: dict[str, View] = {
     "sglang_shm_cleanup": _of_spec(shm_cleanup_view),
     "sglang_port_owner": _of_spec(port_owner_view),
     "sglang_bench": _of_spec(bench_view),
+    "sglang_kernel_cache": _of_spec(kernel_cache_places),
 }
 # The options a view consumes on the controller: never sent to the node.
 CONTROLLER_OPTIONS: dict[str, tuple[str, ...]] = {"sglang_deployment_files": ("secret_values",)}

@@ -233,7 +233,8 @@ def _switch(entry: dict[str, Any]) -> dict[str, Any] | None:
     nxt = entry.get("next") or {}
     if not nxt or nxt.get("source") == "none":
         return None
-    kind = "rollback" if nxt.get("source") == "last_known_good" else "configuration switch"
+    kind = "rollback" if nxt.get("source") in ("last_known_good", "rollback") \
+        else "configuration switch"
     target = nxt.get("config_hash") or nxt.get("overrides") or "the next configuration"
     return {"kind": kind, "what": f"configuration {entry.get('config_hash')} -> {target} "
             f"({nxt.get('source')})",

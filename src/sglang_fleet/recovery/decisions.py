@@ -23,6 +23,9 @@ START_UP = "start_up"  # it never became ready on this configuration
 REPEATED = "repeated"  # it failed on this configuration before, within the window
 # Causes that restart the configuration that ran: only a configuration fault changes it.
 SAME_CONFIGURATION = (AFTER_READY, HARDWARE, ENVIRONMENT, EXTERNAL)
+# A rollback on demand: the configuration running is rejected whatever its verdict.
+ROLLBACK = "rollback"
+REJECTED = "rejected"  # the ledger's entry for a configuration a rollback took back
 # A recovery's recorded cause that was not the configuration's fault.
 NOT_THE_CONFIGURATIONS = (HARDWARE, ENVIRONMENT, EXTERNAL)
 
@@ -35,12 +38,59 @@ def recent_recoveries(ledger: list[dict[str, Any]], host: str, window_s: float,
             and not e.get("experiment") and now - float(e.get("at", 0)) <= window_s]
 
 
-def last_ready(ledger: list[dict[str, Any]], host: str) -> dict[str, Any] | None:
-    """The host's last ready (re)start: its config hash is the LaunchSpec running there."""
+def last_ready(ledger: list[dict[str, Any]], host: str,
+               skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    """The host's last ready (re)start: its config hash is the LaunchSpec running there.
+    `skip`: config hashes passed over (rejected ones, the one rolled back from)."""
     for entry in reversed(ledger):
-        if entry.get("host") == host and entry.get("kind") == "ready":
+        if entry.get("host") == host and entry.get("kind") == "ready" and \
+                entry.get("config_hash") not in skip:
             return entry
     return None
+
+
+def rejected(ledger: list[dict[str, Any]], host: str) -> dict[str, dict[str, Any]]:
+    """The host's configurations a rollback rejected, by config hash: each until a later
+    ready start of the same configuration (a deploy that chose it again on purpose)."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in ledger:
+        if entry.get("host") != host or not entry.get("config_hash"):
+            continue
+        if entry.get("kind") == REJECTED:
+            out[entry["config_hash"]] = entry
+        elif entry.get("kind") == "ready":
+            out.pop(entry["config_hash"], None)
+    return out
+
+
+def _is_rejected(settings: dict[str, Any], refused: dict[str, dict[str, Any]]) -> str | None:
+    """The hash of a rejected configuration these settings would deploy again, or None."""
+    for config_hash, entry in refused.items():
+        if entry.get("settings") is not None and not differing(settings, entry["settings"]):
+            return config_hash
+    return None
+
+
+def choose_rollback(settings: dict[str, Any], ledger: list[dict[str, Any]], host: str,
+                    running: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A rollback on demand: back to the last configuration that was ready on the host
+    before the one running, passing over rejected ones. The one running is rejected by it."""
+    run_hash = (running or {}).get("config_hash")
+    skip = set(rejected(ledger, host)) | ({run_hash} if run_hash else set())
+    good = last_ready(ledger, host, skip)
+    base = {"failed_config": run_hash, "cause": ROLLBACK, "why": "a rollback on demand"}
+    if not good or good.get("settings") is None:
+        return {**base, "overrides": {}, "source": "none",
+                "reason": f"no configuration other than {run_hash} was ready on {host} (and "
+                          "not rejected): nothing to roll back to"}
+    run_settings = (running or {}).get("settings")
+    changed = differing(run_settings, good["settings"]) if run_settings is not None else []
+    detail = (f"; {', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'}"
+              if changed else "")
+    return {**base, "overrides": overrides_to_reach(good["settings"], settings),
+            "source": ROLLBACK, "config_hash": good.get("config_hash"),
+            "reason": f"roll back from {run_hash} to {good.get('config_hash')}, the last "
+                      f"configuration ready before it{detail}"}
 
 
 def previous_roots(ledger: list[dict[str, Any]], host: str, root: str,
@@ -144,12 +194,21 @@ def choose_next(settings: dict[str, Any], spec_facts: dict[str, Any],
     base = {"failed_config": run_hash, "cause": cause, "why": why}
     effective = effective_settings(settings)
 
-    if cause in SAME_CONFIGURATION:
+    refused = rejected(ledger, host)
+    if cause in SAME_CONFIGURATION and run_hash not in refused:
         overrides = overrides_to_reach(run_settings, settings) if run_settings else {}
         return {**base, "overrides": overrides, "source": "restart", "config_hash": run_hash,
                 "reason": f"restart on the same configuration {run_hash}"}
 
-    good = last_ready(ledger, host)
+    good = last_ready(ledger, host, set(refused))
+    back = _is_rejected(settings, refused)
+    if back and good and good.get("settings") is not None:
+        # The inventory still names what a rollback took back: a rule or a fallback on top
+        # of it would bring its release and settings back.
+        return {**base, "overrides": overrides_to_reach(good["settings"], settings),
+                "source": "last_known_good", "config_hash": good.get("config_hash"),
+                "reason": f"revert to the last known good {good.get('config_hash')}: the "
+                          f"inventory's configuration {back} was rejected by a rollback"}
     if good and good.get("settings") is not None:
         good_hash = good.get("config_hash")
         if run_settings is not None:

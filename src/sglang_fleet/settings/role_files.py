@@ -45,7 +45,7 @@ class RoleFiles:
     table: Iterable[Setting]
     section_notes: dict[str, str]
     role_dir: Path
-    module: str  # the module whose table it is: `python -m MODULE --write` rewrites the files
+    module: str  # the module whose table it is (`python -m sglang_fleet.settings --write`)
     intro: tuple[str, ...]  # comment lines heading defaults/main.yml
     short_description: str
     description: tuple[str, ...]
@@ -56,7 +56,7 @@ class RoleFiles:
     @property
     def note(self) -> str:
         return (f"Generated from src/{self.module.replace('.', '/')}.py by\n# "
-                f"`python -m {self.module} --write`: edit the table there.")
+                f"`python -m sglang_fleet.settings --write`: edit the table there.")
 
     def defaults_yaml(self) -> str:
         lines = ["---", f"# {self.note}", *(f"# {line}" for line in self.intro)]
@@ -113,6 +113,6 @@ class RoleFiles:
             return 0
         stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
         for path in stale:
-            print(f"out of date: {path} (run python -m {self.module} --write)",
+            print(f"out of date: {path} (run python -m sglang_fleet.settings --write)",
                   file=sys.stderr)
         return 1 if stale else 0

@@ -4,7 +4,7 @@ read into data/router_catalogue/), so an unset variable renders what the router 
 
 The sglang_router role's defaults/main.yml and meta/argument_specs.yml are generated from it:
 
-    python -m sglang_fleet.settings.router --write
+    python -m sglang_fleet.settings --write
 
 and tests/unit/test_router_spec.py fails when they drift or when a default differs from the
 pinned release's.

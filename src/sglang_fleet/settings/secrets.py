@@ -6,7 +6,7 @@ is stored under, the option it renders). Two files carry a generated part of it:
   (plugins/module_utils/common/secrets.py, which a node can import without this package);
 - docs/validation.md's table of secret settings.
 
-    python -m sglang_fleet.settings.secrets --write   # rewrite the generated parts of both
+    python -m sglang_fleet.settings --write   # rewrites them, and the roles' generated files
 
 and tests/unit/test_secrets.py fails when either drifts. Adding a secret setting to either
 table is the whole change: run the generator (tests/unit/test_setting_rows.py shows it).
@@ -28,7 +28,7 @@ from sglang_fleet.settings.kinds import SettingsTable
 REPO = Path(__file__).resolve().parents[3]
 NODE_COPY = REPO / "plugins" / "module_utils" / "common" / "secrets.py"
 DOC = REPO / "docs" / "validation.md"
-COMMAND = "python -m sglang_fleet.settings.secrets --write"
+COMMAND = "python -m sglang_fleet.settings --write"
 
 Tables = tuple[SettingsTable, ...]
 

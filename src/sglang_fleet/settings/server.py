@@ -6,7 +6,7 @@ rendering, Rule facts (rule_facts), what recovery may change (NOT_CONFIGURATION)
 registry (sglang_fleet.settings.secrets), the role's defaults/main.yml and
 meta/argument_specs.yml all come from this table:
 
-    python -m sglang_fleet.settings.server --write  # regenerate the role's two files
+    python -m sglang_fleet.settings --write  # regenerate every generated file
 
 and tests/unit/test_settings_table.py fails when any of them drift.
 """
@@ -223,6 +223,12 @@ TABLE = SettingsTable(PREFIX, (
     S("root", "path", "/opt/sglang-fleet",
       "Folder for the deployment's files, logs and venv on the node.", "Node",
       configuration=False),
+    S("kernel_cache", "bool", False,
+      "Keep the server's JIT kernel caches (DeepGEMM, FlashInfer, Triton, torch.compile) in "
+      "<root>/kernel-cache/<release>-sm<arch>-tp<N>/live, staged there from the controller "
+      "before the server starts and harvested from a ready server after, so that the next "
+      "node does not compile again (docs/weights.md). Turning it on moves the caches out of "
+      "the service user's home: the first start is cold.", "Node", configuration=False),
     S("shm_dir", "path", "/dev/shm", "Shared-memory folder the server uses.",
       "Node", configuration=False),
     S("service_manager", "str", "systemd", "Service manager.", "Node",

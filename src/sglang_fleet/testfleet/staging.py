@@ -12,13 +12,24 @@ from pathlib import Path
 
 from sglang_fleet.node.staging import node
 from sglang_fleet.staging.chain import peer_url, sources_by_node
-from sglang_fleet.testfleet.local import free_port_block
+from sglang_fleet.testfleet.local import SimFleet, free_port_block, make_fleet
 
 
 def free_ports(n: int) -> list[int]:
     """n free consecutive loopback ports, below the ephemeral range (testfleet's rule)."""
     base = free_port_block(n)
     return list(range(base, base + n))
+
+
+def staging_fleet(tmp: Path, port_variable: str, hosts: int = 2) -> tuple[SimFleet, int]:
+    """A simulated fleet whose nodes' staging agents listen on loopback, each on a free port
+    of its own (the host variable `port_variable`), and a free port for the controller's
+    origin."""
+    fleet = make_fleet(tmp, hosts=hosts)
+    ports = free_ports(hosts + 1)
+    for i, host in enumerate(fleet.hosts):
+        fleet.set_host_vars(host, {port_variable: ports[i], "sglang_stage_address": "127.0.0.1"})
+    return fleet, ports[-1]
 
 
 def agent_status(url: str) -> dict:

@@ -60,6 +60,14 @@ file is merged first, by SGLang's rules (sglang_fleet.sim.args.config_file). Whi
     if FLAG in argv:  # SGLang merges only on the exact word; `--config=FILE` is ignored
         argv = ConfigMerger(parser).merge(argv)
     args = parser.parse_args(argv, namespace=SimServerArgs())
+    # Older releases (0.5.4.post3) parse the long names and copy them over in
+    # ServerArgs.from_cli_args: tp_size = tensor_parallel_size, and so on.
+    for field, long_name in (("tp_size", "tensor_parallel_size"),
+                             ("pp_size", "pipeline_parallel_size"),
+                             ("dp_size", "data_parallel_size"),
+                             ("ep_size", "expert_parallel_size")):
+        if not hasattr(args, field) and hasattr(args, long_name):
+            setattr(args, field, getattr(args, long_name))
     # As SGLang's `_launch_command`: the merged words, the config file's included.
     args._launch_command = " ".join(argv)
     if args.served_model_name is None:

@@ -560,17 +560,19 @@ class Scheduler:
                 fault if in_decode else None, "decode")
 
     def deep_gemm_warmup(self) -> None:
-        """DeepGEMM's JIT warm-up on a cold cache (compile_utils.py, "DeepGEMM warmup"), at
-        the first forward that uses its kernels (the first captured shape), when
-        SGLANG_SIM_JIT_WARMUP_S (real-world seconds) asks for one: one NVCC child per kernel,
-        minutes each, the rank's stack unchanged meanwhile."""
+        """DeepGEMM's JIT warm-up (compile_utils.py, "DeepGEMM warmup"), at the first forward
+        that uses its kernels (the first captured shape), when SGLANG_SIM_JIT_WARMUP_S
+        (real-world seconds for a cold cache) asks for one: one NVCC child per kernel the
+        cache lacks, minutes each, the rank's stack unchanged meanwhile; a kernel the cache
+        holds is a hit."""
         seconds = float(os.environ.get("SGLANG_SIM_JIT_WARMUP_S") or 0) * self.rt.time_factor
         if seconds <= 0:
             return
         bar = Bar("DeepGEMM warmup", len(DEEP_GEMM_M), shards_format=False,
                   enabled=self.rank.draws_bars)
+        major, minor = self.rt.compute_capability
         _compile_deep_gemm_one_type_all(list(DEEP_GEMM_M), seconds / len(DEEP_GEMM_M),
-                                        bar.update)
+                                        bar.update, arch=f"{major}{minor}")
         bar.close()
 
     def capture_loop(self, begin: str, step: str, end: str, sizes: list[int], seconds: float,

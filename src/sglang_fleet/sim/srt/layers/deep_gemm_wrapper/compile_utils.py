@@ -1,21 +1,98 @@
 """sglang/srt/layers/deep_gemm_wrapper/compile_utils.py: DeepGEMM's JIT warm-up compiles one
 kernel per M ("DeepGEMM warmup" bar), each by an NVCC child process: minutes per kernel on a
-cold cache, the rank's stack unchanged meanwhile, the compiler working."""
+cold cache, the rank's stack unchanged meanwhile, the compiler working.
+
+The cache is DeepGEMM's own layout (csrc/jit/compiler.hpp): SGLang points DG_JIT_CACHE_DIR at
+SGLANG_DG_CACHE_DIR (0.5.23: <SGLANG_CACHE_DIR>/deep_gemm unless set); a kernel is the folder
+cache/kernel.<name>.<32 hex digits>/ holding kernel.cu and kernel.cubin, compiled into
+tmp/<uuid>/ and renamed into place. A kernel whose cubin is there is a cache hit: no compiler,
+no compile time (the warm-up still walks every M, as SGLang's does). The ranks of a node take
+turns per kernel group under a lock in <cache>/locks, as 0.5.23 does, so the first compiles
+and the others find the cubins. DG_JIT_PRINT_COMPILER_COMMAND=1 prints each compile's command
+line, as DeepGEMM does.
+
+A simulator limit: when neither SGLANG_DG_CACHE_DIR nor SGLANG_CACHE_DIR is set, the real
+release caches under the service user's home; the simulator writes nothing there and compiles
+every time."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 # The compiler child: a process titled `nvcc` that works for the kernel's time and exits.
 _NVCC = ("import sys, time; from setproctitle import setproctitle; "
          "setproctitle('nvcc -O3 --ptxas-options=--register-usage-level=10 kernel.cu'); "
          "time.sleep(float(sys.argv[1]))")
+KERNEL_NAME = "sm{arch}_fp8_gemm_1d2d"
+GROUP = "GEMM_NT_F8F8BF16"
+
+
+def deep_gemm_cache_dir(env: dict[str, str] | None = None) -> Path | None:
+    """DeepGEMM's cache folder as SGLang sets it, or None when neither variable is set."""
+    env = os.environ if env is None else env
+    if env.get("SGLANG_DG_CACHE_DIR"):
+        return Path(env["SGLANG_DG_CACHE_DIR"])
+    if env.get("SGLANG_CACHE_DIR"):
+        return Path(env["SGLANG_CACHE_DIR"]) / "deep_gemm"
+    return None
+
+
+def kernel_dir(cache: Path, arch: str, m: int) -> Path:
+    """cache/kernel.<name>.<digest>: the digest of what DeepGEMM hashes (name, compiler,
+    flags, code), which here is the kernel's name and its shape."""
+    name = KERNEL_NAME.format(arch=arch)
+    digest = hashlib.sha256(f"{name}$$nvcc$$sm_{arch}$$m={m}".encode()).hexdigest()[:32]
+    return cache / "cache" / f"kernel.{name}.{digest}"
+
+
+@contextlib.contextmanager
+def _group_lock(cache: Path) -> Iterator[None]:
+    locks = cache / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{GROUP}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _compile_one(cache: Path | None, arch: str, m: int, seconds: float) -> None:
+    """The NVCC child for one kernel; with a cache, its folder written aside and renamed in."""
+    if cache is None:
+        subprocess.run([sys.executable, "-c", _NVCC, str(seconds)], check=False)
+        return
+    tmp = cache / "tmp" / uuid.uuid4().hex
+    tmp.mkdir(parents=True)
+    target = kernel_dir(cache, arch, m)
+    if os.environ.get("DG_JIT_PRINT_COMPILER_COMMAND") == "1":
+        print(f"Running NVCC command: cd {cache / 'tmp'} && nvcc {tmp / 'kernel.cu'} -cubin -o "
+              f"{tmp / 'kernel.cubin'} --gpu-architecture=sm_{arch} -O3", flush=True)
+    (tmp / "kernel.cu").write_text(f"// simulated DeepGEMM kernel {target.name}, M={m}\n")
+    subprocess.run([sys.executable, "-c", _NVCC, str(seconds)], check=False)
+    # 256 KiB, a small real cubin's size.
+    (tmp / "kernel.cubin").write_bytes(hashlib.sha256(target.name.encode()).digest() * 8192)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(target)
+    except OSError:  # another rank's copy is there already
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _compile_deep_gemm_one_type_all(m_list: list[int], seconds_each: float,
-                                    step: Callable[[], None]) -> None:
-    for _m in m_list:
-        subprocess.run([sys.executable, "-c", _NVCC, str(seconds_each)], check=False)
-        step()
+                                    step: Callable[[], None], arch: str = "120") -> None:
+    cache = deep_gemm_cache_dir()
+    with _group_lock(cache) if cache is not None else contextlib.nullcontext():
+        for m in m_list:
+            if cache is None or not (kernel_dir(cache, arch, m) / "kernel.cubin").is_file():
+                _compile_one(cache, arch, m, seconds_each)
+            step()
