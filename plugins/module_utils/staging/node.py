@@ -135,7 +135,8 @@ def check_disk(places, manifest, node):
     if need > free:
         raise StageError(
             "not enough disk on %s for %s: need %s (%d bytes), free %s (%d bytes) under %s; "
-            "free space there, or set sglang_stage_root to a larger file system"
+            "free space there, or set sglang_server_root to a larger file system (weights "
+            "stage under its weights/ folder)"
             % (node, manifest["revision"], gb(need), need, gb(free), free, places["root"]))
     return need, free
 
