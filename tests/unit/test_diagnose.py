@@ -199,8 +199,12 @@ def _diagnose_stdin(chunk: bytes, times: int) -> tuple[int, str, float, int]:
     """Pipe `chunk` `times` times into the installed command: (exit code, stdout, seconds,
     peak resident memory in bytes of the command)."""
     started = time.monotonic()
-    proc = subprocess.Popen([str(SGLANG_FLEET), "diagnose", "-"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    # Started by a small Python of its own that reports the command's peak: ru_maxrss
+    # survives execve, so a command forked straight from this test process (an xdist worker
+    # grown past 1 GB in a long run) would count the worker's pages as its own.
+    proc = subprocess.Popen([sys.executable, "-c", _PEAK_OF, str(SGLANG_FLEET), "diagnose",
+                             "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     out: list[bytes] = []
     reader = __import__("threading").Thread(target=lambda: out.append(proc.stdout.read()))
     reader.start()
@@ -210,11 +214,18 @@ def _diagnose_stdin(chunk: bytes, times: int) -> tuple[int, str, float, int]:
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _ = os.wait4(proc.pid, 0)
     reader.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, b"".join(out).decode(), time.monotonic() - started, \
-        usage.ru_maxrss * 1024
+    peak = int(proc.stderr.read().split()[-1])
+    return proc.returncode, b"".join(out).decode(), time.monotonic() - started, peak
+
+
+_PEAK_OF = ("import os, subprocess, sys\n"
+            "p = subprocess.Popen(sys.argv[1:], stderr=subprocess.DEVNULL)\n"
+            "_, status, usage = os.wait4(p.pid, 0)\n"
+            "print(usage.ru_maxrss * 1024, file=sys.stderr)\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
 
 
 def binary_chunk() -> bytes:
