@@ -27,6 +27,23 @@ pytestmark = pytest.mark.integration
 PIECE = 65536
 
 
+def _staged_fleet(tmp_path, size: int, **settings):
+    """A 2-host fleet, a synthetic checkpoint of `size` bytes in a shared folder as r1's source,
+    and the deploy's extra variables that stage it (with `settings` on top)."""
+    fleet, origin_port = staging_fleet(tmp_path / "fleet", "sglang_stage_port")
+    source = tmp_path / "shared" / "r1" / "Kimi-K2.5"
+    make_checkpoint(source, size, shards=2, layers=2,
+                    config=known_model("Kimi-K2.5").config_json())
+    extra = {**fleet.extra,
+             "sglang_server_model_path":
+                 "{{ sglang_stage_source | sglang.fleet.sglang_fleet_staged_path("
+                 "sglang_server_root) }}",
+             "sglang_stage_source": {"folder": str(source), "revision": "r1"},
+             "sglang_stage_origin_port": origin_port,
+             "sglang_stage_cache_dir": str(tmp_path / "stage-cache"), **settings}
+    return fleet, source, extra
+
+
 def _status(fleet, host: str) -> dict:
     path = fleet.host_root(host) / "weights" / ".staging" / "Kimi-K2.5" / "r1" / "status.json"
     try:
@@ -36,21 +53,11 @@ def _status(fleet, host: str) -> dict:
 
 
 def test_a_deploy_killed_while_staging_completes_on_a_rerun_fetching_no_piece_twice(tmp_path):
-    fleet, origin_port = staging_fleet(tmp_path / "fleet", "sglang_stage_port")
-    source = tmp_path / "shared" / "r1" / "Kimi-K2.5"
-    make_checkpoint(source, 2_000_000, shards=2, layers=2,
-                    config=known_model("Kimi-K2.5").config_json())
+    # About 10 s per node at this cap: long enough to be killed mid-copy.
+    fleet, source, extra = _staged_fleet(
+        tmp_path, 2_000_000, sglang_stage_rate_limit=200_000, sglang_stage_piece_size=PIECE,
+        sglang_stage_poll_interval=1, sglang_stage_stall_window=60, sglang_stage_linger=5)
     total = mf.build(str(source), "Kimi-K2.5", "r1", PIECE)["total_bytes"]
-    extra = {**fleet.extra,
-             "sglang_server_model_path":
-                 "{{ sglang_stage_source | sglang.fleet.sglang_fleet_staged_path("
-                 "sglang_server_root) }}",
-             "sglang_stage_source": {"folder": str(source), "revision": "r1"},
-             # About 10 s per node at this cap: long enough to be killed mid-copy.
-             "sglang_stage_origin_port": origin_port, "sglang_stage_rate_limit": 200_000,
-             "sglang_stage_piece_size": PIECE, "sglang_stage_poll_interval": 1,
-             "sglang_stage_stall_window": 60, "sglang_stage_linger": 5,
-             "sglang_stage_cache_dir": str(tmp_path / "stage-cache")}
     args = ("deploy", "-i", str(fleet.inventory), "-e", json.dumps(extra))
     cli = CliRun(tmp_path / "first.txt", *args, "--run-dir", str(tmp_path / "first"))
     try:
@@ -93,17 +100,7 @@ def test_a_full_disk_is_refused_before_the_first_byte_naming_node_need_and_free(
 
     from sglang_fleet.testfleet.local import BIN, REPO, ansible_env
 
-    fleet, origin_port = staging_fleet(tmp_path / "fleet", "sglang_stage_port")
-    source = tmp_path / "shared" / "r1" / "Kimi-K2.5"
-    make_checkpoint(source, 1_000_000, shards=2, layers=2,
-                    config=known_model("Kimi-K2.5").config_json())
-    extra = {**fleet.extra,
-             "sglang_server_model_path":
-                 "{{ sglang_stage_source | sglang.fleet.sglang_fleet_staged_path("
-                 "sglang_server_root) }}",
-             "sglang_stage_source": {"folder": str(source), "revision": "r1"},
-             "sglang_stage_origin_port": origin_port,
-             "sglang_stage_cache_dir": str(tmp_path / "stage-cache")}
+    fleet, _, extra = _staged_fleet(tmp_path, 1_000_000)
     weights = fleet.host_root("sim-node-1") / "weights"
     weights.mkdir(parents=True)
     mount = 'mount -t tmpfs -o size=16m tmpfs "$1" && shift && exec "$@"'
@@ -133,18 +130,8 @@ def test_a_flipped_byte_in_a_staged_copy_fails_its_node_and_starts_no_server_on_
     """A byte flipped in sim-node-2's published copy (a disk's error, a hand) after the copy
     was staged: the next deploy's node check reads it against the manifest, fails that node
     naming the file, and starts no server on it; sim-node-1 deploys."""
-    fleet, origin_port = staging_fleet(tmp_path / "fleet", "sglang_stage_port")
-    source = tmp_path / "shared" / "r1" / "Kimi-K2.5"
-    make_checkpoint(source, 1_000_000, shards=2, layers=2,
-                    config=known_model("Kimi-K2.5").config_json())
-    extra = {**fleet.extra,
-             "sglang_server_model_path":
-                 "{{ sglang_stage_source | sglang.fleet.sglang_fleet_staged_path("
-                 "sglang_server_root) }}",
-             "sglang_stage_source": {"folder": str(source), "revision": "r1"},
-             "sglang_stage_origin_port": origin_port, "sglang_stage_piece_size": PIECE,
-             "sglang_stage_poll_interval": 1, "sglang_stage_linger": 3,
-             "sglang_stage_cache_dir": str(tmp_path / "stage-cache")}
+    fleet, _, extra = _staged_fleet(tmp_path, 1_000_000, sglang_stage_piece_size=PIECE,
+                                    sglang_stage_poll_interval=1, sglang_stage_linger=3)
     args = ("-i", str(fleet.inventory), "-e", json.dumps(extra))
     try:
         first = sglang_fleet("deploy", *args, "--run-dir", str(tmp_path / "first"))
