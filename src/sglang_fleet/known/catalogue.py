@@ -51,12 +51,7 @@ class CatalogueFiles:
 
     def write(self, dump: dict[str, Any], version: str) -> Path:
         """Store one release's catalogue whole or not at all (a reader never sees half)."""
-        path = self.path(version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
-        tmp.replace(path)
-        return path
+        return release_cache.write_json(self.path(version), dump)
 
 
 FILES = CatalogueFiles(Path(__file__).resolve().parents[1] / "data" / "catalogue", "sglang")

@@ -100,9 +100,9 @@ class RefEnv:
         """Run catalogue_probe.py inside this environment; its JSON answer."""
         probe = self.sglang_dir.parent / "catalogue_probe.py"
         # A copy outside the package: run from src/sglang_fleet, our bisect.py would shadow
-        # the standard library's for SGLang.
-        probe.write_text(resources.files("sglang_fleet.known").joinpath("catalogue_probe.py")
-                         .read_text(encoding="utf-8"))
+        # the standard library's for SGLang. Replaced whole: parallel callers run it meanwhile.
+        release_cache.write_text(probe, resources.files("sglang_fleet.known")
+                                 .joinpath("catalogue_probe.py").read_text(encoding="utf-8"))
         proc = self.run(str(probe), command,
                         stdin=None if payload is None else json.dumps(payload))
         if proc.returncode != 0:
@@ -284,7 +284,7 @@ def sample_model_dir() -> Path:
     config = folder / "config.json"
     text = json.dumps(SAMPLE_MODEL_CONFIG, indent=1) + "\n"
     if not config.exists() or config.read_text() != text:
-        config.write_text(text)
+        release_cache.write_text(config, text)
     return folder
 
 

@@ -49,13 +49,18 @@ def cached_versions(program: str = "sglang") -> tuple[str, ...]:
     return tuple(sorted(good, key=Version))
 
 
-def write_json(path: Path, data: Any) -> Path:
-    """Whole or not at all: a reader never sees half a file."""
+def write_text(path: Path, text: str) -> Path:
+    """Whole or not at all: a reader (or a Python running the file) never sees half of it.
+    The temporary name is the writer's own, so concurrent writers never share one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_json(path: Path, data: Any) -> Path:
+    return write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 @contextmanager
