@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stack_trials import Costs, gate_params, report, run_hangs, run_replays
+from stack_trials import HANG_KINDS, Costs, gate_params, report, run_hangs, run_replays
 
 from sglang_fleet.node.common.vocab import default_windows
 from sglang_fleet.node.health.classify import classify
@@ -289,18 +289,23 @@ def main() -> None:
     parser.add_argument("--slow-load-s", type=float, default=3000.0,
                         help="real-world seconds of weight loading in the slow cases")
     parser.add_argument("--only", default="",
-                        help="run only the window cases whose name contains this text")
+                        help="run only the window cases and the hang kinds whose name "
+                             "contains this text")
     args = parser.parse_args()
     cases = [c for c in CASES if args.only in c.name] if args.windows else []
     if args.windows and not cases:
         parser.error(f"--only {args.only!r} matches no case; the cases are: "
                      + "; ".join(c.name for c in CASES))
+    kinds = tuple(k for k in HANG_KINDS if args.only in k.name)
+    if args.hangs and not kinds:
+        parser.error(f"--only {args.only!r} matches no hang kind; the kinds are: "
+                     + "; ".join(k.name for k in HANG_KINDS))
     ok = True
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
         costs = Costs()
         # One after the other: on a shared machine, each slows the other's clock.
         hangs = run_hangs(args.hangs, args.parallel, Path(tmp) / "hangs", args.server_factor,
-                          args.gate_scale, args.seed, costs) if args.hangs else []
+                          args.gate_scale, args.seed, costs, kinds) if args.hangs else []
         replays = run_replays(Path(tmp) / "replays", args.replay_scale, costs) \
             if args.replays else []
         if hangs or replays:

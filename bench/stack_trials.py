@@ -57,6 +57,8 @@ class HangKind:
     signature: str  # the class the verdict must name
     flags: tuple[str, ...]
     fault: str  # SGLANG_SIM_FAULT ("" for the seed's, which its configuration causes)
+    # Settings the hang needs, each a folder of the trial's (jit_hang's DeepGEMM cache).
+    folders: tuple[str, ...] = ()
 
 
 HANG_KINDS = (
@@ -77,6 +79,11 @@ HANG_KINDS = (
              ("--attention-backend", "flashinfer", "--disable-custom-all-reduce"), ""),
     HangKind("serving deadlock: TP0 in all_reduce, peers in recv_requests", "serving",
              "nccl_collective", TRITON, "hang:serving"),
+    HangKind("detokenizer deadlocked in a batch's decode, schedulers serving", "serving",
+             "detokenizer_deadlock", TRITON, "detokenizer_hang"),
+    HangKind("DeepGEMM warm-up on a compile lock never released, no compiler",
+             "capturing_cuda_graph", "jit_compilation", TRITON, "jit_hang",
+             ("SGLANG_DG_CACHE_DIR",)),
 )
 
 
@@ -143,9 +150,10 @@ def gate_loop(sim, scale: float, params: dict, until: set[str], stop_after: floa
 
 def one_hang(kind: HangKind, tp: int, folder: Path, server_factor: float, scale: float,
              costs: Costs) -> dict:
+    env = {"SGLANG_HEALTH_CHECK_TIMEOUT": f"{HEALTH_CHECK_TIMEOUT_S * scale:g}"}
+    env.update((name, str(folder / name.lower())) for name in kind.folders)
     sim = start_sim(folder, "--tp-size", str(tp), *kind.flags, time_factor=server_factor,
-                    fault=kind.fault,
-                    env={"SGLANG_HEALTH_CHECK_TIMEOUT": f"{HEALTH_CHECK_TIMEOUT_S * scale:g}"})
+                    fault=kind.fault, env=env)
     try:
         state_file = folder / "state.json"
         state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": time.time()}))
@@ -164,11 +172,11 @@ def one_hang(kind: HangKind, tp: int, folder: Path, server_factor: float, scale:
 
 
 def run_hangs(n: int, parallel: int, folder: Path, server_factor: float, scale: float,
-              seed: int, costs: Costs) -> list[dict]:
-    """`n` hangs, kinds and TP sizes drawn at random (every kind at least once when n allows),
-    `parallel` at a time."""
+              seed: int, costs: Costs, kinds: tuple[HangKind, ...] = HANG_KINDS) -> list[dict]:
+    """`n` hangs, kinds (of `kinds`) and TP sizes drawn at random (every kind at least once
+    when n allows), `parallel` at a time."""
     rng = random.Random(seed)
-    plan = list(HANG_KINDS[:n]) + [rng.choice(HANG_KINDS) for _ in range(n - len(HANG_KINDS))]
+    plan = list(kinds[:n]) + [rng.choice(kinds) for _ in range(n - len(kinds))]
     rng.shuffle(plan)
     trials = [(kind, rng.choice((2, 4))) for kind in plan]
     results: list[dict | None] = [None] * len(trials)

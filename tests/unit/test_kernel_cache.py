@@ -183,12 +183,12 @@ def test_simulated_deepgemm_hits_its_cache_and_compiles_what_it_lacks(tmp_path, 
     monkeypatch.setenv("SGLANG_CACHE_DIR", str(tmp_path / "live"))
     monkeypatch.delenv("SGLANG_DG_CACHE_DIR", raising=False)
     steps = []
-    dg._compile_deep_gemm_one_type_all([1, 2], 0.0, lambda: steps.append(1), arch="90")
+    dg._maybe_compile_deep_gemm_one_type_all([1, 2], 0.0, lambda: steps.append(1), arch="90")
     cubins = sorted((tmp_path / "live" / "deep_gemm" / "cache").glob("kernel.*/kernel.cubin"))
     assert len(compiles) == 2 and len(steps) == 2 and len(cubins) == 2
     name = cubins[0].parent.name
     assert name.startswith("kernel.sm90_fp8_gemm_1d2d.") and len(name.rsplit(".", 1)[1]) == 32
-    dg._compile_deep_gemm_one_type_all([1, 2, 4], 0.0, lambda: steps.append(1), arch="90")
+    dg._maybe_compile_deep_gemm_one_type_all([1, 2, 4], 0.0, lambda: steps.append(1), arch="90")
     assert len(compiles) == 3 and len(steps) == 5  # one miss compiled; the warm-up walks all Ms
 
 
@@ -199,5 +199,5 @@ def test_simulated_deepgemm_without_a_cache_folder_writes_nothing(tmp_path, monk
     monkeypatch.delenv("SGLANG_DG_CACHE_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     for _ in range(2):
-        dg._compile_deep_gemm_one_type_all([1, 2], 0.0, lambda: None)
+        dg._maybe_compile_deep_gemm_one_type_all([1, 2], 0.0, lambda: None)
     assert len(compiles) == 4 and list(tmp_path.iterdir()) == []

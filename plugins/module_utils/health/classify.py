@@ -38,8 +38,9 @@ def _signals(obs):
     members = obs["processes"]
     return {
         "phase_index": vocab.PHASES.index(log["phase"]),
-        # SGLang's own "Health check failed" lines answer the gate's probes: not progress.
-        "log_lines": log["meaningful_lines"] - sum(
+        # SGLang's own "Health check failed" lines and the prefills of /health's requests
+        # answer the gate's probes: not progress.
+        "log_lines": log["meaningful_lines"] - log.get("probe_prefills", 0) - sum(
             f.get("count", 1) for f in log["failures"] if f["kind"] == "health_check_failed"),
         "shards_done": (log["shards"] or [0, 0])[0],
         "capture_done": (log["capture"] or [0, 0])[0],

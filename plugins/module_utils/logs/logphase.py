@@ -141,6 +141,12 @@ _STOP = re.compile(r"SIGTERM received\. .*Draining requests|Gracefully exiting\.
 # warm-up's 8 tokens could print, mean clients are being served.
 _BATCH_LOAD = re.compile(r"^(Prefill|Decode) batch(?: \[\d+\])?[.,] .*?#running-req: (\d+)")
 WARMUP_TOKENS = 8
+# The prefill of /health's own request (http_server.health_generate: input_ids [0], one token,
+# nothing else running): the scheduler logs one per probe, so these answer the gate's probes
+# and are not the server's progress (a deadlocked detokenizer leaves the schedulers printing
+# them while nothing comes out).
+_PROBE_PREFILL = re.compile(r"^Prefill batch(?: \[\d+\])?[.,] #new-seq: 1, #new-token: 1, "
+                            r"#cached-token: 0, .*#running-req: 0, #queue-req: 0,")
 # Characters of one physical line read: the rest of a longer line (binary data, a request
 # logged whole) is not looked at.
 READ_LINE_LIMIT = 16384
@@ -441,6 +447,7 @@ class _Parser:
         self.last_at = None
         self.last_is_bar = False
         self.meaningful = 0
+        self.probe_prefills = 0  # of them, the prefills of /health's requests
         self.bar = None  # current sub-step's bar: (done, total, unit)
         self.shards = self.capture = None
         self.ticks = 0
@@ -529,6 +536,8 @@ class _Parser:
                     self.enter("serving", "client", line)
             return
         self.meaningful += 1
+        if _PROBE_PREFILL.match(message):
+            self.probe_prefills += 1
         self.last_lines.append(line.raw)
         self._launch_row(line)
         if line.at is not None:
@@ -822,6 +831,7 @@ class _Parser:
             "rendezvous": None if any(f["fatal"] for f in folded)
             else self.group.waiting(self.phase),
             "meaningful_lines": self.meaningful,
+            "probe_prefills": self.probe_prefills,
             # Epoch seconds, as the log's own stamps say, of the line that entered the phase
             # (capture: its first sub-step) and of the last dated line; whether the last
             # meaningful line is an undated bar. Shown, never used to judge time: the gate

@@ -3,7 +3,9 @@
 With the `detokenizer_crash` fault the main process tells it (SIGUSR1) when the first batch
 after ready reaches it: it fails as 0.5.23's run_detokenizer_process does
 (managers/detokenizer_manager.py): "DetokenizerManager hit an exception: <traceback>", then
-SIGQUIT to its parent, whose handler takes the whole tree down.
+SIGQUIT to its parent, whose handler takes the whole tree down. With the `detokenizer_hang`
+fault it is told so by SIGUSR2 and deadlocks in the batch's decode, in the frames of
+sim/srt/managers/detokenizer_manager.py, silently, for good.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from setproctitle import setproctitle
 from sglang_fleet.sim.engine import failures
 from sglang_fleet.sim.engine.runtime import log
 from sglang_fleet.sim.engine.scheduler import die_with_parent
+from sglang_fleet.sim.srt.managers.detokenizer_manager import DetokenizerManager
 
 # run_detokenizer_process -> event_loop -> handle_batch_token_id_out ->
 # _decode_batch_token_id_output, whose lookup of a request's decode status fails.
@@ -51,13 +54,18 @@ def main() -> None:
     parent = int(sys.argv[1])
     die_with_parent(parent)
 
-    def fail(*_: object) -> None:
+    def fail() -> None:
         log(f"DetokenizerManager hit an exception: {decode_status_lost(os.urandom(16).hex())}")
         os.kill(parent, signal.SIGQUIT)
 
-    signal.signal(signal.SIGUSR1, fail)
+    # Taken in the main thread's own frames (not a handler's), as the real event loop's.
+    told = {signal.SIGUSR1, signal.SIGUSR2}
+    signal.pthread_sigmask(signal.SIG_BLOCK, told)
     while True:
-        signal.pause()
+        if signal.sigwait(told) == signal.SIGUSR1:
+            fail()
+        else:
+            DetokenizerManager().handle_batch_token_id_out()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from sglang_fleet.node.gpu import simgpu
 from sglang_fleet.sim.args.server_args import VERSION
 from sglang_fleet.sim.engine.graphs import CapturePlan, backends, capture_plan
 from sglang_fleet.sim.engine.topology import Topology
+from sglang_fleet.sim.srt.layers.deep_gemm_wrapper.compile_utils import deep_gemm_cache_dir
 
 GB = 1024**3
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForCausalLM")
@@ -62,6 +63,12 @@ FAULTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     # A prefill whose KV transfers never complete (a stuck transfer engine): its decodes wait
     # until SGLANG_DISAGGREGATION_WAITING_TIMEOUT fails each request.
     "transfer_hang": ("serving", ("serving",)),
+    # DeepGEMM's compile lock never released (compile_utils.py _local_rank_compile_lock):
+    # every rank waits for it at the first captured forward, no compiler child runs.
+    "jit_hang": ("capturing_cuda_graph", ("capturing_cuda_graph",)),
+    # The detokenizer blocked for good in handle_batch_token_id_out at the first batch after
+    # ready: requests get no output, the schedulers go on.
+    "detokenizer_hang": ("serving", ("serving",)),
 }
 FAULT_KINDS = tuple(FAULTS)
 
@@ -96,7 +103,8 @@ class SimRuntime:
         for f in self.faults:
             if f.phase == phase and (kinds is None or f.kind in kinds) and f.kind not in (
                     "leak_memory", "orphan_workers", "tokenizer_watchdog",
-                    "detokenizer_crash", "bootstrap_dead", "transfer_hang"):
+                    "detokenizer_crash", "bootstrap_dead", "transfer_hang", "jit_hang",
+                    "detokenizer_hang"):
                 return f
         return None
 
@@ -196,6 +204,10 @@ def load_runtime(args: Any) -> SimRuntime:
     if rt.has("tokenizer_watchdog") and getattr(args, "soft_watchdog_timeout", None) is None:
         raise ValueError("SGLANG_SIM_FAULT=tokenizer_watchdog needs --soft-watchdog-timeout: "
                          "SGLang's TokenizerManager watchdog is soft and off without it")
+    if rt.has("jit_hang") and deep_gemm_cache_dir() is None:
+        raise ValueError("SGLANG_SIM_FAULT=jit_hang needs SGLANG_DG_CACHE_DIR or "
+                         "SGLANG_CACHE_DIR: the compile lock it holds lives in DeepGEMM's "
+                         "cache folder, which the simulator writes only where one is set")
     rt.faults += bug_faults(rt)
     return rt
 

@@ -44,7 +44,9 @@ from sglang_fleet.sim.engine.topology import SchedulerRank
 from sglang_fleet.sim.frontend.control import Channel
 from sglang_fleet.sim.srt.distributed.parallel_state import GroupCoordinator
 from sglang_fleet.sim.srt.layers.deep_gemm_wrapper.compile_utils import (
-    _compile_deep_gemm_one_type_all,
+    _maybe_compile_deep_gemm_one_type_all,
+    deep_gemm_cache_dir,
+    wedge_compile_lock,
 )
 from sglang_fleet.sim.srt.managers.scheduler_components.request_receiver import (
     SchedulerRequestReceiver,
@@ -564,15 +566,20 @@ class Scheduler:
         that uses its kernels (the first captured shape), when SGLANG_SIM_JIT_WARMUP_S
         (real-world seconds for a cold cache) asks for one: one NVCC child per kernel the
         cache lacks, minutes each, the rank's stack unchanged meanwhile; a kernel the cache
-        holds is a hit."""
+        holds is a hit. With the `jit_hang` fault the group's compile lock is never
+        released: every rank waits for it, no compiler runs."""
         seconds = float(os.environ.get("SGLANG_SIM_JIT_WARMUP_S") or 0) * self.rt.time_factor
-        if seconds <= 0:
+        hangs = self.rt.has("jit_hang")
+        if seconds <= 0 and not hangs:
             return
+        cache = deep_gemm_cache_dir()
+        if hangs and cache is not None:  # load_runtime refuses the fault without a cache
+            wedge_compile_lock(cache)
         bar = Bar("DeepGEMM warmup", len(DEEP_GEMM_M), shards_format=False,
                   enabled=self.rank.draws_bars)
         major, minor = self.rt.compute_capability
-        _compile_deep_gemm_one_type_all(list(DEEP_GEMM_M), seconds / len(DEEP_GEMM_M),
-                                        bar.update, arch=f"{major}{minor}")
+        _maybe_compile_deep_gemm_one_type_all(list(DEEP_GEMM_M), seconds / len(DEEP_GEMM_M),
+                                              bar.update, arch=f"{major}{minor}")
         bar.close()
 
     def capture_loop(self, begin: str, step: str, end: str, sizes: list[int], seconds: float,

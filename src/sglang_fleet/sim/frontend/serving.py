@@ -81,6 +81,7 @@ class ServerState:
         self.kv_sender: KVSender | None = None
         self.stats = metrics.RequestStats()
         self.detokenizer_pid: int | None = None
+        self.detokenizer_hung = False  # the detokenizer_hang fault struck: no output comes
         self.status = STARTING
         self.gracefully_exit = False
         self.lock = threading.Lock()
@@ -236,13 +237,17 @@ class ServerState:
         """A scheduler of the replica is stopped or stuck: its tokens stop coming."""
         return self.hang_generation or self.hub.frozen(replica.pids)
 
-    def fail_detokenizer(self) -> None:
-        """The detokenizer_crash fault: the detokenizer fails on this batch's output."""
+    def fail_detokenizer(self, hang: bool = False) -> None:
+        """The detokenizer_crash fault: the detokenizer fails on this batch's output; with
+        `hang` (detokenizer_hang), it deadlocks on it and no output reaches this process
+        again."""
         with self.lock:
             pid, self.detokenizer_pid = self.detokenizer_pid, None
+            if hang:
+                self.detokenizer_hung = True
         if pid:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGUSR1)
+                os.kill(pid, signal.SIGUSR2 if hang else signal.SIGUSR1)
 
     def stall_tokenizer(self) -> None:
         """The tokenizer manager's loop stops; its soft watchdog (utils/watchdog.py) says so
@@ -376,24 +381,37 @@ class Generation:
         st.admit(self.replica, self.rid)
         with st.lock:
             st.running[self.rid] = self
+        lost = False
         try:
             if st.status != STARTING and st.rt.has("tokenizer_watchdog"):
                 st.stall_tokenizer()
             if st.tokenizer_stalled:
                 st.stop_event.wait()  # the tokenizer's loop stopped: nothing comes out
                 return
-            if st.status != STARTING and st.rt.has("detokenizer_crash"):
-                st.fail_detokenizer()
+            if st.status != STARTING and (st.rt.has("detokenizer_crash")
+                                          or st.rt.has("detokenizer_hang")):
+                st.fail_detokenizer(hang=st.rt.has("detokenizer_hang"))
             st.hub.forward(self.replica.pids, "warming_up" if st.status == STARTING
                            else "serving", self.rid, self.input_ids(),
                            (self.max_new_tokens, self.temperature))
-            yield from self._tokens(on_prefill)
+            lost = st.detokenizer_hung
+            if lost:
+                # The schedulers run the request to its end (their batch lines are logged)
+                # and send its tokens to a detokenizer that no longer reads them.
+                for _ in self._tokens(on_prefill, delivered=False):
+                    pass
+            else:
+                yield from self._tokens(on_prefill)
         finally:
             with st.lock:
                 st.running.pop(self.rid, None)
             st.release(self.replica)
+        if lost:
+            st.stop_event.wait()  # its client waits for output that never comes
 
-    def _tokens(self, on_prefill):
+    def _tokens(self, on_prefill, delivered: bool = True):
+        """The request's tokens as the schedulers make them; `delivered`: they reach this
+        process (the detokenizer passes them on)."""
         st = self.state
         tok_s = st.rt.decode_tok_s()
         anchor = self.start + self.ttft
@@ -416,7 +434,8 @@ class Generation:
             self.produced = i + 1
             with st.lock:
                 st.generated_tokens += 1
-                st.last_receive_tstamp = time.time()
+                if delivered:
+                    st.last_receive_tstamp = time.time()
             if i:
                 st.decode_step(self)
             yield i

@@ -7,9 +7,9 @@ SGLANG_DG_CACHE_DIR (0.5.23: <SGLANG_CACHE_DIR>/deep_gemm unless set); a kernel 
 cache/kernel.<name>.<32 hex digits>/ holding kernel.cu and kernel.cubin, compiled into
 tmp/<uuid>/ and renamed into place. A kernel whose cubin is there is a cache hit: no compiler,
 no compile time (the warm-up still walks every M, as SGLang's does). The ranks of a node take
-turns per kernel group under a lock in <cache>/locks, as 0.5.23 does, so the first compiles
-and the others find the cubins. DG_JIT_PRINT_COMPILER_COMMAND=1 prints each compile's command
-line, as DeepGEMM does.
+turns per kernel group under a lock in <cache>/locks (_local_rank_compile_lock), as 0.5.23
+does, so the first compiles and the others find the cubins. DG_JIT_PRINT_COMPILER_COMMAND=1
+prints each compile's command line, as DeepGEMM does.
 
 A simulator limit: when neither SGLANG_DG_CACHE_DIR nor SGLANG_CACHE_DIR is set, the real
 release caches under the service user's home; the simulator writes nothing there and compiles
@@ -34,6 +34,7 @@ _NVCC = ("import sys, time; from setproctitle import setproctitle; "
          "time.sleep(float(sys.argv[1]))")
 KERNEL_NAME = "sm{arch}_fp8_gemm_1d2d"
 GROUP = "GEMM_NT_F8F8BF16"
+_WEDGED: list = []  # the `jit_hang` fault's lock, held for the process's life
 
 
 def deep_gemm_cache_dir(env: dict[str, str] | None = None) -> Path | None:
@@ -54,16 +55,37 @@ def kernel_dir(cache: Path, arch: str, m: int) -> Path:
     return cache / "cache" / f"kernel.{name}.{digest}"
 
 
-@contextlib.contextmanager
-def _group_lock(cache: Path) -> Iterator[None]:
+def _lock_path(cache: Path) -> Path:
     locks = cache / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{GROUP}.lock", "w") as lock:
+    return locks / f"{GROUP}.lock"
+
+
+@contextlib.contextmanager
+def _local_rank_compile_lock(cache: Path) -> Iterator[None]:
+    """The node's ranks take turns per kernel group (0.5.23's flock in <cache>/locks)."""
+    with open(_lock_path(cache), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def wedge_compile_lock(cache: Path) -> None:
+    """The `jit_hang` fault: the group's compile lock held by a compile that never lets go
+    (wedged on its file system, or a lock on a network file system that a killed node's
+    compile left), and no compiler running. The lock is taken on a file description of its
+    own, kept for the process's life: flock locks belong to open file descriptions, so this
+    rank's own _local_rank_compile_lock then waits for it as its peers do. The first rank
+    to get here takes it; the others find it taken."""
+    holder = open(_lock_path(cache), "w")  # noqa: SIM115 (held until the process ends)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder.close()  # a peer rank holds it already
+        return
+    _WEDGED.append(holder)
 
 
 def _compile_one(cache: Path | None, arch: str, m: int, seconds: float) -> None:
@@ -88,11 +110,17 @@ def _compile_one(cache: Path | None, arch: str, m: int, seconds: float) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _compile_deep_gemm_one_type_all(m_list: list[int], seconds_each: float,
-                                    step: Callable[[], None], arch: str = "120") -> None:
+def _maybe_compile_deep_gemm_one_type_all(m_list: list[int], seconds_each: float,
+                                          step: Callable[[], None], arch: str = "120") -> None:
+    """The group's compile under the node's lock (when there is a cache to share)."""
     cache = deep_gemm_cache_dir()
-    with _group_lock(cache) if cache is not None else contextlib.nullcontext():
-        for m in m_list:
-            if cache is None or not (kernel_dir(cache, arch, m) / "kernel.cubin").is_file():
-                _compile_one(cache, arch, m, seconds_each)
-            step()
+    with _local_rank_compile_lock(cache) if cache is not None else contextlib.nullcontext():
+        _compile_deep_gemm_one_type_all(cache, m_list, seconds_each, step, arch)
+
+
+def _compile_deep_gemm_one_type_all(cache: Path | None, m_list: list[int], seconds_each: float,
+                                    step: Callable[[], None], arch: str = "120") -> None:
+    for m in m_list:
+        if cache is None or not (kernel_dir(cache, arch, m) / "kernel.cubin").is_file():
+            _compile_one(cache, arch, m, seconds_each)
+        step()
