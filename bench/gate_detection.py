@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stack_trials import HANG_KINDS, Costs, gate_params, report, run_hangs, run_replays
+from stack_trials import HANG_KINDS, Costs, report, run_hangs, run_replays
 
 from sglang_fleet.node.common.vocab import default_windows
 from sglang_fleet.node.health.classify import classify
@@ -143,7 +143,7 @@ def judge(sim: SimProcess, scale: float, started: float, stop_after: float,
     ceilings = {k: v * scale for k, v in ceilings.items()}
     state_file = sim.log_path.parent / "state.json"
     state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": started}))
-    params = gate_params(sim, state_file)
+    params = sim.gate_params(state_file)
     state, verdicts, polls = None, [], []  # polls: (start, seconds the observation took)
     seen: list[set[str]] = []  # per poll, the fatal lines its observation held
     next_poll = time.time()

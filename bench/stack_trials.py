@@ -41,7 +41,7 @@ from sglang_fleet.node.health.stacks import (
     STACK_WINDOW_S,
     find_py_spy,
 )
-from sglang_fleet.testfleet.local import SimProcess, start_sim
+from sglang_fleet.testfleet.local import start_sim
 
 POLL_S = 10.0
 HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT's default
@@ -85,20 +85,6 @@ HANG_KINDS = (
              "capturing_cuda_graph", "jit_compilation", TRITON, "jit_hang",
              ("SGLANG_DG_CACHE_DIR",)),
 )
-
-
-def gate_params(sim: SimProcess, state_file: Path, stacks: bool = False,
-                scale: float = 1.0) -> dict:
-    """sglang_health's parameters for one simulated server; with `stacks`, stack sampling on
-    at the production interval, scaled."""
-    return {"marker": sim.marker, "state_file": str(state_file), "manager": "supervisor",
-            "unit_name": None, "log_file": str(sim.log_path), "serves_http": True,
-            "host": "127.0.0.1", "port": sim.port,
-            "health_timeout": 25.0 * scale if stacks else 2.0,
-            "gpu_backend": "simulated", "sim_dir": str(sim.gpu_dir), "gpu_timeout": 5.0,
-            # the simulated node's kernel log, read as the gate reads /dev/kmsg
-            "kernel_log": str(sim.gpu_dir.parent / "kmsg"),
-            "stack_sampling": stacks, "stack_interval": SAMPLE_INTERVAL_S * scale}
 
 
 class Costs:
@@ -157,7 +143,7 @@ def one_hang(kind: HangKind, tp: int, folder: Path, server_factor: float, scale:
     try:
         state_file = folder / "state.json"
         state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": time.time()}))
-        verdict = gate_loop(sim, scale, gate_params(sim, state_file, stacks=True, scale=scale),
+        verdict = gate_loop(sim, scale, sim.gate_params(state_file, stacks=True, scale=scale),
                             {"stalled", "crashed", "gpu_fault"}, 600 * scale + 120, costs)
     finally:
         sim.stop()
@@ -213,7 +199,7 @@ def one_replay(name: str, folder: Path, scale: float, server_factor: float, env:
     try:
         state_file = folder / "state.json"
         state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": time.time()}))
-        verdict = gate_loop(sim, scale, gate_params(sim, state_file, stacks=True, scale=scale),
+        verdict = gate_loop(sim, scale, sim.gate_params(state_file, stacks=True, scale=scale),
                             {"ready", "stalled", "crashed", "gpu_fault", "unhealthy"},
                             7200 * scale, costs)
     finally:

@@ -1030,3 +1030,82 @@ def test_a_scheduler_dead_at_start_up_ends_the_main_process_with_sglangs_traceba
     assert re.match(r"RuntimeError: Rank \d scheduler died during initialization \(exit code: "
                     r"-9\)\. If exit code is -9 \(SIGKILL\), a common cause is the OS OOM "
                     r"killer\. Run `dmesg -T \| grep -i oom` to check\.$", lines[-1])
+
+
+# --- hangs the gate calls by their stacks ---------------------------------------------------
+
+GATE_SCALE = 0.5  # the gate's production timings, halved: a 10 s poll is 5 s
+
+
+def stalled_by_stacks(sim, folder: Path, limit: float = 240) -> dict:
+    """The health gate's verdicts on `sim`, stack sampling on with the real py-spy and the
+    production timings scaled by GATE_SCALE, until it calls the server stalled."""
+    from sglang_fleet.node.common.vocab import default_windows
+    from sglang_fleet.node.health.classify import classify, stack_state
+    from sglang_fleet.node.health.observe import observe
+    from sglang_fleet.node.health.stacks import STACK_WINDOW_S
+
+    state_file = folder / "gate-state.json"
+    state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": time.time()}))
+    params = sim.gate_params(state_file, stacks=True, scale=GATE_SCALE)
+    windows, ceilings = (dict((k, v * GATE_SCALE) for k, v in d.items())
+                         for d in default_windows(1000))
+    state, seen, began = None, [], time.monotonic()
+    while time.monotonic() - began < limit:
+        obs = observe(params, stack_state=stack_state(state))
+        verdict, state = classify(state, obs, time.monotonic(), windows, ceilings,
+                                  STACK_WINDOW_S * GATE_SCALE)
+        seen.append(verdict["verdict"])
+        if verdict["verdict"] == "stalled":
+            return verdict
+        assert verdict["verdict"] in ("progressing", "ready", "unhealthy"), verdict
+        time.sleep(10 * GATE_SCALE)
+    pytest.fail(f"never stalled in {limit} s: {seen}\n{sim.log()[-2000:]}")
+
+
+def test_a_deadlocked_detokenizer_is_stalled_by_its_stacks_while_the_schedulers_serve(
+        launch, tmp_path):
+    sim = launch("--tp-size", "2", "--attention-backend", "triton",
+                 "--disable-custom-all-reduce", fault="detokenizer_hang",
+                 env={"SGLANG_HEALTH_CHECK_TIMEOUT": "10"})
+    ready(sim)
+    # A client's request: the schedulers run it, its output never comes back.
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(sim.url + "/generate", json={"text": "Hello", "sampling_params": {
+            "max_new_tokens": 4}}, timeout=3)
+    v = stalled_by_stacks(sim, tmp_path)
+    assert v["phase"] == "serving" and v["signature"] == "detokenizer_deadlock", v["reason"]
+    stacks = v["evidence"]["stacks"]
+    assert stacks["rank"] == "detokenizer"
+    assert stacks["frame"].startswith("_decode_batch_token_id_output (")
+    assert "srt/managers/detokenizer_manager.py" in stacks["frame"]
+    assert "_decode_batch_token_id_output" in v["reason"]
+    # The schedulers went on: the client's prefill and each probe's are in the log.
+    assert re.search(r"TP0\] Prefill batch, #new-seq: 1, #new-token: 1, ", sim.log())
+    assert stacks["ranks"]["TP0"] is None and stacks["ranks"]["TP1"] is None
+    assert sim.proc.poll() is None
+
+
+def test_a_jit_warmup_waiting_on_a_compile_lock_with_no_compiler_is_stalled_as_jit(
+        launch, tmp_path):
+    sim = launch("--tp-size", "2", "--attention-backend", "triton",
+                 "--disable-custom-all-reduce", fault="jit_hang",
+                 env={"SGLANG_DG_CACHE_DIR": str(tmp_path / "deep_gemm")})
+    v = stalled_by_stacks(sim, tmp_path)
+    assert v["phase"] == "capturing_cuda_graph", v["reason"]
+    assert v["signature"] == "jit_compilation", v["reason"]
+    stacks = v["evidence"]["stacks"]
+    assert stacks["frame"].startswith("_maybe_compile_deep_gemm_one_type_all (")
+    assert "srt/layers/deep_gemm_wrapper/compile_utils.py" in stacks["frame"]
+    assert set(stacks["ranks"].get(r) for r in ("TP0", "TP1")) == {"jit_compilation"}
+    # No compiler child: the lock is what it waits on, not a compile.
+    assert not any(p["cmdline"].startswith("nvcc")
+                   for p in procs.deployment_processes(sim.marker))
+    assert (tmp_path / "deep_gemm" / "locks").is_dir()
+
+
+def test_the_jit_hang_fault_needs_a_deep_gemm_cache_folder(launch):
+    sim = launch("--tp-size", "2", fault="jit_hang",
+                 env={"SGLANG_DG_CACHE_DIR": "", "SGLANG_CACHE_DIR": ""})
+    sim.proc.wait(60)
+    assert "SGLANG_SIM_FAULT=jit_hang needs SGLANG_DG_CACHE_DIR or SGLANG_CACHE_DIR" in sim.log()

@@ -201,3 +201,18 @@ def test_simulated_deepgemm_without_a_cache_folder_writes_nothing(tmp_path, monk
     for _ in range(2):
         dg._maybe_compile_deep_gemm_one_type_all([1, 2], 0.0, lambda: None)
     assert len(compiles) == 4 and list(tmp_path.iterdir()) == []
+
+
+def test_the_jit_hang_fault_holds_the_compile_lock_for_good(tmp_path):
+    import fcntl
+    dg.wedge_compile_lock(tmp_path)
+    dg.wedge_compile_lock(tmp_path)  # a second rank finds it taken and holds nothing
+    try:
+        assert len(dg._WEDGED) == 1
+        # _local_rank_compile_lock would wait for it
+        with open(tmp_path / "locks" / f"{dg.GROUP}.lock", "w") as other, \
+                pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        while dg._WEDGED:
+            dg._WEDGED.pop().close()

@@ -547,3 +547,14 @@ def test_a_failed_warm_up_after_a_first_batch_never_served():
         "[2026-12-05 16:01:26] The server is fired up and ready to roll!\n"
         "[2026-12-05 16:11:25] Initialization failed.")
     assert parse_log(served)["phase"] == "serving"
+
+
+def test_the_prefills_of_health_probes_are_counted_apart_from_clients():
+    text = read("sglang-0.5.23-startup.log")
+    probe = ("[2026-11-30 00:40:00 TP0] Prefill batch, #new-seq: 1, #new-token: 1, "
+             "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, "
+             "#pending-token: 0, cuda graph: True, input throughput (token/s): 0.10\n")
+    client = probe.replace("#new-token: 1,", "#new-token: 812,")
+    parsed = parse_log(text + probe * 3 + client)
+    assert parsed["probe_prefills"] == 3
+    assert parsed["meaningful_lines"] == parse_log(text)["meaningful_lines"] + 4

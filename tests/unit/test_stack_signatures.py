@@ -3,6 +3,8 @@ every rank's stack on the same frames is stalled long before the phase's window.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -89,11 +91,14 @@ def sample(frames, pid=10):
     return {"pid": pid, "at": 0, "frames": frames}
 
 
-def obs(stacks_now=None, shards=0, compilers=0, error=None, health=None, phase=None):
+def obs(stacks_now=None, shards=0, compilers=0, error=None, health=None, phase=None,
+        probes=0):
     members = [{"pid": 10, "state": "S", "cmdline": "sglang::scheduler_TP0"},
                {"pid": 11, "state": "S", "cmdline": "sglang::scheduler_TP1"}]
     members += [{"pid": 50 + i, "state": "S", "cmdline": "nvcc -O3 kernel.cu"}
                 for i in range(compilers)]
+    members += [{"pid": s["pid"], "state": "S", "cmdline": "sglang::" + label}
+                for label, s in (stacks_now or {}).items() if s["pid"] not in (10, 11)]
     return {"run_id": T0, "started": True, "started_at": T0, "processes": members,
             "main_alive": True, "serves_http": True, "port_open": health is not None,
             "health": health, "health_s": 25.0 if health else None, "gpu_memory_used": 0,
@@ -101,7 +106,8 @@ def obs(stacks_now=None, shards=0, compilers=0, error=None, health=None, phase=N
             "stacks": [{"at": 0, "samples": stacks_now}] if stacks_now else [],
             "log": {"phase": phase or "capturing_cuda_graph", "shards": None,
                     "capture": [shards, 36], "failures": [], "progress_ticks": 0,
-                    "meaningful_lines": 5, "error_lines": [], "last_lines": ["..."]}}
+                    "meaningful_lines": 5 + probes, "probe_prefills": probes,
+                    "error_lines": [], "last_lines": ["..."]}}
 
 
 def hung_ranks():
@@ -200,3 +206,47 @@ def test_a_group_waiting_at_its_rendezvous_is_left_to_the_window():
                               "node_ranks": [1]}
     assert {v["verdict"] for v in replay([(t, o) for t in range(0, 200, 10)])} == {
         "progressing"}
+
+
+IDLE = [f("wait", "threading.py"), f("serve", "sglang_fleet/sim/engine/scheduler.py")]
+
+
+def test_a_deadlocked_detokenizer_is_stalled_though_the_schedulers_print_each_probe():
+    # Serving; the detokenizer deadlocks at t=0. Each /health probe's one-token request is
+    # still prefilled (one batch line per poll), its answer never comes back.
+    hung = {"TP0": sample(IDLE, 10), "TP1": sample(IDLE, 11),
+            "detokenizer": sample(DETOKENIZER, 12)}
+    seq = [(t, obs(hung, health=503, phase="serving", probes=t // 10))
+           for t in range(0, 80, 10)]
+    v = next(v for v in replay(seq) if v["verdict"] == "stalled")
+    assert v["signature"] == "detokenizer_deadlock"
+    assert v["evidence"]["stacks"]["rank"] == "detokenizer"
+    assert "handle_batch_token_id_out" in v["reason"]
+
+
+def test_a_compile_lock_waited_on_with_no_compiler_is_stalled_as_jit():
+    lock_wait = [f("_local_rank_compile_lock",
+                   "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py"),
+                 f("__enter__", "contextlib.py"),
+                 f("_maybe_compile_deep_gemm_one_type_all",
+                   "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py")]
+    ranks = {"TP0": sample(lock_wait, 10), "TP1": sample(lock_wait, 11)}
+    v = next(v for v in replay([(t, obs(ranks)) for t in range(0, 80, 10)])
+             if v["verdict"] == "stalled")
+    assert v["signature"] == "jit_compilation"
+    assert "_maybe_compile_deep_gemm_one_type_all" in v["reason"]
+
+
+def test_the_detokenizer_is_sampled_beside_the_schedulers(tmp_path):
+    # The deployment's processes are found by the marker its children inherit; the
+    # detokenizer (a child of the launcher) is one, sampled under its own label.
+    dump = json.dumps([{"thread_name": "MainThread", "active": False, "frames": [
+        {"name": "DetokenizerManager.handle_batch_token_id_out",
+         "short_filename": "sglang/srt/managers/detokenizer_manager.py", "line": 462}]}])
+    py_spy = tmp_path / "py-spy"
+    py_spy.write_text(f"#!/bin/sh\ncat <<'EOF'\n{dump}\nEOF\n")
+    py_spy.chmod(0o755)
+    members = [{"pid": os.getpid(), "cmdline": "sglang::detokenizer"}]
+    samples, cost = stacks.sample_ranks(str(py_spy), members, {}, 100.0)
+    assert list(samples) == ["detokenizer"] and cost["samples"] == 1
+    assert samples["detokenizer"]["frames"][0]["function"] == "handle_batch_token_id_out"

@@ -389,6 +389,20 @@ class SimProcess:
     def lines(self) -> list[str]:
         return [x for x in re.split(r"[\r\n]+", self.log()) if x.strip()]
 
+    def gate_params(self, state_file: Path, stacks: bool = False,
+                    scale: float = 1.0) -> dict[str, Any]:
+        """sglang_health's parameters for this server; with `stacks`, stack sampling on at
+        the production interval, scaled (and /health's 25 s timeout with it)."""
+        from sglang_fleet.node.health.stacks import SAMPLE_INTERVAL_S
+        return {"marker": self.marker, "state_file": str(state_file),
+                "manager": "supervisor", "unit_name": None, "log_file": str(self.log_path),
+                "serves_http": True, "host": "127.0.0.1", "port": self.port,
+                "health_timeout": 25.0 * scale if stacks else 2.0,
+                "gpu_backend": "simulated", "sim_dir": str(self.gpu_dir), "gpu_timeout": 5.0,
+                # the simulated node's kernel log, read as the gate reads /dev/kmsg
+                "kernel_log": str(self.gpu_dir.parent / "kmsg"),
+                "stack_sampling": stacks, "stack_interval": SAMPLE_INTERVAL_S * scale}
+
     def stop(self) -> None:
         from sglang_fleet.node.process.procs import stop_deployment
         stop_deployment(self.marker, term_timeout=5)
