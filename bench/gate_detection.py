@@ -280,7 +280,8 @@ def main() -> None:
     parser.add_argument("--gate-scale", type=float, default=0.5,
                         help="compression of the gate's production timings in the hang trials")
     parser.add_argument("--replays", action=argparse.BooleanOptionalAction, default=True,
-                        help="replay a 23-minute JIT warm-up and a 3000 s slow load")
+                        help="replay a 23-minute JIT warm-up, a 3000 s slow load and a long "
+                             "chunked prefill while serving")
     parser.add_argument("--replay-scale", type=float, default=0.05)
     parser.add_argument("--windows", action=argparse.BooleanOptionalAction, default=True,
                         help="the window cases beside fixed budgets (stack sampling off)")
@@ -289,7 +290,7 @@ def main() -> None:
     parser.add_argument("--slow-load-s", type=float, default=3000.0,
                         help="real-world seconds of weight loading in the slow cases")
     parser.add_argument("--only", default="",
-                        help="run only the window cases and the hang kinds whose name "
+                        help="run only the window cases, hang kinds and replays whose name "
                              "contains this text")
     args = parser.parse_args()
     cases = [c for c in CASES if args.only in c.name] if args.windows else []
@@ -306,7 +307,7 @@ def main() -> None:
         # One after the other: on a shared machine, each slows the other's clock.
         hangs = run_hangs(args.hangs, args.parallel, Path(tmp) / "hangs", args.server_factor,
                           args.gate_scale, args.seed, costs, kinds) if args.hangs else []
-        replays = run_replays(Path(tmp) / "replays", args.replay_scale, costs) \
+        replays = run_replays(Path(tmp) / "replays", args.replay_scale, costs, args.only) \
             if args.replays else []
         if hangs or replays:
             ok = report(hangs, replays, costs, args.server_factor, args.gate_scale,

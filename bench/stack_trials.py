@@ -109,10 +109,10 @@ class Costs:
 
 
 def gate_loop(sim, scale: float, params: dict, until: set[str], stop_after: float,
-              costs: Costs) -> dict:
+              costs: Costs, armed=lambda: True) -> dict:
     """Observe and classify one server every poll (scaled) with stack sampling on, until a
-    verdict in `until` or `stop_after` wall seconds. Returns the deciding verdict and what
-    the run saw."""
+    verdict in `until` once `armed()` says so, or `stop_after` wall seconds. Returns the
+    deciding verdict and what the run saw."""
     windows, ceilings = default_windows(1000)
     windows = {k: v * scale for k, v in windows.items()}
     ceilings = {k: v * scale for k, v in ceilings.items()}
@@ -125,7 +125,7 @@ def gate_loop(sim, scale: float, params: dict, until: set[str], stop_after: floa
         verdict, state = classify(state, obs, time.monotonic(), windows, ceilings,
                                   STACK_WINDOW_S * scale)
         seen.append(verdict["verdict"])
-        if verdict["verdict"] in until or time.time() - started > stop_after:
+        if (verdict["verdict"] in until and armed()) or time.time() - started > stop_after:
             verdict["log_age_s"] = time.time() - sim.log_path.stat().st_mtime
             verdict["seen"] = seen
             verdict["sampling_error"] = obs.get("stacks_error")
@@ -209,15 +209,67 @@ def one_replay(name: str, folder: Path, scale: float, server_factor: float, env:
             "reason": verdict.get("reason", "")}
 
 
-def run_replays(folder: Path, scale: float, costs: Costs) -> list[dict]:
-    """The slow, steady phases, side by side: a 23-minute JIT warm-up and a 3000 s load."""
-    jobs = [("DeepGEMM JIT warm-up, 23 min (16 NVCC compiles of 86 s)", scale,
-             {"SGLANG_SIM_JIT_WARMUP_S": "1380"}),
-            ("weight load from slow storage, 3000 s (47 s a shard)", scale * 3000 / 412, {})]
+# The long chunked prefill: prompts near the 262144-token context, one after another, in
+# chunks of 65536 tokens at the profile's 2500 tok/s (SIMULATED): 26 s a chunk, longer than
+# SGLang's 20 s health check, which waits for the chunk under way.
+LONG_PROMPTS, LONG_PROMPT_TOKENS, PREFILL_CHUNK = 4, 250_000, 65536
+
+
+def prefill_replay(folder: Path, scale: float, costs: Costs) -> dict:
+    """A serving server prefilling long prompts chunk by chunk, judged all along; the
+    server and the gate on one clock (`scale`)."""
+    import requests  # the bench's client; the gate itself needs none
+
+    sim = start_sim(folder, "--tp-size", "2", *TRITON, "--chunked-prefill-size",
+                    str(PREFILL_CHUNK), time_factor=scale,
+                    env={"SGLANG_HEALTH_CHECK_TIMEOUT": f"{HEALTH_CHECK_TIMEOUT_S * scale:g}"})
+
+    def client() -> None:
+        for n in range(LONG_PROMPTS):  # each its own tokens: no cache hit
+            requests.post(f"{sim.url}/generate", timeout=600, json={
+                "input_ids": [1000 + n] * LONG_PROMPT_TOKENS,
+                "sampling_params": {"max_new_tokens": 1}})
+
+    try:
+        deadline = time.monotonic() + 120
+        while "The server is fired up" not in sim.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        state_file = folder / "state.json"
+        state_file.write_text(json.dumps({"pid": sim.proc.pid, "started_at": time.time()}))
+        prompts = threading.Thread(target=client)
+        prompts.start()
+        verdict = gate_loop(sim, scale, sim.gate_params(state_file, stacks=True, scale=scale),
+                            {"ready", "crashed", "gpu_fault"}, 3600 * scale + 60, costs,
+                            armed=lambda: not prompts.is_alive())
+        prompts.join()
+        chunks = sim.log().count(f"#new-token: {PREFILL_CHUNK}, ")
+    finally:
+        sim.stop()
+    return {"name": f"chunked prefill while serving, {chunks} chunks of 26 s",
+            "verdict": verdict["verdict"],
+            "phase": verdict["phase"], "stalled": verdict["seen"].count("stalled"),
+            "looks": len(verdict["seen"]), "reason": verdict.get("reason", ""),
+            "unhealthy": verdict["seen"].count("unhealthy")}
+
+
+PREFILL_REPLAY = "long chunked prefill while serving"
+
+
+def run_replays(folder: Path, scale: float, costs: Costs, only: str = "") -> list[dict]:
+    """The slow, steady phases, side by side (those whose name holds `only`): a 23-minute
+    JIT warm-up, a 3000 s load and a long chunked prefill while serving."""
+    jobs = [(name, factor, env) for name, factor, env in (
+        ("DeepGEMM JIT warm-up, 23 min (16 NVCC compiles of 86 s)", scale,
+         {"SGLANG_SIM_JIT_WARMUP_S": "1380"}),
+        ("weight load from slow storage, 3000 s (47 s a shard)", scale * 3000 / 412, {}),
+        (PREFILL_REPLAY, scale, {})) if only in name]
     out: list[dict] = [{}] * len(jobs)
 
     def run(i: int) -> None:
         name, factor, env = jobs[i]
+        if name == PREFILL_REPLAY:
+            out[i] = prefill_replay(folder / "replay-prefill", scale, costs)
+            return
         env = dict(env, SGLANG_HEALTH_CHECK_TIMEOUT=f"{HEALTH_CHECK_TIMEOUT_S * scale:g}")
         out[i] = one_replay(name, folder / f"replay-{i}", scale, factor, env, costs)
 
@@ -296,8 +348,11 @@ def report(hangs: list[dict], replays: list[dict], costs: Costs, server_factor: 
         for r in replays:
             good = r["stalled"] == 0 and r["verdict"] == "ready"
             ok = ok and good
-            print(f"  {r['name']:<58} {r['stalled']} stalled in {r['looks']} looks; ended "
-                  f"{r['verdict']} ({r['phase']})  {'ok' if good else 'MISS: ' + r['reason']}")
+            unhealthy = (f", /health failing in {r['unhealthy']} (a chunk outlasts its 20 s)"
+                         if r.get("unhealthy") else "")
+            print(f"  {r['name']:<58} {r['stalled']} stalled in {r['looks']} looks{unhealthy}; "
+                  f"ended {r['verdict']} ({r['phase']})  "
+                  f"{'ok' if good else 'MISS: ' + r['reason']}")
     if costs.samples:
         per_sample = costs.cpu_s / costs.samples
         print()

@@ -328,6 +328,25 @@ def test_cached_tokens_count_the_radix_cache_hit(server):
                      server.log())
 
 
+def test_a_long_prompt_is_prefilled_in_chunks_each_logged_as_its_batch(server):
+    # --chunked-prefill-size 8192 (the default here): 19900 uncached tokens are three prefill
+    # batches; the first has the cache hit, each says what the request still has to prefill.
+    prefix = list(range(5000, 5100))
+    requests.post(server.url + "/flush_cache", timeout=5)
+    requests.post(server.url + "/generate", timeout=30, json={
+        "input_ids": prefix, "sampling_params": {"max_new_tokens": 1}})
+    out = requests.post(server.url + "/generate", timeout=60, json={
+        "input_ids": prefix + [7] * 19900, "sampling_params": {"max_new_tokens": 1}}).json()
+    assert out["meta_info"]["cached_tokens"] == 100
+    in_order(server.lines(), [
+        r"TP0\] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 100, .*"
+        r"#running-req: 0, #queue-req: 0, #pending-token: 11708, ",
+        r"TP0\] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, .*"
+        r"#pending-token: 3516, ",
+        r"TP0\] Prefill batch, #new-seq: 1, #new-token: 3516, #cached-token: 0, .*"
+        r"#pending-token: 0, "])
+
+
 def test_a_batch_of_prompts_answers_one_result_per_prompt(server):
     prompts = [[7, 8, 9], [10, 11], [12]]
     body = {"input_ids": prompts, "sampling_params": {"max_new_tokens": 3}}

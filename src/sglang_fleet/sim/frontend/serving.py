@@ -105,6 +105,15 @@ class ServerState:
         self.last_prefill_log = time.perf_counter()
         self.cuda_graph = rt.capture_plan()
         self.tokenizer_stalled = False
+        # Chunked prefill: a prompt's uncached tokens beyond --chunked-prefill-size are
+        # prefilled chunk by chunk, each at the profile's prefill speed (SIMULATED) on the
+        # simulator's clock (SGLANG_SIM_TIME_FACTOR, as the phases); /health waits for the
+        # chunk under way.
+        self.chunk_size = int(self.cuda_graph.chunked_prefill_size or 0)
+        self.prefill_tok_s = float(rt.profile.get("prefill_tok_s") or 0)
+        self.chunks = threading.Condition()
+        self.chunking = 0  # chunked prefills under way
+        self.chunk_count = 0
         # The first request (the warm-up) pays the profile's warming_up time on top of TTFT.
         self.warmup_delay = rt.duration("warming_up")
 
@@ -156,6 +165,8 @@ class ServerState:
     def health_generation(self, gen: Generation) -> None:
         """/health's one-token request. Any output counts, an abort's too: a full queue's
         503 still reaches the tokenizer manager, which is alive."""
+        if self.wait_for_a_chunk():
+            return
         try:
             for _ in gen.run(lambda g: self.log_prefill([g])):
                 pass
@@ -304,20 +315,43 @@ class ServerState:
         return True
 
     # --- the scheduler's batch lines ------------------------------------------------------
-    def log_prefill(self, gens: list[Generation]) -> None:
+    def log_prefill(self, gens: list[Generation], chunk: int | None = None,
+                    pending: int = 0) -> None:
+        """metrics_reporter.report_prefill_stats, after a prefill batch's forward: each
+        request's tokens of this batch (a chunked one's chunk; a continuing chunk has no
+        cached tokens) and the tokens of the chunked request still to come."""
         now = time.perf_counter()
         with self.lock:
             gap, self.last_prefill_log = now - self.last_prefill_log, now
             running = len(self.running) - len(gens)
             used = sum(g.context_tokens() for g in self.running.values())
-        new_tokens = sum(g.prompt_tokens - g.cached_tokens for g in gens)
+        new_tokens = chunk if chunk is not None else sum(g.chunk_tokens() for g in gens)
         graph = self.cuda_graph.prefill and new_tokens <= max(self.cuda_graph.prefill_sizes or [0])
         log(f"Prefill batch, #new-seq: {len(gens)}, #new-token: {new_tokens}, "
-            f"#cached-token: {sum(g.cached_tokens for g in gens)}, "
+            f"#cached-token: {sum(0 if g.prefilled else g.cached_tokens for g in gens)}, "
             f"token usage: {used / self.max_total_tokens:.2f}, #running-req: {max(running, 0)}, "
-            f"#queue-req: {self.queued()}, #pending-token: 0, cuda graph: {graph}, "
+            f"#queue-req: {self.queued()}, #pending-token: {pending}, cuda graph: {graph}, "
             f"input throughput (token/s): {new_tokens / gap if gap > 0 else 0.0:.2f}",
             gens[0].replica.prefix)
+
+    def chunk_ended(self) -> None:
+        with self.chunks:
+            self.chunk_count += 1
+            self.chunks.notify_all()
+
+    def wait_for_a_chunk(self) -> bool:
+        """While a chunked prefill runs the scheduler is not idle: /health's request is not
+        run but answered after the batch under way (scheduler.py
+        maybe_send_health_check_signal). Waits for that batch's end; False when none runs."""
+        with self.chunks:
+            if not self.chunking:
+                return False
+            seen = self.chunk_count
+            while self.chunk_count == seen and self.chunking and not self.stop_event.is_set():
+                self.chunks.wait(0.5)
+        with self.lock:
+            self.last_receive_tstamp = time.time()
+        return True
 
     def decode_step(self, gen: Generation) -> None:
         """One decode iteration when the oldest running request produces a token."""
@@ -363,6 +397,7 @@ class Generation:
         self.finished_at: float | None = None
         self.produced = 0
         self.cached_tokens = state.cached_prefix(key)
+        self.prefilled = 0  # uncached prompt tokens prefilled by earlier chunks
         self.ttft = float(state.rt.profile.get("ttft_s", 0.1)) + first_token_delay
 
     def input_ids(self) -> list[int]:
@@ -372,6 +407,32 @@ class Generation:
 
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.produced
+
+    def chunk_tokens(self) -> int:
+        """The uncached prompt tokens of the (last) prefill chunk."""
+        return self.prompt_tokens - self.cached_tokens - self.prefilled
+
+    def chunked_prefill(self) -> bool:
+        """The chunks before the last, each logged as its own prefill batch once it ran;
+        False when the stop came first."""
+        st, size = self.state, self.state.chunk_size
+        if size <= 0 or self.chunk_tokens() <= size:
+            return True
+        seconds = size / st.prefill_tok_s * st.rt.time_factor if st.prefill_tok_s else 0.0
+        with st.chunks:
+            st.chunking += 1
+        try:
+            while self.chunk_tokens() > size:
+                if st.stop_event.wait(seconds):
+                    return False
+                st.log_prefill([self], chunk=size, pending=self.chunk_tokens() - size)
+                self.prefilled += size
+                st.chunk_ended()
+        finally:
+            with st.chunks:
+                st.chunking -= 1
+                st.chunks.notify_all()
+        return True
 
     def run(self, on_prefill=None):
         """Yield token indices as they are produced. Raises QueueFull when the replica's
@@ -414,7 +475,10 @@ class Generation:
         process (the detokenizer passes them on)."""
         st = self.state
         tok_s = st.rt.decode_tok_s()
-        anchor = self.start + self.ttft
+        if not self.chunked_prefill():
+            return
+        # The last chunk runs as a short prompt's whole prefill does.
+        anchor = (time.monotonic() if self.prefilled else self.start) + self.ttft
         for i in range(self.max_new_tokens):
             delay = anchor + i / tok_s - time.monotonic()
             if delay > 0:
