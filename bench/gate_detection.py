@@ -7,7 +7,8 @@ Two parts. HANGS BY THEIR STACKS (bench/stack_trials.py): --hangs hangs injected
 phases (the seed's capture hang and a serving deadlock among them), each judged by the gate
 with py-spy sampling every rank; it prints p50 and p99 of the time from the last progress to
 `stalled`, whether each verdict names the right signature and its frame, replays of a
-23-minute JIT warm-up and a 3000 s slow load (0 stalled is the goal), and py-spy's measured
+23-minute JIT warm-up, a 3000 s slow load and a long chunked prefill while serving (0 stalled
+is the goal), and py-spy's measured
 cost per sample and per rank per minute. THE WINDOWS (below; --no-windows skips it) judge
 with stack sampling off: the phases' windows, the backstop for hangs whose stacks move.
 

@@ -16,8 +16,10 @@ dumps take a few percent of a poll.
 
 The replays run the server and the gate on one clock (--replay-scale) so that a slow step
 looks as slow to the gate as it would in production: a 23-minute DeepGEMM warm-up (16
-kernels, each an NVCC child of 86 s under an unchanging stack) and a 3000 s weight load from
-slow storage (47 s a shard, the read counters climbing).
+kernels, each an NVCC child of 86 s under an unchanging stack), a 3000 s weight load from
+slow storage (47 s a shard, the read counters climbing) and, while serving, four prompts of
+250000 tokens prefilled in chunks of 65536 (26 s a chunk at the simulated 2500 tok/s, a
+Prefill batch line each; /health fails while a chunk outlasts its 20 s).
 """
 
 from __future__ import annotations
