@@ -108,7 +108,8 @@ def test_a_router_open_to_the_network_without_keys_is_refused():
      "give --queue-size an integer"),
     ({"extra_args": ["--no-such-option"]}, "sglang_router_extra_args", None,
      "`sglang-router launch --help` of sglang-router 0.3.2"),
-    ({"version": "0.2.0"}, "sglang_router_version", "'0.2.0'", "pin one of: 0.3.2"),
+    ({"version": "0.1.9"}, "sglang_router_version", "'0.1.9'",
+     "or any release from 0.2.0 on"),
     ({"health_check_endpoint": "health"}, "sglang_router_health_check_endpoint", "'health'",
      "e.g. /health"),
 ])
