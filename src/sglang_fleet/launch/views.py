@@ -169,12 +169,13 @@ def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
 
 def service_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_service's options naming a LaunchSpec's (or an identity's) server and its
-    service: all a stop needs; a start adds start_module_args."""
+    service: all a stop needs; a start adds start_module_args. A RouterSpec names its router
+    the same way (one process group, no multi-node group: node rank 0)."""
     service, paths = spec["service"], spec["paths"]
     return {
         **deployment_view(spec),
         "service_user": service["user"],
-        "node_rank": spec["group"]["node_rank"],
+        "node_rank": (spec.get("group") or {}).get("node_rank", 0),
         "script": paths["script"],
         "log_file": paths["log_file"],
         "workdir": paths["root"],
