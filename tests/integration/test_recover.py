@@ -36,6 +36,7 @@ from sglang_fleet.testfleet.local import (
     start_sim,
     wait_for,
 )
+from sglang_fleet.testfleet.router import registered, router_venv
 
 pytestmark = pytest.mark.integration
 
@@ -455,55 +456,68 @@ def quiet_partway(node, host, old_pids, after, stop):
     return main
 
 
-def test_a_server_that_goes_quiet_partway_through_its_soak_fails_its_recovery(ready_node):
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    return router_venv(tmp_path_factory.getbasetemp().parent)
+
+
+def test_a_server_that_goes_quiet_partway_through_its_soak_fails_and_stays_out(tmp_path,
+                                                                              router):
     """The reported SGLang failure: relaunched on the same port, a server answered some
-    requests, then went quiet. Its soak fails naming how many requests it answered; it is not
-    recorded as a last known good, and the evidence of the first failure is kept."""
-    one_node, soak, after = ready_node, 400, 20
-    settings = recover_settings(one_node, sglang_server_health_timeout=21,
-                                sglang_recover_term_timeout=5,
-                                sglang_recover_soak_requests=soak,
-                                sglang_recover_soak_timeout=5)
-    good = [e for e in ledger(one_node) if e["kind"] == "ready"][-1]
-    frozen = [p["pid"] for p in one_node.server_processes("sim-node-1")]
-    procs.signal_pids(frozen, signal.SIGSTOP)
-    stop, hung = threading.Event(), []
-    watcher = threading.Thread(target=lambda: hung.append(
-        quiet_partway(one_node, "sim-node-1", set(frozen), after, stop)), daemon=True)
-    watcher.start()
+    requests, then went quiet. Its soak fails naming how many requests it answered; it does
+    not rejoin its router, is not recorded as a last known good, and the evidence is kept."""
+    fleet, soak, after = make_fleet(tmp_path, hosts=1, router=router), 400, 20
     try:
-        run = run_playbook("playbooks/recover.yml", one_node.inventory, settings)
+        assert run_playbook("deploy.yml", fleet.inventory, fleet.extra).rc == 0
+        url = fleet.url("sim-node-1")
+        assert registered(fleet.router_url).get(url), "in its router before the failure"
+        good = [e for e in ledger(fleet) if e["kind"] == "ready"][-1]
+        settings = recover_settings(fleet, sglang_server_health_timeout=21,
+                                    sglang_recover_term_timeout=5,
+                                    sglang_recover_soak_requests=soak,
+                                    sglang_recover_soak_timeout=5)
+        frozen = [p["pid"] for p in fleet.server_processes("sim-node-1")]
+        procs.signal_pids(frozen, signal.SIGSTOP)
+        stop, hung = threading.Event(), []
+        watcher = threading.Thread(target=lambda: hung.append(
+            quiet_partway(fleet, "sim-node-1", set(frozen), after, stop)), daemon=True)
+        watcher.start()
+        try:
+            run = run_playbook("playbooks/recover.yml", fleet.inventory, settings)
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
+            procs.signal_pids(frozen, signal.SIGCONT)
+        out = words(run.output)
+        assert hung and hung[0], "the relaunched server was never made to go quiet"
+        assert run.rc != 0 and "sim-node-1" in run.failed_hosts(), out[-3000:]
+        m = re.search(rf"recovered to ready, then failed its soak of {soak} generation "
+                      rf"requests: benchmark of 127\.0\.0\.1:\d+ failed: request (\d+) of "
+                      rf"{soak} got no answer within 5 s \((\d+) answered\)", out)
+        assert m, out[-4000:]
+        answered = int(m.group(2))
+        assert int(m.group(1)) == answered + 1 and after - 1 <= answered < soak, m.group(0)
+        assert f"sim-node-1: configuration {good['config_hash']} failed (" in out
+        assert "(unhealthy in serving: serving, but /health timed out; " in out
+        assert "recovery redeployed (path restart: " in out and "and it failed again: " in out
+        # Out of its router, not reported ready, nor recorded as a last known good: the soak
+        # comes first.
+        assert url not in registered(fleet.router_url), "a server that failed its soak rejoined"
+        assert "sim-node-1: ready at" not in out
+        assert re.search(r"soak: error: 'benchmark of [^']* \(\d+ answered\)' log_file: "
+                         rf"\S+\.log requests: {soak} timeout_s: 5\.0", out), out[-3000:]
+        entries = ledger(fleet)
+        assert [e for e in entries if e["kind"] == "recovery_outcome"][-1]["verdict"] == \
+            "unhealthy"
+        assert [e for e in entries if e["kind"] == "ready"][-1] == good
+        # Evidence kept: the first failure's bundle, and the quiet server itself with its log.
+        (bundle,) = evidence_bundles(fleet)
+        assert f"Evidence of the first failure: {bundle}" in out
+        assert (bundle / "summary.json").is_file()
+        assert procs.process_info(hung[0]) is not None, "the quiet server is left for a look"
+        assert soak_requests_answered(fleet.log_file("sim-node-1"), 0) >= answered
     finally:
-        stop.set()
-        watcher.join(timeout=30)
-        procs.signal_pids(frozen, signal.SIGCONT)
-    out = words(run.output)
-    assert hung and hung[0], "the relaunched server was never made to go quiet"
-    assert run.rc != 0 and "sim-node-1" in run.failed_hosts(), out[-3000:]
-    m = re.search(rf"recovered to ready, then failed its soak of {soak} generation requests: "
-                  rf"benchmark of 127\.0\.0\.1:\d+ failed: request (\d+) of {soak} got no "
-                  rf"answer within 5 s \((\d+) answered\)", out)
-    assert m, out[-4000:]
-    answered = int(m.group(2))
-    assert int(m.group(1)) == answered + 1 and after - 1 <= answered < soak, m.group(0)
-    assert f"sim-node-1: configuration {good['config_hash']} failed (" in out
-    assert "(unhealthy in serving: serving, but /health timed out; " in out
-    assert "recovery redeployed (path restart: " in out and "and it failed again: " in out
-    # Not reported ready, nor recorded as a last known good: the soak comes first.
-    assert "sim-node-1: ready at" not in out
-    assert re.search(r"soak: error: 'benchmark of [^']* \(\d+ answered\)' log_file: \S+\.log "
-                     rf"requests: {soak} timeout_s: 5\.0", out), out[-3000:]
-    entries = ledger(one_node)
-    outcome = [e for e in entries if e["kind"] == "recovery_outcome"][-1]
-    assert outcome["verdict"] == "unhealthy"
-    assert [e for e in entries if e["kind"] == "ready"][-1] == good
-    # Evidence kept: the first failure's bundle, and the quiet server itself with its log.
-    (bundle,) = evidence_bundles(one_node)
-    assert f"Evidence of the first failure: {bundle}" in out
-    assert (bundle / "summary.json").is_file()
-    assert procs.process_info(hung[0]) is not None, "the quiet server is left for inspection"
-    assert soak_requests_answered(one_node.log_file("sim-node-1"), 0) >= answered
-    os.kill(hung[0], signal.SIGUSR1)  # serving again, for the next test's ready node
+        fleet.kill_leftovers()
 
 
 def one_off_spec(run_dir) -> dict:
