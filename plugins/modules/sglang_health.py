@@ -305,7 +305,9 @@ signature:
   type: str
 stack_sampling:
   description: Said once, on the first observation that finds stack sampling off (py-spy
-    missing, ptrace denied); hangs are then judged by the phases' windows alone.
+    missing, ptrace denied, or I(stack_sampling=false)); hangs are then judged by the phases'
+    windows alone. A warning too, unless I(stack_sampling=false) turned it off. A C(stalled)
+    or C(unhealthy) verdict judged without stacks says the same in I(evidence.stack_sampling).
   returned: when sampling is off, once
   type: str
 processes:
@@ -353,7 +355,7 @@ def main():
         required_if=GATE_REQUIRED_IF, supports_check_mode=True)
     with failing(module, GateArgsInvalid):
         verdict = judge(module.params, module.check_mode)
-    if verdict.get("stack_sampling"):
+    if verdict.get("stack_sampling") and module.params["stack_sampling"]:
         module.warn(verdict["stack_sampling"])  # said once: the gate state remembers it
     if not module.check_mode:
         _bookkeeping(module, verdict)

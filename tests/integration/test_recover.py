@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from sglang_fleet.testfleet.local import (
     start_sim,
     wait_for,
 )
+from sglang_fleet.testfleet.router import registered, router_venv
 
 pytestmark = pytest.mark.integration
 
@@ -422,6 +424,100 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(ready_node):
     assert summary["running_config_source"] == "running_spec" and summary["note"] == ""
     assert json.loads((bundle / "launch_spec.json").read_text())["config_hash"] == \
         good["config_hash"]
+
+
+def soak_requests_answered(log: Path, since: int) -> int:
+    """/generate requests the server started after `since` (the log's size when it was
+    relaunched) has answered since it was fired up (uvicorn logs each as its answer starts)."""
+    text = log.read_text(errors="replace")
+    text = text[since:] if len(text) >= since else text
+    if "The server is fired up and ready to roll!" not in text:
+        return 0
+    after = text[text.index("The server is fired up and ready to roll!"):]
+    return after.count('"POST /generate HTTP/1.1" 200')
+
+
+def quiet_partway(node, host, old_pids, after, stop):
+    """Once the server relaunched in place of `old_pids` has answered `after` soak requests,
+    its batches hang (SIGUSR1 to its main process, found by the deployment's membership):
+    a server that goes quiet partway through its soak. Returns the hung main pid (or None)."""
+    main = wait_for(lambda: stop.is_set() or next(
+        (p["pid"] for p in node.server_processes(host)
+         if "sglang_fleet.sim.launch_server" in p["cmdline"] and p["pid"] not in old_pids),
+        None), timeout=300, interval=0.05)
+    if main is True:
+        return None
+    since = node.log_file(host).stat().st_size
+    wait_for(lambda: stop.is_set() or soak_requests_answered(node.log_file(host), since)
+             >= after, timeout=300, interval=0.02)
+    if stop.is_set():
+        return None
+    os.kill(main, signal.SIGUSR1)
+    return main
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    return router_venv(tmp_path_factory.getbasetemp().parent)
+
+
+def test_a_server_that_goes_quiet_partway_through_its_soak_fails_and_stays_out(tmp_path,
+                                                                              router):
+    """The reported SGLang failure: relaunched on the same port, a server answered some
+    requests, then went quiet. Its soak fails naming how many requests it answered; it does
+    not rejoin its router, is not recorded as a last known good, and the evidence is kept."""
+    fleet, soak, after = make_fleet(tmp_path, hosts=1, router=router), 400, 20
+    try:
+        assert run_playbook("deploy.yml", fleet.inventory, fleet.extra).rc == 0
+        url = fleet.url("sim-node-1")
+        assert registered(fleet.router_url).get(url), "in its router before the failure"
+        good = [e for e in ledger(fleet) if e["kind"] == "ready"][-1]
+        settings = recover_settings(fleet, sglang_server_health_timeout=21,
+                                    sglang_recover_term_timeout=5,
+                                    sglang_recover_soak_requests=soak,
+                                    sglang_recover_soak_timeout=5)
+        frozen = [p["pid"] for p in fleet.server_processes("sim-node-1")]
+        procs.signal_pids(frozen, signal.SIGSTOP)
+        stop, hung = threading.Event(), []
+        watcher = threading.Thread(target=lambda: hung.append(
+            quiet_partway(fleet, "sim-node-1", set(frozen), after, stop)), daemon=True)
+        watcher.start()
+        try:
+            run = run_playbook("playbooks/recover.yml", fleet.inventory, settings)
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
+            procs.signal_pids(frozen, signal.SIGCONT)
+        out = words(run.output)
+        assert hung and hung[0], "the relaunched server was never made to go quiet"
+        assert run.rc != 0 and "sim-node-1" in run.failed_hosts(), out[-3000:]
+        m = re.search(rf"recovered to ready, then failed its soak of {soak} generation "
+                      rf"requests: benchmark of 127\.0\.0\.1:\d+ failed: request (\d+) of "
+                      rf"{soak} got no answer within 5 s \((\d+) answered\)", out)
+        assert m, out[-4000:]
+        answered = int(m.group(2))
+        assert int(m.group(1)) == answered + 1 and after - 1 <= answered < soak, m.group(0)
+        assert f"sim-node-1: configuration {good['config_hash']} failed (" in out
+        assert "(unhealthy in serving: serving, but /health timed out; " in out
+        assert "recovery redeployed (path restart: " in out and "and it failed again: " in out
+        # Out of its router, not reported ready, nor recorded as a last known good: the soak
+        # comes first.
+        assert url not in registered(fleet.router_url), "a server that failed its soak rejoined"
+        assert "sim-node-1: ready at" not in out
+        assert re.search(r"soak: error: 'benchmark of [^']* \(\d+ answered\)' log_file: "
+                         rf"\S+\.log requests: {soak} timeout_s: 5\.0", out), out[-3000:]
+        entries = ledger(fleet)
+        assert [e for e in entries if e["kind"] == "recovery_outcome"][-1]["verdict"] == \
+            "unhealthy"
+        assert [e for e in entries if e["kind"] == "ready"][-1] == good
+        # Evidence kept: the first failure's bundle, and the quiet server itself with its log.
+        (bundle,) = evidence_bundles(fleet)
+        assert f"Evidence of the first failure: {bundle}" in out
+        assert (bundle / "summary.json").is_file()
+        assert procs.process_info(hung[0]) is not None, "the quiet server is left for a look"
+        assert soak_requests_answered(fleet.log_file("sim-node-1"), 0) >= answered
+    finally:
+        fleet.kill_leftovers()
 
 
 def one_off_spec(run_dir) -> dict:

@@ -21,10 +21,12 @@ from sglang_fleet.cli.release import diff
 from sglang_fleet.known import release_cache
 from sglang_fleet.known.catalogue import catalogue
 from sglang_fleet.testfleet.local import REPO, make_fleet, sglang_fleet
+from sglang_fleet.testfleet.router import router_venv
 
 pytestmark = pytest.mark.integration
 
 NEW = "0.5.22"
+ROUTER = "0.3.1"  # the shipped catalogue is 0.3.2's
 
 
 def venv_state() -> list[tuple[str, float]]:
@@ -158,3 +160,57 @@ def test_a_release_that_does_not_exist_names_the_nearest(cache):
     assert "0.5.23" in proc.stdout.split("the nearest are: ")[1]
     old = sglang_fleet("release", "add", "0.4.0")
     assert old.returncode == 2 and "releases before 0.5.4.post3" in old.stdout
+
+
+@pytest.fixture(scope="module")
+def router_added(cache):
+    folder, _ = cache
+    wheels = folder.parent / "router-wheels"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d",
+                    str(wheels), f"sglang-router=={ROUTER}"], check=True, timeout=600)
+    before = venv_state()
+    proc = sglang_fleet("release", "add", "--router", ROUTER, "--wheelhouse", str(wheels))
+    return proc, before, venv_state()
+
+
+def test_a_router_release_is_read_from_its_own_package_and_listed(router_added):
+    proc, before, after = router_added
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"sglang-router {ROUTER}: " in proc.stdout and "read from its own package" in proc.stdout
+    dump = json.loads(release_cache.catalogue_file("sglang-router", ROUTER).read_text())
+    assert dump["router_version"] == ROUTER and len(dump["options"]) > 50
+    assert before == after, "adding a router release touched the project's .venv"
+    listing = sglang_fleet("release", "list").stdout
+    routers = listing.split("sglang-router releases:")[1]
+    assert any(x.startswith(ROUTER) and "built from its package" in x
+               for x in routers.splitlines())
+
+
+def test_a_router_option_only_the_newer_release_has_is_refused_naming_the_release(
+        router_added, tmp_path, tmp_path_factory):
+    fleet = make_fleet(tmp_path, hosts=1, router=router_venv(
+        tmp_path_factory.getbasetemp().parent))
+    changes = sglang_fleet("release", "diff", "--router", ROUTER, "0.3.2")
+    assert changes.returncode == 0, changes.stdout[-3000:]
+    assert f"sglang-router {ROUTER} -> 0.3.2" in changes.stdout
+    only_new = "--disable-health-check"
+    assert only_new in changes.stdout.split("added (")[1]
+    pinned = {**fleet.extra, "sglang_router_version": ROUTER}
+    ok = sglang_fleet("check", "-i", str(fleet.inventory), "-e", json.dumps(pinned))
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    refused = sglang_fleet("check", "-i", str(fleet.inventory), "-e", json.dumps(
+        {**pinned, "sglang_router_extra_args": [only_new]}))
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    line = next(x for x in refused.stdout.splitlines() if "sglang_router_extra_args" in x)
+    assert only_new in line and ROUTER in line, line
+    assert not fleet.root.exists()
+
+
+def test_a_router_release_that_cannot_be_read_is_said_plainly(cache):
+    missing = sglang_fleet("release", "add", "--router", "0.3.99")
+    assert missing.returncode == 2
+    assert "sglang-router 0.3.99 is not a release in the package registry; the nearest are: " \
+        in missing.stdout
+    old = sglang_fleet("release", "add", "--router", "0.1.9")
+    assert old.returncode == 2 and "releases before 0.2.0" in old.stdout
+    assert "Traceback" not in missing.stdout + old.stdout

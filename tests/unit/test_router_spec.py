@@ -108,7 +108,8 @@ def test_a_router_open_to_the_network_without_keys_is_refused():
      "give --queue-size an integer"),
     ({"extra_args": ["--no-such-option"]}, "sglang_router_extra_args", None,
      "`sglang-router launch --help` of sglang-router 0.3.2"),
-    ({"version": "0.2.0"}, "sglang_router_version", "'0.2.0'", "pin one of: 0.3.2"),
+    ({"version": "0.1.9"}, "sglang_router_version", "'0.1.9'",
+     "or any release from 0.2.0 on"),
     ({"health_check_endpoint": "health"}, "sglang_router_health_check_endpoint", "'health'",
      "e.g. /health"),
 ])
@@ -242,3 +243,17 @@ def test_a_pd_router_without_its_breaker_is_warned_while_its_decodes_keep_cache_
     assert not warned(extra_args=["--decode-policy", "round_robin"])
     assert not warned(extra_args=["--decode-policy=power_of_two"])
     assert not warned(policy="round_robin")
+
+
+def test_a_stop_names_the_router_by_its_spec_as_a_server_is_named():
+    from sglang_fleet.launch.views import service_module_args
+
+    spec = build(user="sglang", service_manager="systemd", stop_timeout=200)["spec"]
+    options = service_module_args(spec)
+    assert options == {
+        "marker": spec["marker"], "state_file": spec["paths"]["pid_file"],
+        "manager": "systemd", "unit_name": f"{spec['name']}.service",
+        # The user its unit runs as: members of another user would never be signalled.
+        "service_user": "sglang", "node_rank": 0, "script": spec["paths"]["script"],
+        "log_file": spec["paths"]["log_file"], "workdir": spec["paths"]["root"],
+        "stop_timeout": 200}

@@ -139,7 +139,10 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "roles/sglang_server/tasks/verdict.yml": {
         "sglang_server_launch_spec.facts": "the failure block names the Rule's facts",
+    },
+    "roles/sglang_server/tasks/soak.yml": {
         "sglang_server_launch_spec.group.serves_http": "only a node serving HTTP is soaked",
+        "sglang_server_launch_spec.paths.log_file": "a failed soak's evidence names its log",
     },
     "roles/sglang_server/vars/main.yml": {
         "sglang_server_launch_spec.secret_variables": "the secrets' values are read by name",

@@ -10,6 +10,7 @@ __metaclass__ = type
 
 import json
 import random
+import socket
 import time
 from http.client import HTTPConnection
 
@@ -123,6 +124,33 @@ def batch_generate(host, port, prompts, output_len, api_key=None, timeout=300.0)
     return metrics
 
 
+def _flushed(generate, host, port, prompts, output_len, api_key, timeout):
+    """One measured request, the prefix cache flushed before it."""
+    flush_cache(host, port, api_key, timeout)
+    return generate(host, port, prompts, output_len, api_key, timeout)
+
+
+class _Tally(object):
+    """Counts the requests answered, so that a server that goes quiet partway (one reported
+    to after 80-140 requests) fails naming the request and how many were answered."""
+
+    def __init__(self, total, timeout):
+        self.total, self.timeout, self.answered = total, timeout, 0
+
+    def run(self, call, *args):
+        try:
+            result = call(*args)
+        except socket.timeout as exc:
+            raise BenchError("request %d of %d got no answer within %g s (%d answered)"
+                             % (self.answered + 1, self.total, self.timeout,
+                                self.answered)) from exc
+        except (BenchError, OSError, ValueError) as exc:
+            raise BenchError("request %d of %d failed (%d answered): %s"
+                             % (self.answered + 1, self.total, self.answered, exc)) from exc
+        self.answered += 1
+        return result
+
+
 def run_benchmark(host, port, input_len, output_len, warmup, repetitions, concurrency,
                   api_key=None, timeout=300.0):
     """Warm-up requests, then `repetitions` runs at each concurrency level.
@@ -132,19 +160,20 @@ def run_benchmark(host, port, input_len, output_len, warmup, repetitions, concur
     the median and spread of every figure and ITL percentiles per token.
     """
     input_ids = fixed_input_ids(input_len)
+    tally = _Tally(warmup + repetitions * len(concurrency), timeout)
     for _ in range(warmup):
-        stream_generate(host, port, input_ids, output_len, api_key, timeout)
+        tally.run(stream_generate, host, port, input_ids, output_len, api_key, timeout)
     levels = []
     for count in concurrency:
         runs = []
         for _ in range(repetitions):
-            flush_cache(host, port, api_key, timeout)
             if count == 1:
-                runs.append(stream_generate(host, port, input_ids, output_len, api_key,
-                                            timeout))
+                runs.append(tally.run(_flushed, stream_generate, host, port, input_ids,
+                                      output_len, api_key, timeout))
             else:
-                runs.append(batch_generate(host, port, distinct_input_ids(count, input_len),
-                                           output_len, api_key, timeout))
+                runs.append(tally.run(_flushed, batch_generate, host, port,
+                                      distinct_input_ids(count, input_len), output_len,
+                                      api_key, timeout))
         level = summarize(runs) if count == 1 else summarize_batches(runs)
         level.update(concurrency=count, mode="single_stream" if count == 1 else "batch",
                      runs=[{k: round(r[k], 6) for k in ("ttft_s", "latency_s", "output_tok_s",

@@ -228,13 +228,16 @@ def _stacks(prev_state, obs, now, last_progress, state, stack_window):
     history = history or {}
     pids = set(p["pid"] for p in obs["processes"])
     history = dict((label, kept) for label, kept in history.items() if kept[-1]["pid"] in pids)
-    off = prev_state.get("stacks_off") or obs.get("stacks_error")
+    off = prev_state.get("stacks_off")
+    if off == stacks.TURNED_OFF and obs.get("stacks_error") != stacks.TURNED_OFF:
+        off = None  # turned on again: sampling starts over
+    off = off or obs.get("stacks_error")
     # The last progress on the wall clock, for the node's next observation (StackSampler).
     wall = obs.get("observed_at") or obs.get("wall_now")
     state.update(stacks=history, stacks_sampled=sampled, stacks_off=off,
                  last_progress_wall=wall - (now - last_progress) if wall else None)
     if off:
-        return {"off": off, "said": bool(prev_state.get("stacks_off"))}
+        return {"off": off, "said": prev_state.get("stacks_off") == off}
     if now - last_progress < stack_window or not stacks.frozen(history, list(history),
                                                               last_progress):
         return None
@@ -278,10 +281,12 @@ def _judge(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WI
     verdict = {"phase": phase, "progress": log.get("progress"), "since": phase_since,
                "last_progress_at": last_progress, "moved": moved, "evidence": {}}
     hang = _stacks(prev_state, obs, now, last_progress, state, stack_window)
+    sampling_off = None
     if hang and hang.get("off"):
+        sampling_off = ("stack sampling is off: %s; hangs are judged by the phases' windows "
+                        "alone" % hang["off"])
         if not hang["said"]:
-            verdict["stack_sampling"] = ("stack sampling is off: %s; hangs are judged by the "
-                                         "phases' windows alone" % hang["off"])
+            verdict["stack_sampling"] = sampling_off
         hang = None
     verdict["stack_hang"] = hang
     judged = (_absent(verdict, obs) or _stopped(verdict, obs) or _xid(verdict, obs) or
@@ -296,6 +301,8 @@ def _judge(prev_state, obs, now, windows, ceilings, stack_window=stacks.STACK_WI
         # A prefill answers only with its KV bootstrap server (whose failed bind SGLang logs
         # with a traceback, read above as a failure the answers outweigh).
         _bootstrap_down(verdict, obs)
+    if sampling_off and verdict["verdict"] in (vocab.STALLED, vocab.UNHEALTHY):
+        verdict["evidence"]["stack_sampling"] = sampling_off  # why no stacks decided it
     kv = log.get("kv_transfer")
     state["kv_last"] = kv["last_line"] if kv else None
     if kv and verdict["verdict"] == vocab.READY and kv["last_line"] != prev_state.get("kv_last"):

@@ -290,7 +290,10 @@ class StackSampler(object):
         self.last_progress = stack_state.get("last_progress")
         self.stack_state = stack_state
         self.py_spy = None
-        if not p.get("stack_sampling", True) or not obs["main_alive"] or stack_state.get("off"):
+        if not p.get("stack_sampling", True):
+            obs["stacks_error"] = stacks.TURNED_OFF
+            return
+        if not obs["main_alive"] or stack_state.get("off") not in (None, stacks.TURNED_OFF):
             return
         self.py_spy = stacks.find_py_spy(p.get("py_spy") or "", _main_python(obs["processes"]))
         if self.py_spy is None:

@@ -26,6 +26,9 @@ DUE_EARLY = 0.75
 SAMPLES_KEPT = 4
 FROZEN_SAMPLES = 3
 STACK_WINDOW_S = 30.0
+# Why sampling is off when the operator turned it off: said in the verdict, never warned, and
+# forgotten once it is turned on again.
+TURNED_OFF = "turned off (stack_sampling: false)"
 # One observation spends at most this long sampling, with this many dumps side by side (the
 # longest-unsampled ranks first; the others are due at the next observation).
 SAMPLING_BUDGET_S = 3.0

@@ -4,8 +4,9 @@
     sglang-fleet release list                            what is cached, and where from
     sglang-fleet release diff 0.5.23 0.5.24              flags added, removed, renamed, changed
 
-Every command works from the release's own package (release_cache, refenv); nothing in the
-toolkit changes when a release is added.
+With --router, add and diff work on sglang-router releases the same way. Every command works
+from the release's own package (release_cache, refenv, router.release); nothing in the toolkit
+changes when a release is added.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 
 from sglang_fleet.known import refenv, release_cache
 from sglang_fleet.known.catalogue import Catalogue, catalogue, catalogue_source, known_versions
+from sglang_fleet.router import catalogue as router_catalogue
+from sglang_fleet.router import release as router_release
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -27,11 +30,18 @@ class ReleaseError(RuntimeError):
     pass
 
 
-def _catalogue_of(version: str, wheelhouse: Path | None = None) -> Catalogue:
+def _catalogue_of(version: str, router: bool = False) -> Catalogue:
     """A release's catalogue, built from its package first where this controller has none."""
+    if router:
+        if version not in router_catalogue.known_versions():
+            try:
+                router_release.ensure_catalogue(version)
+            except refenv.RefEnvError as exc:
+                raise ReleaseError(str(exc)) from None
+        return router_catalogue.router_catalogue(version)
     if version not in known_versions():
         try:
-            refenv.ensure_catalogue(version, wheelhouse=wheelhouse)
+            refenv.ensure_catalogue(version)
         except refenv.RefEnvError as exc:
             raise ReleaseError(str(exc)) from None
     return catalogue(version)
@@ -41,6 +51,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     wheelhouse = Path(args.wheelhouse).resolve() if args.wheelhouse else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise ReleaseError(f"--wheelhouse {args.wheelhouse}: no such folder")
+    if args.router:
+        return _add_router(args.version, wheelhouse)
     started = time.monotonic()
     try:
         env = refenv.ensure(args.version, wheelhouse=wheelhouse)
@@ -53,6 +65,20 @@ def cmd_add(args: argparse.Namespace) -> int:
           f"package ({time.monotonic() - started:.1f} s)")
     print(f"  catalogue:   {path}")
     print(f"  environment: {env.python} with {env.sglang_dir}")
+    return EXIT_OK
+
+
+def _add_router(version: str, wheelhouse: Path | None) -> int:
+    started = time.monotonic()
+    try:
+        path = router_release.ensure_catalogue(version, wheelhouse=wheelhouse)
+    except refenv.RefEnvError as exc:
+        raise ReleaseError(str(exc)) from None
+    data = json.loads(path.read_text())
+    print(f"sglang-router {version}: {len(data['options'])} options, read from its own "
+          f"package ({time.monotonic() - started:.1f} s)")
+    print(f"  catalogue: {path}")
+    print(f"  package:   {router_release.package_dir(version)}")
     return EXIT_OK
 
 
@@ -72,6 +98,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         ready = (root / f"sglang-{version}" / ".ready").exists()
         print(f"{version:14} {origin:28} {'ready' if ready else 'not built':12} "
               f"{_verdicts_cached(version):>8}")
+    print()
+    print("sglang-router releases:")
+    print(f"{'release':14} {'catalogue':28}")
+    for version in router_catalogue.known_versions():
+        source = router_catalogue.catalogue_source(version)
+        origin = ("built from its package" if source and source.is_relative_to(root)
+                  else "shipped with the toolkit")
+        print(f"{version:14} {origin:28}")
     return EXIT_OK
 
 
@@ -79,6 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 class Diff:
     old: str
     new: str
+    program: str = "SGLang"
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     renamed: list[tuple[str, str]] = field(default_factory=list)
@@ -127,7 +162,7 @@ def _show(values: list[Any], limit: int = 12) -> str:
 
 def print_diff(d: Diff, full: bool) -> None:
     limit = 10**6 if full else 40
-    print(f"SGLang {d.old} -> {d.new} (from each release's own parser):")
+    print(f"{d.program} {d.old} -> {d.new} (from each release's own parser):")
     print(f"  renamed ({len(d.renamed)}):")
     for old, new in d.renamed[:limit]:
         print(f"    {old} -> {new}")
@@ -151,7 +186,10 @@ def print_diff(d: Diff, full: bool) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    print_diff(diff(_catalogue_of(args.old), _catalogue_of(args.new)), args.full)
+    d = diff(_catalogue_of(args.old, args.router), _catalogue_of(args.new, args.router))
+    if args.router:
+        d.program, d.old, d.new = "sglang-router", args.old, args.new
+    print_diff(d, args.full)
     return EXIT_OK
 
 
@@ -161,9 +199,11 @@ def add_parser(sub: Any) -> None:
     rsub = release.add_subparsers(dest="release_command", required=True)
     add = rsub.add_parser("add", help="build a release's CPU-only environment and catalogue "
                                       "from its package, ahead of its first use")
-    add.add_argument("version", help="an SGLang release, e.g. 0.5.22")
+    add.add_argument("version", help="an SGLang release, e.g. 0.5.22 (with --router: an "
+                     "sglang-router release, e.g. 0.3.1)")
     add.add_argument("--wheelhouse", metavar="DIR", help="install from this folder of wheels "
                      "only (a controller without registry access)")
+    add.add_argument("--router", action="store_true", help="an sglang-router release")
     add.set_defaults(func=cmd_add)
     listing = rsub.add_parser("list", help="the releases cached on this controller")
     listing.set_defaults(func=cmd_list)
@@ -172,4 +212,5 @@ def add_parser(sub: Any) -> None:
     changes.add_argument("old")
     changes.add_argument("new")
     changes.add_argument("--full", action="store_true", help="every line, not the first 40")
+    changes.add_argument("--router", action="store_true", help="sglang-router releases")
     changes.set_defaults(func=cmd_diff)

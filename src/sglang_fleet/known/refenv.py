@@ -120,10 +120,16 @@ def _pip(python: Path, *args: str, wheelhouse: Path | None = None) -> None:
     # Without the local label (+cpu, +cu130): `==2.14.1` admits the installed build, while a
     # label the wheel's file name lacks would match no candidate at all.
     pin.write_text(re.sub(r"\+\S+", "", proc.stdout) if proc.returncode == 0 else "")
+    pip_install(python, "-c", str(pin), *args, wheelhouse=wheelhouse)
+
+
+def pip_install(python: Path | str, *args: str, wheelhouse: Path | None = None) -> None:
+    """`pip install` with `python`: from the wheelhouse only where one is given, else from
+    the registry, failing fast where it is out of reach."""
     source = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else [
         "--retries", "1", "--timeout", "20"]
     proc = subprocess.run([str(python), "-m", "pip", "install", "-q",
-                           "--disable-pip-version-check", *source, "-c", str(pin), *args],
+                           "--disable-pip-version-check", *source, *args],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RefEnvError(f"pip install {' '.join(args)} failed:\n{proc.stderr.strip()[-3000:]}")
@@ -134,30 +140,34 @@ def _say(quiet: bool, text: str) -> None:
         print(f"refenv: {text}", file=sys.stderr, flush=True)
 
 
-def release_name_problem(version: str) -> str | None:
+def release_name_problem(version: str, program: str = "SGLang",
+                         minimum: str = MIN_SUPPORTED,
+                         lacks: str = "lay out their argument parser otherwise (no "
+                                      "sglang.srt.server_args.prepare_server_args with "
+                                      "add_cli_args)") -> str | None:
     """Why `version` cannot name a release this builder supports, before anything is fetched."""
     try:
         wanted = Version(version)
     except InvalidVersion:
-        return f"{version!r} is not a release number (such as {MIN_SUPPORTED} or 0.5.23)"
-    if wanted < Version(MIN_SUPPORTED):
-        return (f"SGLang {version} is not supported: releases before {MIN_SUPPORTED} lay out "
-                f"their argument parser otherwise (no sglang.srt.server_args."
-                f"prepare_server_args with add_cli_args); pin {MIN_SUPPORTED} or newer")
+        return f"{version!r} is not a release number (such as {minimum})"
+    if wanted < Version(minimum):
+        return (f"{program} {version} is not supported: releases before {minimum} {lacks}; "
+                f"pin {minimum} or newer")
     return None
 
 
-def _explain_install_failure(version: str, error: str, wheelhouse: Path | None,
-                             requirement: str | None = None) -> RefEnvError:
+def explain_install_failure(version: str, error: str, wheelhouse: Path | None,
+                            requirement: str | None = None, package: str = "sglang"
+                            ) -> RefEnvError:
     """pip's refusal, said as what the operator does next: the nearest releases for a name
     that does not exist, --wheelhouse for a registry out of reach."""
     listed = _FROM_VERSIONS.search(error)
     offered = [v.strip() for v in listed.group(1).split(",")] if listed else []
     offered = [v for v in offered if v and v != "none"]
     where = f"the wheelhouse {wheelhouse}" if wheelhouse else "the package registry"
-    wanted = requirement or f"sglang=={version}"
+    wanted = requirement or f"{package}=={version}"
     if offered and requirement is None:
-        return RefEnvError(f"sglang {version} is not a release in {where}; the nearest are: "
+        return RefEnvError(f"{package} {version} is not a release in {where}; the nearest are: "
                            f"{', '.join(nearest_releases(version, offered))}")
     if wheelhouse:
         return RefEnvError(f"the wheelhouse {wheelhouse} holds no {wanted} wheel (pip: "
@@ -165,7 +175,8 @@ def _explain_install_failure(version: str, error: str, wheelhouse: Path | None,
     return RefEnvError(f"could not reach the package registry to fetch {wanted} (pip: "
                        f"{error.strip().splitlines()[-1]}); on a controller without registry "
                        f"access pass --wheelhouse DIR: a folder with the release's wheel and the "
-                       f"modules its parser imports (`pip download sglang=={version}` elsewhere)")
+                       f"modules its parser imports (`pip download {package}=={version}` "
+                       f"elsewhere)")
 
 
 def nearest_releases(version: str, offered: list[str], count: int = 3) -> list[str]:
@@ -224,7 +235,7 @@ def _build(version: str, quiet: bool, wheelhouse: Path | None) -> RefEnv:
         except RefEnvError as exc:
             if created:  # nothing half-built stays behind
                 shutil.rmtree(venv, ignore_errors=True)
-            raise _explain_install_failure(version, str(exc), wheelhouse, torch_req) from None
+            raise explain_install_failure(version, str(exc), wheelhouse, torch_req) from None
     if not (target / "sglang").is_dir():
         _say(quiet, f"installing sglang=={version} --no-deps into {target}")
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
@@ -233,7 +244,7 @@ def _build(version: str, quiet: bool, wheelhouse: Path | None) -> RefEnv:
             _pip(python, "--no-deps", "--target", str(partial), f"sglang=={version}",
                  wheelhouse=wheelhouse)
         except RefEnvError as exc:
-            raise _explain_install_failure(version, str(exc), wheelhouse) from None
+            raise explain_install_failure(version, str(exc), wheelhouse) from None
         finally:
             if not (partial / "sglang").is_dir():
                 shutil.rmtree(partial, ignore_errors=True)

@@ -46,6 +46,7 @@ from sglang_fleet.launch.views import SCHEMA
 from sglang_fleet.node.common.secrets import fingerprint, is_secret_name, mask_argv
 from sglang_fleet.node.common.vocab import PHASES, default_windows
 from sglang_fleet.node.gpu import modelfit
+from sglang_fleet.node.health.stacks import FROZEN_SAMPLES
 from sglang_fleet.settings import server as server_settings
 from sglang_fleet.settings.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
 from sglang_fleet.settings.problems import Problems, SpecError, describe_value
@@ -763,6 +764,7 @@ def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated:
                 target[phase] = seconds
     poll = v["gate_poll_interval"] or 10
     return {
+        **stack_sampling(v, p),
         "stall_windows": windows,
         "ceilings": ceilings,
         "poll_interval": poll,
@@ -773,6 +775,29 @@ def gate(v: Validated, root: str, deployment: str, connect_host: str, simulated:
         "state_file": f"{root}/run/{deployment}.gate.json",
         "host": connect_host,
     }
+
+
+def stack_sampling(v: Validated, p: Problems) -> dict[str, Any]:
+    """The gate's stack sampling (sglang_health's stack_* and py_spy options). A window shorter
+    than FROZEN_SAMPLES intervals can end before the ranks have the samples the classifier
+    needs to call their stacks frozen: the window would say what the gate cannot do."""
+    interval, window = v["stack_interval"], v["stack_window"]
+    py_spy = v["py_spy"] or ""
+    if py_spy and not py_spy.startswith("/"):
+        p.error("py_spy", py_spy, "must be an absolute path of py-spy on the node",
+                "e.g. /opt/sglang-fleet/venv/bin/py-spy, or empty to find it beside the "
+                "server's Python")
+    needed = FROZEN_SAMPLES * interval if interval else None
+    if v["stack_sampling"] and needed and window and window < needed:
+        p.error("stack_window", window,
+                f"is shorter than {FROZEN_SAMPLES} samples of each rank at "
+                f"sglang_server_stack_interval {interval:g} s ({needed:g} s): the stacks "
+                f"cannot be judged frozen within it",
+                f"set sglang_server_stack_window to {needed:g} or more, or "
+                f"sglang_server_stack_interval to {int(window * 10 / FROZEN_SAMPLES) / 10:g} "
+                f"or less")
+    return {"stack_sampling": v["stack_sampling"], "py_spy": py_spy,
+            "stack_interval": interval, "stack_window": window}
 
 
 # ---- assembly ----------------------------------------------------------------------------

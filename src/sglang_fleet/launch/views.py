@@ -100,6 +100,10 @@ def gpu_view(spec: dict[str, Any]) -> dict[str, Any]:
 
 # ---- the gate and the node check ---------------------------------------------------------
 
+# The gate's stack sampling options (sglang_health's), as the LaunchSpec's gate view holds them.
+STACK_OPTIONS = ("stack_sampling", "py_spy", "stack_interval", "stack_window")
+
+
 def lock_lease(spec: dict[str, Any], hosts: Any = 1, forks: Any = 1) -> float:
     """The lease a run declares on a deployment's lock: its gate's whole budget for each wave
     of `forks` hosts among the play's `hosts` (see module_utils/deploy/lock.lease_for)."""
@@ -126,6 +130,8 @@ def gate_module_args(spec: dict[str, Any]) -> dict[str, Any]:
         "cuda_graph": spec["facts"]["cuda_graph"],
         "stall_windows": spec["gate"]["stall_windows"],
         "ceilings": spec["gate"]["ceilings"],
+        # A LaunchSpec recorded before these fields existed samples with the module's defaults.
+        **{k: spec["gate"][k] for k in STACK_OPTIONS if k in spec["gate"]},
     }
 
 
@@ -169,12 +175,13 @@ def node_module_args(spec: dict[str, Any]) -> dict[str, Any]:
 
 def service_module_args(spec: dict[str, Any]) -> dict[str, Any]:
     """sglang_service's options naming a LaunchSpec's (or an identity's) server and its
-    service: all a stop needs; a start adds start_module_args."""
+    service: all a stop needs; a start adds start_module_args. A RouterSpec names its router
+    the same way (one process group, no multi-node group: node rank 0)."""
     service, paths = spec["service"], spec["paths"]
     return {
         **deployment_view(spec),
         "service_user": service["user"],
-        "node_rank": spec["group"]["node_rank"],
+        "node_rank": (spec.get("group") or {}).get("node_rank", 0),
         "script": paths["script"],
         "log_file": paths["log_file"],
         "workdir": paths["root"],

@@ -24,10 +24,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sglang_fleet.known import release_cache
 from sglang_fleet.known.catalogue import Catalogue, CatalogueFiles
 
+PROGRAM = "sglang-router"
 FILES = CatalogueFiles(Path(__file__).resolve().parents[1] / "data" / "router_catalogue",
-                       "sglang-router")
+                       PROGRAM)
 CATALOGUE_DIR = FILES.folder
 
 # Runs inside the router's environment (standard library + sglang_router only). Choices that
@@ -73,10 +75,30 @@ def shipped_versions() -> tuple[str, ...]:
     return FILES.versions()
 
 
-def probe(python: str) -> dict[str, Any]:
-    """The installed router's options, read from its own parser. A clean environment: some
-    defaults come from variables (ATP_*, REDIS_URL) and must not leak into the catalogue."""
+def known_versions() -> tuple[str, ...]:
+    """Releases with a catalogue here: shipped, or read from their package on this controller
+    (router.release), oldest first."""
+    from packaging.version import Version
+
+    return tuple(sorted(set(shipped_versions()) | set(release_cache.cached_versions(PROGRAM)),
+                        key=Version))
+
+
+def catalogue_source(version: str) -> Path | None:
+    """Where a release's catalogue is read from: the controller's cache first."""
+    for path in (release_cache.catalogue_file(PROGRAM, version), catalogue_path(version)):
+        if path.exists():
+            return path
+    return None
+
+
+def probe(python: str, pythonpath: Path | None = None) -> dict[str, Any]:
+    """The installed router's options, read from its own parser (with `pythonpath`: the
+    package installed in that folder). A clean environment: some defaults come from variables
+    (ATP_*, REDIS_URL) and must not leak into the catalogue."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env,
                           timeout=120)
     if proc.returncode != 0:
@@ -93,10 +115,10 @@ def write_catalogue(dump: dict[str, Any]) -> Path:
 def router_catalogue(version: str) -> Catalogue:
     """One release's options, through the same Catalogue code that checks SGLang's flags (its
     messages read "SGLang router VERSION")."""
-    path = catalogue_path(version)
-    if not path.exists():
+    path = catalogue_source(version)
+    if path is None:
         raise KeyError(f"no catalogue for sglang-router {version}; known: "
-                       f"{', '.join(shipped_versions()) or 'none'}")
+                       f"{', '.join(known_versions()) or 'none'}")
     data = json.loads(path.read_text())
     return Catalogue({**data, "sglang_version": f"router {data['router_version']}"})
 

@@ -23,7 +23,7 @@ from typing import Any
 from sglang_fleet.known.catalogue import Catalogue
 from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.launch.spec import MARKER_VAR, config_hash, is_loopback, secret_fingerprint
-from sglang_fleet.router.catalogue import router_catalogue, shipped_versions
+from sglang_fleet.router.catalogue import known_versions, router_catalogue
 from sglang_fleet.settings import router as router_settings
 from sglang_fleet.settings.kinds import TOKEN68, Setting, SettingsTable, coerce, unknown_variables
 from sglang_fleet.settings.problems import Problems, describe_value
@@ -174,6 +174,32 @@ def worker_url(server_spec: dict[str, Any], address: str, override: str | None =
     return f"http://{_url_host(host)}:{server_spec['http']['port']}"
 
 
+def _pinned_catalogue(version: Any, p: Problems) -> Catalogue | None:
+    """The pinned router release's catalogue: shipped, cached on this controller, or read from
+    the release's package on first use (router.release); one that cannot be is refused."""
+    from sglang_fleet.known.refenv import RefEnvError
+    from sglang_fleet.router import release
+
+    pin = (f"pin one of: {', '.join(reversed(known_versions()))}, or any release from "
+           f"{release.MIN_SUPPORTED} on")
+    if not isinstance(version, str) or not version:
+        p.error(PREFIX + "version", version, "must name an sglang-router release", pin)
+        return None
+    problem = release.name_problem(version)
+    if problem:
+        p.error(PREFIX + "version", version, problem, pin)
+        return None
+    if version not in known_versions():
+        try:
+            release.ensure_catalogue(version)
+        except RefEnvError as exc:
+            p.error(PREFIX + "version", version, str(exc),
+                    f"pin a release this controller can read, or prepare it with "
+                    f"`sglang-fleet release add --router {version} --wheelhouse DIR`")
+            return None
+    return router_catalogue(version)
+
+
 def build_router_spec(settings: dict[str, Any], host: str, address: str | None = None
                       ) -> dict[str, Any]:
     """Build and validate one router host's RouterSpec. `settings` holds the host's
@@ -186,12 +212,9 @@ def build_router_spec(settings: dict[str, Any], host: str, address: str | None =
     for s in table:
         v[s.name] = coerce(s, settings.get(s.variable, s.default), p)
     version = v["version"]
-    if version not in shipped_versions():
-        p.error(PREFIX + "version", version, "is not an sglang-router release this toolkit has "
-                "catalogued", f"pin one of: {', '.join(shipped_versions())} (docs/router.md: "
-                "adding a release)")
+    cat = _pinned_catalogue(version, p)
+    if cat is None:
         return _result(p, None)
-    cat = router_catalogue(version)
     for s in table:
         if s.flag in cat.by_flag and cat.by_flag[s.flag].choices and v[s.name] is not None:
             _choice(s, v[s.name], cat, p)

@@ -20,7 +20,7 @@ _STAGE_OF_FILE = {"main.yml": "spec", "spec.yml": "spec", "identity.yml": "spec"
                   "lock.yml": "deploy", "configure.yml": "deploy", "service.yml": "deploy",
                   "gate.yml": "health", "observe.yml": "health", "report.yml": "health",
                   "ready.yml": "health",
-                  "verdict.yml": "health"}
+                  "soak.yml": "health", "verdict.yml": "health"}
 # The router role: refused settings fail at "spec" (exit 2, like a server's); the router's view
 # beside a verdict, and its own verdict, are "health"; install, service, membership and drain
 # steps are "deploy".

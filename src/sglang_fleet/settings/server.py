@@ -255,6 +255,23 @@ TABLE = SettingsTable(PREFIX, (
       "Health gate", low=21, high=600, configuration=False),
     S("kernel_log", "str", "kmsg", "Kernel log source for Xid and OOM lines, kmsg or none.",
       "Health gate", configuration=False),
+    S("stack_sampling", "bool", True,
+      "Sample each rank's Python stack with py-spy (non-blocking) while the server starts and "
+      "serves, so that a hang whose stacks stop changing is stalled within "
+      "sglang_server_stack_window of its last progress, whatever the phase's window; false "
+      "judges hangs by the windows alone.", "Health gate", configuration=False),
+    S("py_spy", "str", "",
+      "py-spy executable on the node; empty looks beside the server's Python, then on PATH.",
+      "Health gate", max_length=1024, configuration=False),
+    S("stack_interval", "float", 10.0,
+      "Seconds between two stack samples of one rank (each costs milliseconds of py-spy's "
+      "CPU and never pauses the rank).", "Health gate", low=0, high=600, open_range=True,
+      configuration=False),
+    S("stack_window", "float", 30.0,
+      "Seconds with no progress over which every rank's stack stayed on the same frames "
+      "before the server is stalled; at least 3 sglang_server_stack_interval (the classifier "
+      "needs 3 samples since the last progress).", "Health gate", low=0, high=86400,
+      open_range=True, configuration=False),
     # Simulator
     S("sim_profile", "str", "kimi-k2.5-rtxpro6000-tp8",
       "Simulator profile (speeds and phase durations).", "Simulator"),
