@@ -1,10 +1,12 @@
 """SGLANG_SIM_REGRESS as a client and /metrics see it, against a baseline server side by side.
 
-Two regressed servers beside one baseline, under the same streaming load: one decodes 20%
-slower, fails 5% of requests with 500 and answers other tokens; the other has 30% slower first
-tokens, a 30% slower inter-token latency tail and aborts 5% of requests. Each signal is read
-where a canary judge would read it: the client's tokens per second and status codes, and the
-p99 of SGLang's /metrics histograms. All figures are simulated.
+Two regressed servers beside one baseline, under the same streaming load: one decodes at half
+speed, fails 5% of requests with 500 and answers other tokens; the other has first tokens twice
+as slow, an inter-token latency tail five times as slow and aborts 5% of requests. Each signal
+is read where a canary judge would read it: the client's tokens per second and status codes,
+and SGLang's /metrics histograms. The factors are larger than a canary's thresholds so that a
+loaded machine's jitter, which lands on every server alike, cannot hide them. All figures are
+simulated.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ pytestmark = pytest.mark.integration
 
 READY = "The server is fired up and ready to roll!"
 FLAGS = ("--tp-size", "8", "--enable-metrics", "--attention-backend", "triton")
-SLOWER = "decode=0.8,errors=0.05,outputs=changed"
-LATER = "ttft=1.3,itl=1.3,aborts=0.05"
+SLOWER = "decode=0.5,errors=0.05,outputs=changed"
+LATER = "ttft=2,itl=5,aborts=0.05"
 REQUESTS, CONCURRENCY = 40, 8
 # 41 tokens: 40 intervals, of which the 20th and the 40th are the tail's (5%).
 TOKENS = 41
@@ -145,24 +147,25 @@ def test_each_regression_shows_where_a_canary_judge_looks(servers):
     assert set(finishes["baseline"]) == set(finishes["slower"]) == {"length"}
     assert aborted_total(metrics["baseline"]) == 0
 
-    # decode=0.8: the client's tokens per second drop by 20%.
+    # decode=0.5: the client's tokens per second halve.
     rates = {name: statistics.median(decode_rate(r) for r in run
                                      if r["status"] == 200 and r["finish"] == "length")
              for name, run in runs.items()}
-    assert rates["slower"] / rates["baseline"] == pytest.approx(0.8, abs=0.05), rates
+    assert rates["slower"] / rates["baseline"] == pytest.approx(0.5, abs=0.1), rates
 
-    # ttft=1.3: the mean first-token latency is 30% longer, and its p99 rises.
+    # ttft=2: the mean first-token latency doubles (less the delay that load adds to both
+    # alike), and its p99 rises.
     ttft = "sglang:time_to_first_token_seconds"
-    assert mean(metrics["later"], ttft) / mean(metrics["baseline"], ttft) == pytest.approx(
-        1.3, abs=0.12)
+    assert 1.4 < mean(metrics["later"], ttft) / mean(metrics["baseline"], ttft) < 2.2
     assert (quantile(0.99, histogram(metrics["later"], ttft))
             > quantile(0.99, histogram(metrics["baseline"], ttft)))
 
-    # itl=1.3: the p99 inter-token latency rises by about 30% while the mean barely moves.
+    # itl=5: the p99 inter-token latency rises several times over, while the mean moves only
+    # by the tail's 5% share (1 + 0.05 * 4 = 1.2).
     itl = "sglang:inter_token_latency_seconds"
     p99 = {name: quantile(0.99, histogram(metrics[name], itl)) for name in ("baseline", "later")}
-    assert p99["later"] / p99["baseline"] > 1.1, p99
-    assert mean(metrics["later"], itl) / mean(metrics["baseline"], itl) < 1.05
+    assert p99["later"] / p99["baseline"] > 2, p99
+    assert mean(metrics["later"], itl) / mean(metrics["baseline"], itl) < 1.35
 
 
 def test_a_bad_value_ends_the_simulator_at_start_naming_it(tmp_path):
