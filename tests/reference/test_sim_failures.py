@@ -27,7 +27,7 @@ from sglang_fleet.known import refenv
 from sglang_fleet.sim import launch_server
 from sglang_fleet.sim.engine import detokenizer, failures, rendezvous, scheduler
 from sglang_fleet.sim.frontend import http_api, metrics
-from sglang_fleet.sim.frontend.serving import QueueFull
+from sglang_fleet.sim.frontend.serving import ABORTED, Aborted, InternalError, QueueFull
 from sglang_fleet.sim.pd import bootstrap, kv_receiver, kv_sender
 
 VERSION = "0.5.23"
@@ -219,6 +219,25 @@ def test_the_queue_full_answer_is_the_schedulers_abort_through_the_http_handler(
     assert json.loads(http_api.compact_json(answer)) == answer
 
 
+def test_regressed_aborts_and_errors_are_the_releases_own(env):
+    """SGLANG_SIM_REGRESS: an abort is abort_request's (FINISH_ABORT() run by the release, no
+    status, so a 200 with the output so far, and counted), an error the 500 abort of an internal
+    error, answered through the same ErrorResponse as the queue-full 503."""
+    out = env.run("-c", "import json; from sglang.srt.managers.schedule_batch import "
+                        "FINISH_ABORT; print(json.dumps(FINISH_ABORT().to_json()))")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ABORTED
+    manager = source(env, "sglang/srt/managers/tokenizer_manager.py")
+    abort_request = manager[manager.index("    def abort_request("):]
+    assert "self.metrics_collector.observe_one_aborted_request(" in \
+        abort_request[:abort_request.index("\n    async def ")]
+    handled = manager[manager.index("    async def _handle_abort_finish_reason("):][:1500]
+    assert "or status_code is None" in handled and "return None" in handled
+    batch = source(env, "sglang/srt/managers/scheduler_components/batch_result_processor.py")
+    assert "HTTPStatus.INTERNAL_SERVER_ERROR,\n                \"InternalServerError\"," in batch
+    assert (InternalError.status, Aborted.status, QueueFull.status) == (500, 500, 503)
+
+
 # ---- the scheduler watchdog's report, run by the release's own code ---------------------------
 
 WATCHDOG_PROBE = """
@@ -395,7 +414,8 @@ def test_every_metric_family_is_the_collectors_own(env):
         assert labels in collector
     for name, buckets in metrics.BUCKETS.items():
         key = {"sglang:time_to_first_token_seconds": "bucket_time_to_first_token",
-               "sglang:e2e_request_latency_seconds": "bucket_e2e_request_latency"}[name]
+               "sglang:e2e_request_latency_seconds": "bucket_e2e_request_latency",
+               "sglang:inter_token_latency_seconds": "bucket_inter_token_latency"}[name]
         found = re.search(rf"if {key} is None:\n\s+{key} = \[([^\]]*)\]", collector).group(1)
         assert tuple(ast.literal_eval(f"[{found}]")) == buckets
 

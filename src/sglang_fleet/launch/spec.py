@@ -39,6 +39,7 @@ from sglang_fleet.known.reviewed import (
 )
 from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import resolved
+from sglang_fleet.known.sim_regress import RegressionError, parse_regress
 from sglang_fleet.launch import clashes, pd, seed
 from sglang_fleet.launch.kernel_cache import kernel_cache_view
 from sglang_fleet.launch.render import unit_path_problem
@@ -146,7 +147,18 @@ def validate(settings: dict[str, Any], p: Problems) -> Validated | None:
             _catalogue_choice(setting, values[setting.name], cat, effective, p)
     _check_secrets(values, cat, p)
     _check_exposure(values, p)
+    _check_sim_regress(values, p)
     return Validated(values, effective, release, cat)
+
+
+def _check_sim_regress(values: dict[str, Any], p: Problems) -> None:
+    """The simulator's SGLANG_SIM_REGRESS, refused here with the parse the simulator runs."""
+    text = values.get("sim_regress")
+    if text:
+        try:
+            parse_regress(text)
+        except RegressionError as bad:
+            p.error("sim_regress", text, bad.problem, bad.fix)
 
 
 def _pinned_catalogue(version: Any, p: Problems) -> Catalogue | None:
@@ -892,6 +904,8 @@ def build_launch_spec(
             "SGLANG_SIM_VERSION": v.release.version,
             **_sim_catalogue(v.release.version),
         })
+        if v["sim_regress"]:  # only when asked, so no other server's configuration changes
+            env["SGLANG_SIM_REGRESS"] = str(v["sim_regress"])
     service = _service(v, deployment)
     server_argv, config_options = config_file_options(cmd.args, layout["config_file"])
     core = {"argv": launch + server_argv, "env": env, "secret_env_names": cmd.secret_env_names,

@@ -279,6 +279,9 @@ TABLE = SettingsTable(PREFIX, (
       "Simulator", low=0.0, high=100.0, configuration=False, open_range=True),
     S("sim_fault", "str", "", 'Simulated faults, e.g. "hang:loading_weights,crash:warming_up".',
       "Simulator"),
+    S("sim_regress", "str", "",
+      'Simulated regressions (SGLANG_SIM_REGRESS, docs/simulator.md), e.g. '
+      '"decode=0.8,ttft=1.3,itl=1.3,errors=0.05,aborts=0.05,outputs=changed".', "Simulator"),
     S("sim_gpu_count", "int", 8,
       "GPUs the simulated node really has (preflight compares the inventory with it).",
       "Simulator", low=1, high=64, configuration=False),

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from sglang_fleet.known.reviewed import data_text, releases, sim_profile
+from sglang_fleet.known.sim_regress import Regression, regression_from_env
 from sglang_fleet.node.gpu import simgpu
 from sglang_fleet.sim.args.server_args import VERSION
 from sglang_fleet.sim.engine.graphs import CapturePlan, backends, capture_plan
@@ -95,6 +96,7 @@ class SimRuntime:
     topology: Topology
     faults: list[Fault] = field(default_factory=list)
     model_config: dict[str, Any] = field(default_factory=dict)  # the model's config.json
+    regress: Regression = field(default_factory=Regression)  # SGLANG_SIM_REGRESS
 
     def duration(self, phase: str) -> float:
         return float(self.profile["phases"].get(phase, 0.0)) * self.time_factor
@@ -200,6 +202,7 @@ def load_runtime(args: Any) -> SimRuntime:
         topology=Topology.from_args(args),
         faults=parse_faults(os.environ.get("SGLANG_SIM_FAULT", "")),
         model_config=config,
+        regress=regression_from_env(),
     )
     if rt.has("tokenizer_watchdog") and getattr(args, "soft_watchdog_timeout", None) is None:
         raise ValueError("SGLANG_SIM_FAULT=tokenizer_watchdog needs --soft-watchdog-timeout: "

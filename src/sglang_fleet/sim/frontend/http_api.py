@@ -29,8 +29,8 @@ from sglang_fleet.sim.frontend.serving import (
     STARTING,
     UNHEALTHY,
     UP,
+    Aborted,
     Generation,
-    QueueFull,
     ServerState,
     token_text,
 )
@@ -392,8 +392,9 @@ class Handler(BaseHTTPRequestHandler):
         results = self._collect(gens, on_prefill)
         if any(r is None for r in results):
             return  # generation never finished: the connection dies with the server
-        if any(isinstance(r, QueueFull) for r in results):
-            self._send_overloaded()
+        aborted = next((r for r in results if isinstance(r, Aborted)), None)
+        if aborted is not None:
+            self._send_aborted(aborted.status, aborted.message)
             return
         if logged:
             self._log_finished(body, rid, results if batched else results[0])
@@ -401,17 +402,18 @@ class Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _collect(gens: list[Generation], on_prefill) -> list[Any]:
-        """Each generation's result (None: it never finished; QueueFull: aborted)."""
+        """Each generation's result (None: it never finished; Aborted: aborted with a
+        status)."""
         results: list[Any] = [None] * len(gens)
 
         def collect(i: int) -> None:
             try:
                 n = sum(1 for _ in gens[i].run(on_prefill))
-            except QueueFull as full:
-                results[i] = full
+            except Aborted as abort:
+                results[i] = abort
                 return
-            results[i] = {"text": "".join(token_text(t) for t in range(n)),
-                          "output_ids": list(range(n)), "meta_info": gens[i].meta(True)}
+            results[i] = {"text": gens[i].text(n), "output_ids": gens[i].output_ids(n),
+                          "meta_info": gens[i].meta(True)}
 
         threads = [threading.Thread(target=collect, args=(i,), daemon=True)
                    for i in range(len(gens))]
@@ -420,9 +422,6 @@ class Handler(BaseHTTPRequestHandler):
         for t in threads:
             t.join()
         return results
-
-    def _send_overloaded(self) -> None:
-        self._send_aborted(503, QueueFull.message)
 
     def _send_aborted(self, status: int, message: str) -> None:
         """An abort's HTTPException through http_server's HTTPException handler (and
@@ -554,11 +553,12 @@ class Handler(BaseHTTPRequestHandler):
             text = ""
             try:
                 for t in gen.run(on_prefill):
-                    text += token_text(t)
+                    text += token_text(gen.token(t))
                     self._stream_event(gen, text, t, batched, i, lock)
-            except QueueFull as full:  # tokenizer_manager: a stream yields the abort
+            except Aborted as abort:  # tokenizer_manager: a stream yields the abort
                 with lock:
-                    self._event(generate_abort_event(gen, str(full), 503, i if batched else None))
+                    self._event(generate_abort_event(gen, abort.message, abort.status,
+                                                     i if batched else None))
 
         threads = [threading.Thread(target=stream, args=(i,), daemon=True)
                    for i in range(len(gens))]
@@ -570,8 +570,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _stream_event(self, gen: Generation, text: str, t: int, batched: bool, i: int,
                       lock: threading.Lock) -> None:
-        done = t + 1 == gen.max_new_tokens
-        event = {"text": text, "output_ids": list(range(t + 1)), "meta_info": gen.meta(done)}
+        done = t + 1 == gen.planned
+        event = {"text": text, "output_ids": gen.output_ids(t + 1), "meta_info": gen.meta(done)}
         if batched:
             event["index"] = i
         with lock:
@@ -600,8 +600,8 @@ class Handler(BaseHTTPRequestHandler):
         tokens = gen.run(on_prefill)
         try:  # the scheduler admits it or aborts it before any output
             first = next(tokens, None)
-        except QueueFull:
-            self._send_overloaded()
+        except Aborted as abort:
+            self._send_aborted(abort.status, abort.message)
             return
         tokens = itertools.chain(() if first is None else (first,), tokens)
         if body.get("stream"):
@@ -614,12 +614,13 @@ class Handler(BaseHTTPRequestHandler):
             n = 0
             for i in tokens:
                 n = i + 1
-                delta = ({"delta": {"content": token_text(i)}} if chat
-                         else {"text": token_text(i)})
+                delta = ({"delta": {"content": token_text(gen.token(i))}} if chat
+                         else {"text": token_text(gen.token(i))})
                 self._event({**base, "choices": [{"index": 0, **delta,
                                                   "finish_reason": None}]})
             final = {"delta": {}} if chat else {"text": ""}
-            self._event({**base, "choices": [{"index": 0, **final, "finish_reason": "length"}]})
+            self._event({**base, "choices": [{"index": 0, **final,
+                                              "finish_reason": gen.finish_type()}]})
             if (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
                          "total_tokens": gen.prompt_tokens + n}
@@ -627,12 +628,13 @@ class Handler(BaseHTTPRequestHandler):
             self._end_stream()
             return
         n = sum(1 for _ in tokens)
-        text = "".join(token_text(i) for i in range(n))
+        text = gen.text(n)
         choice = ({"message": {"role": "assistant", "content": text}} if chat
                   else {"text": text})
         self._send(200, {"id": rid, "object": obj, "created": created,
                          "model": args.served_model_name,
-                         "choices": [{"index": 0, **choice, "finish_reason": "length"}],
+                         "choices": [{"index": 0, **choice,
+                                      "finish_reason": gen.finish_type()}],
                          "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
                                    "total_tokens": gen.prompt_tokens + n}})
 

@@ -59,6 +59,8 @@ TOKENIZER_FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", ()),
     ("sglang:time_to_first_token_seconds", "histogram",
      "Histogram of time to first token in seconds.", ("is_streaming",)),
+    ("sglang:inter_token_latency_seconds", "histogram",
+     "Histogram of inter-token latency in seconds.", ()),
     ("sglang:e2e_request_latency_seconds", "histogram",
      "Histogram of End-to-end request latency in seconds", ("is_streaming",)),
 )
@@ -66,6 +68,10 @@ TOKENIZER_FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 BUCKETS = {
     "sglang:time_to_first_token_seconds": (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40,
                                            60, 80, 100, 200, 400),
+    "sglang:inter_token_latency_seconds": (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020,
+                                           0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+                                           0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000,
+                                           6.000, 8.000),
     "sglang:e2e_request_latency_seconds": (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40,
                                            60, 80, 100, 200, 400, 600, 1200, 1800, 2400),
 }
@@ -114,11 +120,12 @@ class Histogram:
         self.count = 0
         self.total = 0.0
 
-    def observe(self, value: float) -> None:
+    def observe(self, value: float, times: int = 1) -> None:
+        """`times` observations of `value` (observe_inter_token_latency's fast path)."""
         index = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
-        self.counts[index] += 1
-        self.count += 1
-        self.total += value
+        self.counts[index] += times
+        self.count += times
+        self.total += value * times
 
     def cumulative(self) -> list[int]:
         out, running = [], 0
@@ -138,8 +145,15 @@ class RequestStats:
     def add(self, name: str, label: str, value: float) -> None:
         self.counters[(name, label)] = self.counters.get((name, label), 0.0) + value
 
-    def observe(self, name: str, label: str, value: float) -> None:
-        self.histograms.setdefault((name, label), Histogram(name)).observe(value)
+    def observe(self, name: str, label: str, value: float, times: int = 1) -> None:
+        self.histograms.setdefault((name, label), Histogram(name)).observe(value, times)
+
+    def observe_interval(self, interval: float, tokens: int) -> None:
+        """observe_inter_token_latency: an output's `tokens` new tokens came `interval`
+        seconds after the previous output; each counts interval/tokens (unlabelled by
+        streaming)."""
+        if tokens > 0:
+            self.observe("sglang:inter_token_latency_seconds", "", interval / tokens, tokens)
 
     def finished(self, streaming: bool, prompt: int, cached: int, generated: int,
                  ttft: float | None, e2e: float) -> None:
@@ -159,7 +173,8 @@ class RequestStats:
             key = extra.get(name, "is_streaming")
             out.add(name, {**labels, key: label} if key else labels, value)
         for (name, label), histogram in sorted(self.histograms.items()):
-            out.histogram(name, {**labels, "is_streaming": label}, histogram)
+            out.histogram(name, {**labels, "is_streaming": label} if label else labels,
+                          histogram)
 
 
 class Exposition:

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_fleet.known.sim_regress import ABORT, ERROR
 from sglang_fleet.sim.engine.runtime import SimRuntime, log
 from sglang_fleet.sim.frontend import metrics
 from sglang_fleet.sim.frontend.control import Hub
@@ -45,11 +46,39 @@ class Replica:
     waiting: collections.deque = field(default_factory=collections.deque)
 
 
-class QueueFull(Exception):
+class Aborted(Exception):
+    """The scheduler aborted the request before any output with an HTTP status
+    (FINISH_ABORT(message, status)): tokenizer_manager._handle_abort_finish_reason raises it as
+    an HTTPException, or a stream yields it."""
+
+    status = 500
+    message = "Aborted"
+
+    def __init__(self) -> None:
+        super().__init__(self.message)
+
+
+class QueueFull(Aborted):
     """scheduler.py _abort_on_queued_limit: the waiting queue is at --max-queued-requests; the
     request is aborted with 503 and this message."""
 
+    status = 503
     message = "The request queue is full."
+
+
+class InternalError(Aborted):
+    """SGLANG_SIM_REGRESS errors=P: an internal error aborts the request with 500, as
+    FINISH_ABORT(..., HTTPStatus.INTERNAL_SERVER_ERROR, "InternalServerError") does."""
+
+    message = "Internal error (simulated: SGLANG_SIM_REGRESS errors)"
+
+
+# tokenizer_manager.abort_request's abort of a running request (no message): the scheduler
+# finishes it with FINISH_ABORT().to_json(), and the client gets its output so far with a 200.
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+# SGLANG_FORCE_STREAM_INTERVAL's default: a non-streaming request's outputs reach the tokenizer
+# manager every this many tokens (output_streamer.py), and only there is its ITL observed.
+FORCE_STREAM_INTERVAL = 50
 
 
 def token_text(i: int) -> str:
@@ -94,6 +123,7 @@ class ServerState:
         self.hang_generation = False
         self.stop_event = threading.Event()
         self.round_robin = 0
+        self.generation_requests = 0  # what SGLANG_SIM_REGRESS errors/aborts count
         self.health_round_robin = 0
         self.cache: set[tuple[Any, ...]] = set()
         self.radix_cache = not getattr(rt.args, "disable_radix_cache", False)
@@ -138,6 +168,15 @@ class ServerState:
                 n, self.round_robin = self.round_robin, self.round_robin + 1
         return self.replicas[n % len(self.replicas)]
 
+    def regression_outcome(self) -> str | None:
+        """What SGLANG_SIM_REGRESS does to the next generation request (regress.outcome)."""
+        if self.status == STARTING:
+            return None  # the warm-up is never struck: the server would not start
+        with self.lock:
+            self.generation_requests += 1
+            n = self.generation_requests
+        return self.rt.regress.outcome(n)
+
     # --- the schedulers' side ------------------------------------------------------------
     def admit(self, replica: Replica, ident: str) -> None:
         """Wait for a place in the replica's running batch; raise QueueFull when the waiting
@@ -149,7 +188,7 @@ class ServerState:
                 replica.running += 1
                 return
             if self.max_queued is not None and len(replica.waiting) + 1 > self.max_queued:
-                raise QueueFull(QueueFull.message)
+                raise QueueFull
             replica.waiting.append(ident)
             while replica.waiting[0] != ident or replica.running >= self.max_running:
                 self.admission.wait()
@@ -398,7 +437,30 @@ class Generation:
         self.produced = 0
         self.cached_tokens = state.cached_prefix(key)
         self.prefilled = 0  # uncached prompt tokens prefilled by earlier chunks
-        self.ttft = float(state.rt.profile.get("ttft_s", 0.1)) + first_token_delay
+        regress = state.rt.regress
+        self.ttft = float(state.rt.profile.get("ttft_s", 0.1)) * regress.ttft + first_token_delay
+        # SGLANG_SIM_REGRESS: an internal error or an abort for this request, or None.
+        self.outcome = state.regression_outcome() if self.log_metrics else None
+        if self.outcome == ABORT:
+            self.finish_reason = ABORTED
+        # The last output the tokenizer manager received (time, tokens): ITL is observed
+        # from one output to the next.
+        self.last_output: tuple[float, int] | None = None
+
+    @property
+    def planned(self) -> int:
+        """The tokens it will produce: all it asks for, or half of them when it is aborted."""
+        return max(1, self.max_new_tokens // 2) if self.outcome == ABORT else self.max_new_tokens
+
+    def token(self, i: int) -> int:
+        """The id of its i-th output token (SGLANG_SIM_REGRESS outputs=changed shifts them)."""
+        return i + self.state.rt.regress.token_offset
+
+    def output_ids(self, n: int) -> list[int]:
+        return [self.token(i) for i in range(n)]
+
+    def text(self, n: int) -> str:
+        return "".join(token_text(t) for t in self.output_ids(n))
 
     def input_ids(self) -> list[int]:
         """The prompt as token ids (a text prompt's words stand for its tokens)."""
@@ -436,8 +498,9 @@ class Generation:
 
     def run(self, on_prefill=None):
         """Yield token indices as they are produced. Raises QueueFull when the replica's
-        queue is full; waits, without a timeout, while its schedulers do not take the batch
-        or stop producing (stopped, stuck, dead), as a request waits on SGLang's."""
+        queue is full, InternalError for a request that SGLANG_SIM_REGRESS errors strikes;
+        waits, without a timeout, while its schedulers do not take the batch or stop
+        producing (stopped, stuck, dead), as a request waits on SGLang's."""
         st = self.state
         st.admit(self.replica, self.rid)
         with st.lock:
@@ -474,13 +537,13 @@ class Generation:
         """The request's tokens as the schedulers make them; `delivered`: they reach this
         process (the detokenizer passes them on)."""
         st = self.state
-        tok_s = st.rt.decode_tok_s()
+        tok_s, regress = st.rt.decode_tok_s(), st.rt.regress
         if not self.chunked_prefill():
             return
         # The last chunk runs as a short prompt's whole prefill does.
         anchor = (time.monotonic() if self.prefilled else self.start) + self.ttft
-        for i in range(self.max_new_tokens):
-            delay = anchor + i / tok_s - time.monotonic()
+        for i in range(self.planned):
+            delay = anchor + regress.token_time(i, tok_s) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             while st.scheduler_stopped(self.replica):
@@ -489,6 +552,8 @@ class Generation:
                 # Time the scheduler stood still is not the profile's.
                 self.start, anchor = self.start + 0.1, anchor + 0.1
             if i == 0:
+                if self.outcome == ERROR:
+                    raise InternalError
                 self.first_token_at = time.monotonic()
                 # Decode is paced from the first token as it came: a first token that a
                 # loaded machine made late must not make the tokens after it come faster.
@@ -500,6 +565,7 @@ class Generation:
                 st.generated_tokens += 1
                 if delivered:
                     st.last_receive_tstamp = time.time()
+                    self._output(st.stats)
             if i:
                 st.decode_step(self)
             yield i
@@ -507,10 +573,30 @@ class Generation:
         st.insert(self.key + tuple(range(self.produced)))
         if self.log_metrics:
             with st.lock:
+                if self.outcome == ABORT:  # tokenizer_manager.abort_request counts it
+                    st.stats.add("sglang:num_aborted_requests_total", "", 1)
                 st.stats.finished(self.streaming, self.prompt_tokens, self.cached_tokens,
                                   self.produced, None if self.first_token_at is None
                                   else self.first_token_at - self.start,
                                   self.finished_at - self.start)
+
+    def _output(self, stats: metrics.RequestStats) -> None:
+        """The token just produced reaches the tokenizer manager when the request streams,
+        every FORCE_STREAM_INTERVAL tokens when it does not, and at its end; from the second
+        output on, each observes the inter-token latency of the tokens it brings
+        (collect_metrics, observe_inter_token_latency). Called under the state's lock."""
+        if not self.log_metrics or not (self.streaming or self.produced == self.planned
+                                        or self.produced % FORCE_STREAM_INTERVAL == 0):
+            return
+        now = time.monotonic()
+        if self.last_output is not None:
+            at, tokens = self.last_output
+            stats.observe_interval(now - at, self.produced - tokens)
+        self.last_output = (now, self.produced)
+
+    def finish_type(self) -> str:
+        """The OpenAI choice's finish_reason: the finish reason's type (length, abort)."""
+        return str((self.finish_reason or {"type": "length"})["type"])
 
     def meta(self, done: bool) -> dict[str, Any]:
         """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""

@@ -1,0 +1,178 @@
+"""SGLANG_SIM_REGRESS as a client and /metrics see it, against a baseline server side by side.
+
+Two regressed servers beside one baseline, under the same streaming load: one decodes at half
+speed, fails 5% of requests with 500 and answers other tokens; the other has first tokens twice
+as slow, an inter-token latency tail five times as slow and aborts 5% of requests. Each signal
+is read where a canary judge would read it: the client's tokens per second and status codes,
+and SGLang's /metrics histograms. The factors are larger than a canary's thresholds so that a
+loaded machine's jitter, which lands on every server alike, cannot hide them. All figures are
+simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from sglang_fleet.testfleet.local import start_sim, wait_for
+
+pytestmark = pytest.mark.integration
+
+READY = "The server is fired up and ready to roll!"
+FLAGS = ("--tp-size", "8", "--enable-metrics", "--attention-backend", "triton")
+SLOWER = "decode=0.5,errors=0.05,outputs=changed"
+LATER = "ttft=2,itl=5,aborts=0.05"
+REQUESTS, CONCURRENCY = 40, 8
+# 41 tokens: 40 intervals, of which the 20th and the 40th are the tail's (5%).
+TOKENS = 41
+PROBES = ("What is 2+2?", "Name a colour.", "Say hello.")
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started = {}
+    try:
+        for name, regress in (("baseline", ""), ("slower", SLOWER), ("later", LATER)):
+            started[name] = start_sim(tmp_path / name, *FLAGS,
+                                      env={"SGLANG_SIM_REGRESS": regress})
+        for sim in started.values():
+            wait_for(lambda s=sim: READY in s.log() or s.proc.poll() is not None, timeout=90)
+            assert READY in sim.log(), sim.log()[-3000:]
+        yield started
+    finally:
+        for sim in started.values():
+            sim.stop()
+
+
+def chat_stream(url: str, i: int) -> dict:
+    """One streaming chat request: its status, when each content chunk came, and how it ended."""
+    body = {"messages": [{"role": "user", "content": f"request {i}"}], "max_tokens": TOKENS,
+            "stream": True, "temperature": 0}
+    arrivals, finish = [], None
+    with requests.post(url + "/v1/chat/completions", json=body, stream=True, timeout=60) as r:
+        if r.status_code != 200:
+            return {"status": r.status_code, "body": r.json()}
+        for line in r.iter_lines(decode_unicode=True):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[6:])["choices"][0]
+            if choice["delta"].get("content"):
+                arrivals.append(time.monotonic())
+            finish = choice["finish_reason"] or finish
+    return {"status": 200, "arrivals": arrivals, "finish": finish}
+
+
+def load(url: str) -> list[dict]:
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        return list(pool.map(lambda i: chat_stream(url, i), range(REQUESTS)))
+
+
+def greedy(url: str, prompt: str) -> str:
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    r = requests.post(url + "/generate", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["text"]
+
+
+def decode_rate(result: dict) -> float:
+    """The client's tokens per second after the first token."""
+    arrivals = result["arrivals"]
+    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+
+
+def histogram(metrics: str, name: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of a histogram's buckets, summed over its series."""
+    counts: dict[float, float] = {}
+    for le, value in re.findall(rf'^{name}_bucket{{.*le="([^"]+)"}} (\S+)$', metrics, re.M):
+        counts[float(le)] = counts.get(float(le), 0.0) + float(value)
+    return sorted(counts.items())
+
+
+def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus' histogram_quantile: linear within the bucket that holds the rank."""
+    rank, lower, below = q * buckets[-1][1], 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    raise AssertionError("empty histogram")
+
+
+def mean(metrics: str, name: str) -> float:
+    total = sum(map(float, re.findall(rf"^{name}_sum{{.*}} (\S+)$", metrics, re.M)))
+    count = sum(map(float, re.findall(rf"^{name}_count{{.*}} (\S+)$", metrics, re.M)))
+    return total / count
+
+
+def aborted_total(metrics: str) -> float:
+    found = re.search(r"^sglang:num_aborted_requests_total{.*} (\S+)$", metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_each_regression_shows_where_a_canary_judge_looks(servers):
+    baseline, slower = servers["baseline"], servers["slower"]
+    # Greedy probes first, twice each: the same prompt answers alike on one server, and the
+    # changed server answers otherwise (these are its requests 1-6: no error strikes them).
+    for prompt in PROBES:
+        assert greedy(baseline.url, prompt) == greedy(baseline.url, prompt)
+        changed = greedy(slower.url, prompt)
+        assert changed == greedy(slower.url, prompt) != greedy(baseline.url, prompt)
+    with ThreadPoolExecutor(3) as pool:
+        runs = dict(zip(servers, pool.map(load, (s.url for s in servers.values())),
+                        strict=True))
+    metrics = {name: requests.get(sim.url + "/metrics", timeout=10).text
+               for name, sim in servers.items()}
+
+    # errors=0.05: 5% of requests are SGLang's internal-error 500; nothing else fails.
+    failed = [r for r in runs["slower"] if r["status"] != 200]
+    assert len(failed) == REQUESTS // 20
+    assert {json.dumps(r["body"], sort_keys=True) for r in failed} == {json.dumps(
+        {"object": "error", "message": "Internal error (simulated: SGLANG_SIM_REGRESS errors)",
+         "type": "500", "param": None, "code": 500}, sort_keys=True)}
+    assert all(r["status"] == 200 for name in ("baseline", "later") for r in runs[name])
+
+    # aborts=0.05: 5% end with finish_reason abort, and /metrics counts them.
+    finishes = {name: [r["finish"] for r in run if r["status"] == 200]
+                for name, run in runs.items()}
+    assert finishes["later"].count("abort") == REQUESTS // 20
+    assert aborted_total(metrics["later"]) == REQUESTS // 20
+    assert set(finishes["baseline"]) == set(finishes["slower"]) == {"length"}
+    assert aborted_total(metrics["baseline"]) == 0
+
+    # decode=0.5: the client's tokens per second halve.
+    rates = {name: statistics.median(decode_rate(r) for r in run
+                                     if r["status"] == 200 and r["finish"] == "length")
+             for name, run in runs.items()}
+    assert rates["slower"] / rates["baseline"] == pytest.approx(0.5, abs=0.1), rates
+
+    # ttft=2: the mean first-token latency doubles (less the delay that load adds to both
+    # alike), and its p99 rises.
+    ttft = "sglang:time_to_first_token_seconds"
+    assert 1.4 < mean(metrics["later"], ttft) / mean(metrics["baseline"], ttft) < 2.2
+    assert (quantile(0.99, histogram(metrics["later"], ttft))
+            > quantile(0.99, histogram(metrics["baseline"], ttft)))
+
+    # itl=5: the p99 inter-token latency rises several times over, while the mean moves only
+    # by the tail's 5% share (1 + 0.05 * 4 = 1.2).
+    itl = "sglang:inter_token_latency_seconds"
+    p99 = {name: quantile(0.99, histogram(metrics[name], itl)) for name in ("baseline", "later")}
+    assert p99["later"] / p99["baseline"] > 2, p99
+    assert mean(metrics["later"], itl) / mean(metrics["baseline"], itl) < 1.35
+
+
+def test_a_bad_value_ends_the_simulator_at_start_naming_it(tmp_path):
+    sim = start_sim(tmp_path, *FLAGS, env={"SGLANG_SIM_REGRESS": "decode=0.8,erors=0.05"})
+    try:
+        assert sim.proc.wait(60) == 1
+    finally:
+        sim.stop()
+    assert ("ValueError: SGLANG_SIM_REGRESS='decode=0.8,erors=0.05': unknown item "
+            "'erors=0.05'; use decode=F") in sim.log()
