@@ -429,25 +429,25 @@ def test_a_frozen_server_is_restarted_on_the_same_configuration(ready_node):
 def soak_requests_answered(log: Path, since: int) -> int:
     """/generate requests the server started after `since` (the log's size when it was
     relaunched) has answered since it was fired up (uvicorn logs each as its answer starts)."""
-    text = log.read_text(errors="replace")
-    text = text[since:] if len(text) >= since else text
+    raw = log.read_bytes()
+    text = (raw[since:] if len(raw) >= since else raw).decode(errors="replace")
     if "The server is fired up and ready to roll!" not in text:
         return 0
     after = text[text.index("The server is fired up and ready to roll!"):]
     return after.count('"POST /generate HTTP/1.1" 200')
 
 
-def quiet_partway(node, host, old_pids, after, stop):
-    """Once the server relaunched in place of `old_pids` has answered `after` soak requests,
-    its batches hang (SIGUSR1 to its main process, found by the deployment's membership):
-    a server that goes quiet partway through its soak. Returns the hung main pid (or None)."""
+def quiet_partway(node, host, old_pids, after, stop, since):
+    """Once the server relaunched in place of `old_pids` has answered `after` soak requests
+    (counted in its log past `since` bytes, its size before the recovery), its batches hang
+    (SIGUSR1 to its main process, found by the deployment's membership): a server that goes
+    quiet partway through its soak. Returns the hung main pid (or None)."""
     main = wait_for(lambda: stop.is_set() or next(
         (p["pid"] for p in node.server_processes(host)
          if "sglang_fleet.sim.launch_server" in p["cmdline"] and p["pid"] not in old_pids),
         None), timeout=300, interval=0.05)
     if main is True:
         return None
-    since = node.log_file(host).stat().st_size
     wait_for(lambda: stop.is_set() or soak_requests_answered(node.log_file(host), since)
              >= after, timeout=300, interval=0.02)
     if stop.is_set():
@@ -479,8 +479,10 @@ def test_a_server_that_goes_quiet_partway_through_its_soak_fails_and_stays_out(t
         frozen = [p["pid"] for p in fleet.server_processes("sim-node-1")]
         procs.signal_pids(frozen, signal.SIGSTOP)
         stop, hung = threading.Event(), []
+        # Counted from here: the relaunched server may be ready before its pid is found.
+        since = fleet.log_file("sim-node-1").stat().st_size
         watcher = threading.Thread(target=lambda: hung.append(
-            quiet_partway(fleet, "sim-node-1", set(frozen), after, stop)), daemon=True)
+            quiet_partway(fleet, "sim-node-1", set(frozen), after, stop, since)), daemon=True)
         watcher.start()
         try:
             run = run_playbook("playbooks/recover.yml", fleet.inventory, settings)

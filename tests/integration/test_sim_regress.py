@@ -106,6 +106,12 @@ def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     raise AssertionError("empty histogram")
 
 
+def share_above(bound: float, buckets: list[tuple[float, float]]) -> float:
+    """The share of observations above `bound` (a bucket's upper bound)."""
+    total = buckets[-1][1]
+    return (total - dict(buckets)[bound]) / total
+
+
 def mean(metrics: str, name: str) -> float:
     total = sum(map(float, re.findall(rf"^{name}_sum{{.*}} (\S+)$", metrics, re.M)))
     count = sum(map(float, re.findall(rf"^{name}_count{{.*}} (\S+)$", metrics, re.M)))
@@ -151,20 +157,22 @@ def test_each_regression_shows_where_a_canary_judge_looks(servers):
     rates = {name: statistics.median(decode_rate(r) for r in run
                                      if r["status"] == 200 and r["finish"] == "length")
              for name, run in runs.items()}
-    assert rates["slower"] / rates["baseline"] == pytest.approx(0.5, abs=0.1), rates
+    assert 0.4 < rates["slower"] / rates["baseline"] < 0.65, rates
 
-    # ttft=2: the mean first-token latency doubles (less the delay that load adds to both
-    # alike), and its p99 rises.
+    # ttft=2: the mean first-token latency doubles, less the delay that load adds to both
+    # alike (a p99 of 40 requests is their slowest one: load decides it, not the factor).
     ttft = "sglang:time_to_first_token_seconds"
-    assert 1.4 < mean(metrics["later"], ttft) / mean(metrics["baseline"], ttft) < 2.2
-    assert (quantile(0.99, histogram(metrics["later"], ttft))
-            > quantile(0.99, histogram(metrics["baseline"], ttft)))
+    assert 1.25 < mean(metrics["later"], ttft) / mean(metrics["baseline"], ttft) < 2.2
 
-    # itl=5: the p99 inter-token latency rises several times over, while the mean moves only
-    # by the tail's 5% share (1 + 0.05 * 4 = 1.2).
+    # itl=5: 5% of intervals take five times as long (about 78 ms: the 0.08 s bucket), which
+    # moves the tail a canary judge reads (the share past 60 ms, hence the p99) while the mean
+    # moves only by that share (1 + 0.05 * 4 = 1.2). A loaded machine's late wake-ups reach
+    # 60 ms in far fewer of the baseline's intervals.
     itl = "sglang:inter_token_latency_seconds"
-    p99 = {name: quantile(0.99, histogram(metrics[name], itl)) for name in ("baseline", "later")}
-    assert p99["later"] / p99["baseline"] > 2, p99
+    tail = {name: share_above(0.06, histogram(metrics[name], itl))
+            for name in ("baseline", "later")}
+    assert tail["later"] > 0.035 and tail["later"] - tail["baseline"] > 0.025, tail
+    assert quantile(0.99, histogram(metrics["later"], itl)) > 0.06
     assert mean(metrics["later"], itl) / mean(metrics["baseline"], itl) < 1.35
 
 

@@ -99,12 +99,20 @@ def probe(python: str, pythonpath: Path | None = None) -> dict[str, Any]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env,
-                          timeout=120)
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{python} took over 120 s to describe sglang-router's options"
+                           ) from None
     if proc.returncode != 0:
         raise RuntimeError(f"{python} could not describe sglang-router's options: "
                            f"{proc.stderr.strip()[-800:]}")
-    return json.loads(proc.stdout)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise RuntimeError(f"{python} described sglang-router's options in no JSON: "
+                           f"{proc.stdout.strip()[-800:]}") from None
 
 
 def write_catalogue(dump: dict[str, Any]) -> Path:

@@ -49,8 +49,10 @@ def ensure(version: str, wheelhouse: Path | None = None) -> Path:
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            refenv.pip_install(sys.executable, "--no-deps", "--target", str(partial),
-                               f"{PROGRAM}=={version}", wheelhouse=wheelhouse)
+            # A wheel only: its sdist builds the Rust extension, which no controller needs.
+            refenv.pip_install(sys.executable, "--no-deps", "--only-binary", ":all:",
+                               "--target", str(partial), f"{PROGRAM}=={version}",
+                               wheelhouse=wheelhouse)
         except refenv.RefEnvError as exc:
             raise refenv.explain_install_failure(version, str(exc), wheelhouse,
                                                  package=PROGRAM) from None

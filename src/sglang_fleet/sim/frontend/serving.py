@@ -487,6 +487,9 @@ class Generation:
             while self.chunk_tokens() > size:
                 if st.stop_event.wait(seconds):
                     return False
+                while st.scheduler_stopped(self.replica):  # a frozen scheduler runs no chunk
+                    if st.stop_event.wait(0.1):
+                        return False
                 st.log_prefill([self], chunk=size, pending=self.chunk_tokens() - size)
                 self.prefilled += size
                 st.chunk_ended()
