@@ -87,14 +87,17 @@ def _verdicts_cached(version: str) -> int:
     return sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
 
 
+def _origin(source: Path | None, root: Path) -> str:
+    return ("built from its package" if source and source.is_relative_to(root)
+            else "shipped with the toolkit")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     root = release_cache.root()
     print(f"SGLang releases on this controller ({root}):")
     print(f"{'release':14} {'catalogue':28} {'environment':12} {'verdicts':>8}")
     for version in known_versions():
-        source = catalogue_source(version)
-        origin = ("built from its package" if source and source.is_relative_to(root)
-                  else "shipped with the toolkit")
+        origin = _origin(catalogue_source(version), root)
         ready = (root / f"sglang-{version}" / ".ready").exists()
         print(f"{version:14} {origin:28} {'ready' if ready else 'not built':12} "
               f"{_verdicts_cached(version):>8}")
@@ -102,10 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("sglang-router releases:")
     print(f"{'release':14} {'catalogue':28}")
     for version in router_catalogue.known_versions():
-        source = router_catalogue.catalogue_source(version)
-        origin = ("built from its package" if source and source.is_relative_to(root)
-                  else "shipped with the toolkit")
-        print(f"{version:14} {origin:28}")
+        print(f"{version:14} {_origin(router_catalogue.catalogue_source(version), root):28}")
     return EXIT_OK
 
 

@@ -49,6 +49,22 @@ class CatalogueFiles:
                  for p in self.folder.glob(f"{self.stem}-*.json")]
         return tuple(sorted(names, key=Version))
 
+    def known_versions(self) -> tuple[str, ...]:
+        """Releases with a catalogue on this controller (read from their package into the
+        release cache, or shipped), oldest first."""
+        from packaging.version import Version
+
+        return tuple(sorted(set(self.versions()) | set(release_cache.cached_versions(self.stem)),
+                            key=Version))
+
+    def source(self, version: str) -> Path | None:
+        """The file a release's catalogue is read from: the one built from its package on
+        this controller, else the one the toolkit ships; None when there is neither."""
+        for path in (release_cache.catalogue_file(self.stem, version), self.path(version)):
+            if path.exists():
+                return path
+        return None
+
     def write(self, dump: dict[str, Any], version: str) -> Path:
         """Store one release's catalogue whole or not at all (a reader never sees half)."""
         return release_cache.write_json(self.path(version), dump)
@@ -75,19 +91,11 @@ def shipped_versions() -> tuple[str, ...]:
 @cache
 def known_versions() -> tuple[str, ...]:
     """Releases with a catalogue on this controller (cached or shipped), oldest first."""
-    from packaging.version import Version
-
-    return tuple(sorted(set(shipped_versions()) | set(release_cache.cached_versions()),
-                        key=Version))
+    return FILES.known_versions()
 
 
 def catalogue_source(version: str) -> Path | None:
-    """The file a release's catalogue is read from: the one built from its package on this
-    controller, else the one the toolkit ships; None when there is neither."""
-    for path in (release_cache.catalogue_file("sglang", version), catalogue_path(version)):
-        if path.exists():
-            return path
-    return None
+    return FILES.source(version)
 
 
 def forget_catalogues() -> None:

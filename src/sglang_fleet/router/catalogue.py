@@ -24,7 +24,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sglang_fleet.known import release_cache
 from sglang_fleet.known.catalogue import Catalogue, CatalogueFiles
 
 PROGRAM = "sglang-router"
@@ -78,18 +77,11 @@ def shipped_versions() -> tuple[str, ...]:
 def known_versions() -> tuple[str, ...]:
     """Releases with a catalogue here: shipped, or read from their package on this controller
     (router.release), oldest first."""
-    from packaging.version import Version
-
-    return tuple(sorted(set(shipped_versions()) | set(release_cache.cached_versions(PROGRAM)),
-                        key=Version))
+    return FILES.known_versions()
 
 
 def catalogue_source(version: str) -> Path | None:
-    """Where a release's catalogue is read from: the controller's cache first."""
-    for path in (release_cache.catalogue_file(PROGRAM, version), catalogue_path(version)):
-        if path.exists():
-            return path
-    return None
+    return FILES.source(version)
 
 
 def probe(python: str, pythonpath: Path | None = None) -> dict[str, Any]:
