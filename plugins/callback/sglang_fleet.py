@@ -140,6 +140,7 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_health"),
     ("action", "sglang.fleet.sglang_lock"),
     ("action", "sglang.fleet.sglang_ledger"),
+    ("action", "sglang.fleet.sglang_canary"),
     ("action", "sglang.fleet.sglang_stage_source"),
     # The modules fed only their LaunchSpec view (plugins/plugin_utils/spec_view.py).
     ("action", "sglang.fleet.sglang_argcheck"),

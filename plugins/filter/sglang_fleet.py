@@ -16,7 +16,7 @@ except ImportError:  # loaded as a plain file (a unit test), not by Ansible: not
     version_error = None
 _VERSION_ERROR = version_error() if version_error else None
 try:
-    from sglang_fleet.bench.results import canary_check, hardware_key, result_entry, results_for
+    from sglang_fleet.bench.results import result_entry
     from sglang_fleet.known.release_check import batch_problems
     from sglang_fleet.launch.clashes import clash_errors, machine_of
     from sglang_fleet.launch.pd import SIDE_GROUP_PREFIX, deployment_errors, held_side
@@ -34,10 +34,12 @@ try:
     from sglang_fleet.recovery.decisions import (
         choose_next,
         choose_rollback,
-        last_ready,
         previous_roots,
         recent_recoveries,
     )
+    from sglang_fleet.rollout.judge import describe_signal
+    from sglang_fleet.rollout.plan import plan_from_vars
+    from sglang_fleet.rollout.targets import canary_problem, canary_targets
     from sglang_fleet.runs.advice import failure_block, operator_stopped
     from sglang_fleet.runs.store import read_jsonl, state_path
     from sglang_fleet.runs.whole_groups import serial_with_routers, split_group_errors
@@ -228,31 +230,11 @@ def bench_result_entry(spec, benchmark, label="", run_id=""):
     return result_entry(dict(spec), dict(benchmark), str(label or ""), str(run_id or ""))
 
 
-def running_config(ledger_path, host):
-    """The host's last ready (re)start from the ledger (config_hash, settings), or {}."""
-    _need_package()
-    entry = last_ready(read_jsonl(ledger_path), str(host)) or {}
-    return {"config_hash": entry.get("config_hash") or "", "settings": entry.get("settings")}
-
-
 def previous_roots_filter(ledger_path, host, root):
     """ledger | sglang_fleet_previous_roots(inventory_hostname, root): the roots the host's
     servers became ready from before, other than `root` (see recovery.previous_roots)."""
     _need_package()
     return previous_roots(read_jsonl(ledger_path), str(host), str(root))
-
-
-def stored_result(results_path, config_hash, spec):
-    """The latest stored measurement of config_hash on the hardware spec describes, or None."""
-    _need_package()
-    found = results_for(read_jsonl(results_path), str(config_hash), hardware_key(dict(spec)))
-    return found[-1] if found else None
-
-
-def canary_gate(current, previous, max_drop_pct):
-    _need_package()
-    return canary_check(dict(previous) if previous else None, dict(current),
-                        float(max_drop_pct))
 
 
 def failure_block_filter(verdict, host, facts=None, evidence=None):
@@ -331,6 +313,29 @@ def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars
                              dict(modes or {}), dict(specs or {}), routers)
 
 
+def canary_targets_filter(canary, groups, hostvars):
+    """sglang_fleet_canary | sglang_fleet_canary_targets(groups, hostvars): the canary, the
+    servers it is judged against and its routers' metrics URLs (rollout.targets)."""
+    _need_package()
+    return canary_targets(str(canary), dict(groups), hostvars)
+
+
+def canary_problems(canary, hostvars):
+    """sglang_fleet_canary | sglang_fleet_canary_problems(hostvars): why the canary's plan
+    (its sglang_bench_canary_* variables) or the canary itself is refused; [] when fine."""
+    _need_package()
+    hv = hostvars[str(canary)]
+    given = {k: hv[k] for k in hv if str(k).startswith("sglang_bench_canary_")}
+    problems = plan_from_vars(given)[1]
+    problem = canary_problem(str(canary), hostvars)
+    return problems + ([problem] if problem else [])
+
+def canary_signal(signal):
+    """signal | sglang_fleet_canary_signal: one signal of a canary's judgement in words."""
+    _need_package()
+    return describe_signal(dict(signal))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -345,10 +350,10 @@ class FilterModule(object):
             "sglang_fleet_operator_stopped": operator_stopped_test,
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,
-            "sglang_fleet_running_config": running_config,
             "sglang_fleet_previous_roots": previous_roots_filter,
-            "sglang_fleet_stored_result": stored_result,
-            "sglang_fleet_canary_gate": canary_gate,
+            "sglang_fleet_canary_targets": canary_targets_filter,
+            "sglang_fleet_canary_problems": canary_problems,
+            "sglang_fleet_canary_signal": canary_signal,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_machine_clashes": machine_clashes,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.bench.results import canary_check, hardware_key, results_for
 from sglang_fleet.node.bench.client import distinct_input_ids
 from sglang_fleet.node.bench.streammetrics import (
     batch_metrics,
@@ -133,36 +132,3 @@ def test_batch_prompts_are_distinct_and_repeatable():
     prompts = distinct_input_ids(4, 16)
     assert len({p[0] for p in prompts}) == 4 and all(len(p) == 16 for p in prompts)
     assert prompts == distinct_input_ids(4, 16)
-
-
-SPEC = {"host": "n1", "gpu": {"model": "RTX PRO 6000 Blackwell", "count": 8,
-                              "compute_capability": "12.0"},
-        "facts": {"interconnect": "pcie", "tp": 8}, "model": {"served_name": "Kimi-K2.5"},
-        "group": {"nnodes": 1}, "install": {"mode": "simulator"}}
-
-
-def entry(config_hash: str, tok_s: float, hardware=None) -> dict:
-    return {"kind": "benchmark", "config_hash": config_hash, "host": "n1", "simulated": True,
-            "hardware": hardware or hardware_key(SPEC),
-            "benchmark": {"levels": [{"output_tok_s": {"median": tok_s}}]}}
-
-
-def test_canary_gate_compares_decode_speed_with_the_previous_spec():
-    slower = canary_check(entry("old", 90.0), entry("new", 63.6), max_drop_pct=5)
-    assert not slower["passed"]
-    assert slower["drop_pct"] == pytest.approx(29.33, abs=0.01)
-    assert "90.0 -> 63.6 simulated tok/s (-29.3%)" in slower["message"]
-    assert canary_check(entry("old", 90.0), entry("new", 86.0), max_drop_pct=5)["passed"]
-    assert canary_check(entry("old", 63.6), entry("new", 90.0), max_drop_pct=0)["passed"]
-    first = canary_check(None, entry("new", 63.6), max_drop_pct=5)
-    assert first["passed"] and "nothing to compare" in first["message"]
-    same = canary_check(entry("h", 90.0), entry("h", 80.0), max_drop_pct=5)
-    assert same["passed"] and "unchanged" in same["message"]
-
-
-def test_results_compare_only_on_the_same_hardware():
-    other = dict(hardware_key(SPEC), gpu_count=4)
-    store = [entry("a", 60.0), entry("a", 61.0, other), entry("b", 90.0),
-             {"kind": "ready", "config_hash": "a"}]
-    found = results_for(store, "a", hardware_key(SPEC))
-    assert [e["benchmark"]["levels"][0]["output_tok_s"]["median"] for e in found] == [60.0]

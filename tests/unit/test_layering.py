@@ -22,6 +22,7 @@ FLOORS = {
     "launch": 2, "staging": 2,        # the LaunchSpec and its launch files; staged weights
     "router": 3, "runs": 3,           # the RouterSpec; playbook runs and what they say
     "bench": 4, "recovery": 4,        # measurements and experiments; recovery's decisions
+    "rollout": 4,                     # a canary judged by what clients feel
     "record": 4,                      # the run record: each run's page and its JSON
     "cli": 5,                         # the command line
     "reference": 6,                   # developers' checks against real SGLang

@@ -37,6 +37,7 @@ STAGES = {
     ],
     "choose": [
         "Choose the next configuration",
+        "Say why the rollback was asked for",
         "Take one choice for every node of a multi-node server",
         "Record the choice in the lock",
     ],

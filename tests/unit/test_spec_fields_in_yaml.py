@@ -43,9 +43,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_identity.deployment": f"{_LEDGER}, and {_REPORT}",
         "sglang_server_identity.paths.log_file": _REPORT,
     },
-    "roles/sglang_bench/tasks/canary_baseline.yml": {
-        "sglang_server_launch_spec.config_hash": "a canary is compared with the one before",
-    },
     "roles/sglang_bench/tasks/measure.yml": {
         "sglang_server_launch_spec.config_hash": _REPORT,
         "sglang_server_launch_spec.group.serves_http": "only the node serving HTTP is measured",

@@ -1,0 +1,202 @@
+"""The canary judged against the servers still on the baseline, signal by signal.
+
+Each signal compares the canary with the baseline servers taken together over one window:
+the share of failed requests (the router's per-worker outcomes and the judge's own probe
+requests), the share of aborted requests (SGLang's counters), p99 time to first token and
+inter-token latency (SGLang's histograms), generation tokens per second of a request (the
+inter-token latency histogram's count over its sum) and the greedy probe outputs. The first
+failing signal decides; too little live traffic makes the latency signals inconclusive, never
+passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_fleet.rollout.metrics import Histogram, ServerSample
+from sglang_fleet.rollout.plan import CanaryPlan
+
+PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
+
+
+@dataclass
+class Side:
+    """What one side (the canary, or the baselines together) showed over the window."""
+
+    sample: ServerSample = field(default_factory=ServerSample)
+    router_success: float = 0.0
+    router_failure: float = 0.0
+    probes_sent: int = 0
+    probes_failed: int = 0
+    outputs: dict[str, str] = field(default_factory=dict)  # prompt -> greedy output
+
+    @property
+    def live_requests(self) -> float:
+        return max(self.sample.requests - self.probes_sent, 0.0)
+
+    def error_rate(self) -> float | None:
+        total = self.router_success + self.router_failure + self.probes_sent
+        return (self.router_failure + self.probes_failed) / total if total else None
+
+    def abort_rate(self) -> float | None:
+        return self.sample.aborted / self.sample.requests if self.sample.requests else None
+
+    def tokens_per_s(self) -> float | None:
+        itl = self.sample.itl
+        return itl.count / itl.total if itl.total > 0 else None
+
+
+def combine(sides: list[Side]) -> Side:
+    """The baseline servers as one side: their counts summed."""
+    out = Side()
+    for s in sides:
+        out.sample = ServerSample(out.sample.requests + s.sample.requests,
+                                  out.sample.aborted + s.sample.aborted,
+                                  _sum(out.sample.ttft, s.sample.ttft),
+                                  _sum(out.sample.itl, s.sample.itl))
+        out.router_success += s.router_success
+        out.router_failure += s.router_failure
+        out.probes_sent += s.probes_sent
+        out.probes_failed += s.probes_failed
+    return out
+
+
+def _sum(a: Histogram, b: Histogram) -> Histogram:
+    bounds = set(a.buckets) | set(b.buckets)
+    return Histogram({le: a.buckets.get(le, 0.0) + b.buckets.get(le, 0.0) for le in bounds},
+                     a.total + b.total, a.count + b.count)
+
+
+def _signal(name: str, canary: float | None, baseline: float | None, threshold: float,
+            failed: bool | None, unit: str = "", note: str = "") -> dict[str, Any]:
+    return {"signal": name, "canary": canary, "baseline": baseline, "threshold": threshold,
+            "failed": failed, "unit": unit, "note": note}
+
+
+def _increase(name: str, canary: float | None, baseline: float | None,
+              limit: float) -> dict[str, Any]:
+    if canary is None or baseline is None:
+        return _signal(name, canary, baseline, limit, None, "share", "no requests counted")
+    return _signal(name, canary, baseline, limit, canary - baseline > limit, "share")
+
+
+def _p99_ratio(name: str, canary: Histogram, baseline: Histogram,
+               limit: float) -> dict[str, Any]:
+    """p99 ratio; where both p99s fall in one bucket the bucket cannot tell them apart, and
+    the means (exact: sum over count) decide."""
+    c, b = canary.quantile(0.99), baseline.quantile(0.99)
+    if c is None or b is None:
+        return _signal(name, None, None, limit, None, "s", "no observations")
+    if (c[1], c[2]) == (b[1], b[2]) and canary.mean() and baseline.mean():
+        cm, bm = canary.mean(), baseline.mean()
+        return _signal(name, cm, bm, limit, cm / bm > limit, "s",
+                       f"both p99s in the {c[1]:g}-{c[2]:g} s bucket: means compared")
+    return _signal(name, c[0], b[0], limit, b[0] > 0 and c[0] / b[0] > limit, "s")
+
+
+def _outputs(canary: Side, baselines: list[Side], limit: float) -> dict[str, Any]:
+    reference = next((s.outputs for s in baselines if s.outputs), {})
+    prompts = [p for p in canary.outputs if p in reference]
+    if not prompts:
+        return _signal("greedy outputs", None, None, limit, None, "share",
+                       "no probe answered on both sides")
+    for other in baselines[1:]:
+        if any(p in other.outputs and other.outputs[p] != reference[p] for p in prompts):
+            return _signal("greedy outputs", None, None, limit, None, "share",
+                           "the baseline servers answer the probes differently: outputs "
+                           "are not comparable")
+    differ = [p for p in prompts if canary.outputs[p] != reference[p]]
+    share = len(differ) / len(prompts)
+    note = f"{len(differ)} of {len(prompts)} prompts differ" + (
+        f", e.g. {differ[0]!r}: {canary.outputs[differ[0]]!r} against "
+        f"{reference[differ[0]]!r}" if differ else "")
+    return _signal("greedy outputs", share, 0.0, limit, share > limit, "share", note)
+
+
+def signals(canary: Side, baselines: list[Side], plan: CanaryPlan) -> list[dict[str, Any]]:
+    t, base = plan.thresholds, combine(baselines)
+    tokens = (canary.tokens_per_s(), base.tokens_per_s())
+    out = [
+        _increase("error rate", canary.error_rate(), base.error_rate(), t.max_error_increase),
+        _outputs(canary, baselines, t.max_output_mismatch),
+        _increase("abort rate", canary.abort_rate(), base.abort_rate(), t.max_abort_increase),
+        _signal("generation tokens/s", tokens[0], tokens[1], t.min_tokens_ratio,
+                None if None in tokens else tokens[0] / tokens[1] < t.min_tokens_ratio,
+                "tok/s", "" if None not in tokens else "no tokens observed"),
+        _p99_ratio("p99 time to first token", canary.sample.ttft, base.sample.ttft,
+                   t.max_ttft_p99_ratio),
+        _p99_ratio("p99 inter-token latency", canary.sample.itl, base.sample.itl,
+                   t.max_itl_p99_ratio),
+    ]
+    return out
+
+
+# Signals measured by the judge's own probe requests: they decide without live traffic.
+_OWN_TRAFFIC = ("error rate", "greedy outputs")
+
+
+def judge(canary: Side, baselines: list[Side], plan: CanaryPlan) -> dict[str, Any]:
+    """The judgement: verdict, the deciding signal with both values, every signal."""
+    found = signals(canary, baselines, plan)
+    base = combine(baselines)
+    live = {"canary": canary.live_requests, "baseline": base.live_requests}
+    starved = [side for side, n in live.items() if n < plan.min_requests]
+    failed = [s for s in found if s["failed"]
+              and (not starved or s["signal"] in _OWN_TRAFFIC)]
+    if failed:
+        verdict, decided = FAILED, failed[0]
+    elif starved or not baselines:
+        verdict, decided = INCONCLUSIVE, None
+    else:
+        verdict, decided = PASSED, None
+    result = {"verdict": verdict, "passed": verdict == PASSED, "signals": found,
+              "decided_by": decided["signal"] if decided else None, "window": plan.window,
+              "live_requests": live}
+    result["message"] = describe(result, plan, starved)
+    return result
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "share":
+        return f"{v:.1%}"
+    if unit == "s":
+        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+    return f"{v:.1f} {unit}".strip()
+
+
+def _comparison(s: dict[str, Any]) -> str:
+    """How the canary stands against the baseline, and the limit it is held to."""
+    canary, baseline, limit = s["canary"], s["baseline"], s["threshold"]
+    if canary is None or baseline is None:
+        return "not judged"
+    if s["unit"] == "share":
+        verb = "more than" if s["failed"] else "within"
+        return f"{(canary - baseline) * 100:+.1f} points, {verb} the {limit * 100:g} allowed"
+    ratio = canary / baseline if baseline else float("inf")
+    if s["signal"] == "generation tokens/s":
+        return f"{ratio:.2f}x, {'below' if s['failed'] else 'within'} the {limit:g}x allowed"
+    return f"{ratio:.2f}x, {'above' if s['failed'] else 'within'} the {limit:g}x allowed"
+
+
+def describe_signal(s: dict[str, Any]) -> str:
+    """One signal in words: its name, both values, how they compare with its limit, any note."""
+    text = (f"{s['signal']}: canary {_value(s['canary'], s['unit'])}, baseline "
+            f"{_value(s['baseline'], s['unit'])} ({_comparison(s)})")
+    return text + (f"; {s['note']}" if s["note"] else "")
+
+
+def describe(result: dict[str, Any], plan: CanaryPlan, starved: list[str]) -> str:
+    live = result["live_requests"]
+    window = (f"over {plan.window:g} s of live traffic (canary {live['canary']:.0f} requests, "
+              f"baseline {live['baseline']:.0f})")
+    if result["verdict"] == FAILED:
+        decided = next(s for s in result["signals"] if s["signal"] == result["decided_by"])
+        return f"failed on {describe_signal(decided)}, {window}"
+    if result["verdict"] == INCONCLUSIVE:
+        why = (f"{' and '.join(starved)} got fewer than {plan.min_requests} live requests"
+               if starved else "no baseline server to compare with")
+        return f"inconclusive: {why}, {window}; never passed without enough traffic"
+    return f"passed every signal {window}"

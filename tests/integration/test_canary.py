@@ -1,0 +1,87 @@
+"""A canary judged by what clients feel, behind the real router under a steady client stream:
+a slower canary is detected, rolled back by itself with no failed client request, and the
+ledger rejects it; a canary that serves like the baseline passes and the rollout goes on.
+
+Servers are simulated (SGLANG_SIM_REGRESS makes the canary slower, docs/simulator.md); the
+router (the pinned sglang-router wheel), the HTTP traffic and the window's seconds are real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_fleet.bench.loadgen import Load
+from sglang_fleet.testfleet.local import make_fleet
+from sglang_fleet.testfleet.router import router_venv
+
+pytestmark = pytest.mark.integration
+
+# A short window for a test (the default is 300 s): 6 clients keep each server busy enough
+# that both sides pass the minimum of 20 live requests many times over.
+JUDGE = {"sglang_fleet_canary": "sim-node-1", "sglang_bench_canary_window": 15}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("canary")
+    fleet = make_fleet(tmp, hosts=3, time_factor=0.005,
+                       router=router_venv(tmp_path_factory.getbasetemp().parent))
+    first = fleet.deploy(extra=fleet.with_stores())
+    assert first.rc == 0, first.output[-3000:]
+    yield fleet
+    fleet.stop()
+    fleet.kill_leftovers()
+
+
+def ledger(fleet) -> list[dict]:
+    path = Path(fleet.extra["sglang_fleet_ledger"])
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ready_hash(fleet, host: str) -> str:
+    return [e for e in ledger(fleet) if e["kind"] == "ready" and e["host"] == host][-1][
+        "config_hash"]
+
+
+def under_load(fleet, **extra):
+    """One canary deploy while 6 clients stream through the router; (run, failed requests)."""
+    load = Load(url=fleet.router_url, clients=6, max_new_tokens=32, duration=600).start()
+    try:
+        run = fleet.deploy(extra=fleet.with_stores(**JUDGE, **extra))
+    finally:
+        load.stop()
+        records = load.wait()
+    return run, [r for r in records if not r.completed]
+
+
+def test_a_slower_canary_is_rolled_back_by_itself_with_no_failed_request(fleet):
+    good = ready_hash(fleet, "sim-node-1")
+    pids = {h: fleet.main_pid(h) for h in ("sim-node-2", "sim-node-3")}
+    run, failed = under_load(fleet, sglang_server_sim_regress="decode=0.5")
+    assert run.rc != 0, run.output[-3000:]
+    assert failed == [], [(r.rid, r.error) for r in failed]
+    text = " ".join(run.output.split())
+    assert "sim-node-1: canary failed on generation tokens/s: canary" in text, text[-4000:]
+    assert "Rolled back by itself" in text and "Rollout stopped" in text
+    assert "because the canary failed on generation tokens/s" in text
+    # Back on the configuration it ran before; the ledger rejects the slower one and says why.
+    assert ready_hash(fleet, "sim-node-1") == good
+    rejected = [e for e in ledger(fleet) if e["kind"] == "rejected"][-1]
+    assert rejected["host"] == "sim-node-1" and rejected["back_to"] == good
+    assert rejected["why"].startswith("the canary failed on generation tokens/s")
+    # The rollout never reached the baseline servers.
+    assert {h: fleet.main_pid(h) for h in pids} == pids
+    assert run.recap["sim-node-2"]["changed"] == 0
+
+
+def test_a_canary_that_serves_like_the_baseline_passes_and_the_rollout_goes_on(fleet):
+    # A new configuration (its hash differs) that serves exactly like the old one.
+    before = fleet.main_pid("sim-node-2")
+    run, failed = under_load(fleet, sglang_server_sim_regress="decode=1")
+    assert run.rc == 0, run.output[-4000:]
+    assert failed == [], [(r.rid, r.error) for r in failed]
+    assert "sim-node-1: canary passed every signal over 15 s of live traffic" in run.output
+    assert fleet.main_pid("sim-node-2") != before, "the rollout went on past the canary"

@@ -1,0 +1,127 @@
+"""The canary's plan, its Prometheus readings and its judgement, signal by signal."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_fleet.rollout.judge import FAILED, INCONCLUSIVE, PASSED, Side, judge
+from sglang_fleet.rollout.metrics import Histogram, ServerSample, router_outcomes, server_sample
+from sglang_fleet.rollout.plan import MAX_PROBES, plan_from_vars
+
+PLAN = plan_from_vars({})[0]
+TTFT_BOUNDS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, float("inf"))
+ITL_BOUNDS = (0.010, 0.015, 0.020, 0.025, 0.030, 0.040, float("inf"))
+
+
+def histogram(bounds, values) -> Histogram:
+    return Histogram({le: float(sum(v <= le for v in values)) for le in bounds},
+                     float(sum(values)), float(len(values)))
+
+
+def side(requests=100, aborted=0, ttft=0.15, itl=0.016, slow_tail=1.0, failures=0,
+         outputs=None, probes=0) -> Side:
+    itls = [itl * (slow_tail if i % 20 == 19 else 1.0) for i in range(2000)]
+    sample = ServerSample(float(requests + probes), float(aborted),
+                          histogram(TTFT_BOUNDS, [ttft] * requests), histogram(ITL_BOUNDS, itls))
+    return Side(sample, router_success=float(requests - failures),
+                router_failure=float(failures), probes_sent=probes,
+                outputs=dict(outputs or {"p": " tok0 tok1"}))
+
+
+@pytest.mark.parametrize("canary, signal", [
+    (side(failures=5), "error rate"),
+    (side(outputs={"p": " tok1 tok2"}), "greedy outputs"),
+    (side(aborted=5), "abort rate"),
+    (side(itl=0.016 / 0.8), "generation tokens/s"),
+    (side(ttft=0.15 * 1.3), "p99 time to first token"),
+    (side(slow_tail=1.6), "p99 inter-token latency"),
+])
+def test_each_regression_fails_the_canary_on_its_own_signal(canary, signal):
+    result = judge(canary, [side(), side()], PLAN)
+    assert result["verdict"] == FAILED and not result["passed"]
+    assert result["decided_by"] == signal
+    assert result["message"].startswith(f"failed on {signal}: canary ")
+    assert "over 300 s of live traffic (canary 100 requests, baseline 200)" in result["message"]
+
+
+def test_a_canary_like_its_baseline_passes_every_signal():
+    result = judge(side(), [side(), side()], PLAN)
+    assert result["verdict"] == PASSED and result["passed"]
+    assert not any(s["failed"] for s in result["signals"])
+
+
+def test_p99s_in_one_bucket_are_told_apart_by_their_means():
+    # 0.15 s and 0.195 s both sit in SGLang's 0.1-0.2 s bucket: the p99s are equal there.
+    ttft = next(s for s in judge(side(ttft=0.195), [side()], PLAN)["signals"]
+                if s["signal"] == "p99 time to first token")
+    assert ttft["failed"] and ttft["canary"] == pytest.approx(0.195)
+    assert "both p99s in the 0.1-0.2 s bucket: means compared" in ttft["note"]
+
+
+def test_too_little_live_traffic_is_inconclusive_never_passed():
+    result = judge(side(requests=5, probes=40), [side()], PLAN)
+    assert result["verdict"] == INCONCLUSIVE and not result["passed"]
+    assert "canary got fewer than 20 live requests" in result["message"]
+    # A latency regression is not believed on five requests...
+    assert judge(side(requests=5, ttft=1.0), [side()], PLAN)["verdict"] == INCONCLUSIVE
+    # ...but what the judge's own probes measured still decides.
+    changed = judge(side(requests=5, outputs={"p": "other"}), [side()], PLAN)
+    assert changed["verdict"] == FAILED and changed["decided_by"] == "greedy outputs"
+
+
+def test_no_baseline_is_inconclusive():
+    assert judge(side(), [], PLAN)["verdict"] == INCONCLUSIVE
+
+
+def test_baselines_that_disagree_leave_the_outputs_unjudged():
+    result = judge(side(outputs={"p": "a"}), [side(outputs={"p": "a"}),
+                                              side(outputs={"p": "b"})], PLAN)
+    outputs = next(s for s in result["signals"] if s["signal"] == "greedy outputs")
+    assert outputs["failed"] is None and "answer the probes differently" in outputs["note"]
+
+
+@pytest.mark.parametrize("variable, value, says", [
+    ("max_ttft_p99_ratio", 1.0, "above 1"),
+    ("max_itl_p99_ratio", float("inf"), "infinity could never fail"),
+    ("min_tokens_ratio", 0, "0 could never fail"),
+    ("max_error_increase", 1, "1 or more could never fail"),
+    ("max_output_mismatch", 1.0, "1 could never fail"),
+    ("max_abort_increase", "lots", "is not a number"),
+    ("window", 0, "positive finite number of seconds"),
+    ("min_requests", 2.5, "positive whole number"),
+    ("probes", [], "give 1 to 64 prompts"),
+    ("probes", ["x"] * (MAX_PROBES + 1), "has 65 prompts"),
+    ("probes", ["ok", ""], "non-empty prompt strings"),
+])
+def test_a_plan_that_could_not_judge_is_refused_naming_the_variable(variable, value, says):
+    plan, problems = plan_from_vars({f"sglang_bench_canary_{variable}": value})
+    assert plan is None and len(problems) == 1
+    assert problems[0].startswith(f"sglang_bench_canary_{variable}=") or \
+        problems[0].startswith(f"sglang_bench_canary_{variable} has")
+    assert says in problems[0]
+
+
+def test_prometheus_text_in_sglangs_and_the_routers_shapes():
+    text = "\n".join([
+        "# HELP sglang:num_requests_total Number of requests processed.",
+        "# TYPE sglang:num_requests_total counter",
+        'sglang:num_requests_total{model_name="m",is_streaming="true"} 30.0',
+        'sglang:num_requests_total{model_name="m",is_streaming="false"} 12.0',
+        "# TYPE sglang:num_aborted_requests_total counter",
+        'sglang:num_aborted_requests_total{model_name="m"} 2.0',
+        "# TYPE sglang:time_to_first_token_seconds histogram",
+        'sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 10.0',
+        'sglang:time_to_first_token_seconds_bucket{le="0.2",model_name="m"} 40.0',
+        'sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 42.0',
+        'sglang:time_to_first_token_seconds_sum{model_name="m"} 6.3',
+        'sglang:time_to_first_token_seconds_count{model_name="m"} 42.0',
+        "# TYPE smg_worker_cb_outcomes_total counter",
+        'smg_worker_cb_outcomes_total{worker="http://127.0.0.1:3000",outcome="success"} 97',
+        'smg_worker_cb_outcomes_total{worker="http://127.0.0.1:3000",outcome="failure"} 3',
+        ""])
+    sample = server_sample(text)
+    assert (sample.requests, sample.aborted) == (42.0, 2.0)
+    assert sample.ttft.count == 42.0 and sample.ttft.buckets[0.2] == 40.0
+    assert sample.ttft.quantile(0.5)[1:] == (0.1, 0.2)
+    assert sample.minus(sample).requests == 0.0
+    assert router_outcomes(text) == {"http://127.0.0.1:3000": {"success": 97.0, "failure": 3.0}}
