@@ -15,7 +15,7 @@ GROUPS = {"all": ["n1", "n2", "r1", "r2"], "ungrouped": [],
 
 
 def test_a_group_of_servers_is_accepted():
-    for group in ("kimi", "llama", "sglang_servers", None):
+    for group in ("kimi", "llama", "sglang_servers", "all", None):
         assert workers_group_errors("r1", group, GROUPS) == []
 
 
@@ -32,6 +32,14 @@ def test_a_group_without_servers_is_refused():
         "host r1: sglang_router_workers_group='sglang_routers': holds no host of the "
         "sglang_servers group: the router would front no server. Fix: set it to the group of "
         "the servers this router fronts, one of: kimi, llama, sglang_servers"]
+
+
+def test_an_inventory_without_servers_is_told_to_add_them():
+    errors = workers_group_errors("r1", None, {"all": ["r1"], "sglang_routers": ["r1"]})
+    assert errors == [
+        "host r1: sglang_router_workers_group='sglang_servers': is not a group of this "
+        "inventory: the router would front no server. Fix: add the servers this router fronts "
+        "to the sglang_servers group"]
 
 
 def test_the_router_spec_filter_adds_the_refusal_to_the_settings_refusals():

@@ -14,7 +14,7 @@ from sglang_fleet.settings.router import BY_NAME, PREFIX
 VARIABLE = PREFIX + "workers_group"
 DEFAULT = BY_NAME["workers_group"].default
 SERVERS = "sglang_servers"
-# Ansible's own groups, never a deployment.
+# Ansible's own groups: accepted, but never offered as a deployment's.
 IMPLICIT = frozenset(("all", "ungrouped"))
 
 
@@ -29,15 +29,16 @@ def workers_group_errors(router: str, group: str | None,
                          groups: Mapping[str, Sequence[str]]) -> list[str]:
     """Why `router`'s workers group fronts no server ([] when it fronts one): a group the
     inventory does not have, or one without a host of the sglang_servers group."""
-    group = group or DEFAULT
+    group = str(group) if group else DEFAULT
     choices = server_groups(groups)
-    fix = f"set it to the group of the servers this router fronts, one of: {', '.join(choices)}"
+    fix = (f"set it to the group of the servers this router fronts, one of: {', '.join(choices)}"
+           if choices else f"add the servers this router fronts to the {SERVERS} group")
     p = Problems(router, prefix="")
     if group not in groups:
         close = difflib.get_close_matches(group, choices, n=1)
         p.error(VARIABLE, group, "is not a group of this inventory: the router would front no "
                 "server", f"did you mean {close[0]!r}? Or {fix}" if close else fix)
-    elif group not in choices:
+    elif not set(groups[group]) & set(groups.get(SERVERS, [])):
         p.error(VARIABLE, group, f"holds no host of the {SERVERS} group: the router would "
                 "front no server", fix)
     return [str(e) for e in p.errors]
