@@ -25,6 +25,8 @@ try:
         router_secrets,
         worker_url,
     )
+    from sglang_fleet.router.workers_group import VARIABLE as WORKERS_GROUP
+    from sglang_fleet.router.workers_group import workers_group_errors
     from sglang_fleet.settings.router import PREFIX
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
@@ -46,11 +48,17 @@ def _router_vars(host_vars):
     return dict((k, host_vars[k]) for k in list(host_vars) if str(k).startswith(PREFIX))
 
 
-def router_spec(host_vars, host, address=None):
-    """hostvars[router] | sglang_fleet_router_spec(router, hostvars[router].ansible_host)."""
+def router_spec(host_vars, host, address=None, groups=None):
+    """hostvars[router] | sglang_fleet_router_spec(router, hostvars[router].ansible_host[,
+    groups]): with `groups`, a workers group that fronts no server is refused too."""
     _need_package()
-    return build_router_spec(_router_vars(host_vars), str(host),
-                             str(address) if address else None)
+    settings = _router_vars(host_vars)
+    built = build_router_spec(settings, str(host), str(address) if address else None)
+    errors = workers_group_errors(str(host), settings.get(WORKERS_GROUP), groups) \
+        if groups is not None else []
+    if errors:
+        built = dict(built, ok=False, errors=built["errors"] + errors, spec=None)
+    return built
 
 
 def router_identity(host_vars, host, address=None):

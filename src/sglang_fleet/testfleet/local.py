@@ -118,6 +118,10 @@ class SimFleet:
     extra: dict[str, Any]
     # Hosts that serve on another host's port: the nodes of a multi-node group share rank 0's.
     shared_port: dict[str, str] = field(default_factory=dict, kw_only=True)
+    # Hosts that serve another model than Kimi-K2.5 (its served name names the deployment).
+    served_names: dict[str, str] = field(default_factory=dict, kw_only=True)
+    # Routers of their own (make_models_fleet): each router host's port.
+    router_ports: dict[str, int] = field(default_factory=dict, kw_only=True)
 
     def host_root(self, host: str) -> Path:
         return self.root / host
@@ -125,8 +129,12 @@ class SimFleet:
     def port(self, host: str) -> int:
         return self.base_port + self.hosts.index(self.shared_port.get(host, host))
 
+    def deployment(self, host: str) -> str:
+        """The deployment's name on its node: served model name and port."""
+        return f"{self.served_names.get(host, 'Kimi-K2.5')}-{self.port(host)}"
+
     def marker(self, host: str) -> str:
-        return f"{host}:Kimi-K2.5-{self.port(host)}"
+        return f"{host}:{self.deployment(host)}"
 
     def url(self, host: str) -> str:
         return f"http://127.0.0.1:{self.port(host)}"
@@ -160,14 +168,14 @@ class SimFleet:
         path.write_text(yaml.safe_dump({**(data or {}), **values}, sort_keys=False))
 
     def main_pid(self, host: str) -> int | None:
-        state = self.host_root(host) / "run" / f"Kimi-K2.5-{self.port(host)}.pid"
+        state = self.host_root(host) / "run" / f"{self.deployment(host)}.pid"
         try:
             return json.loads(state.read_text())["pid"]
         except (OSError, ValueError, KeyError):
             return None
 
     def log_file(self, host: str) -> Path:
-        return self.host_root(host) / "logs" / f"Kimi-K2.5-{self.port(host)}.log"
+        return self.host_root(host) / "logs" / f"{self.deployment(host)}.log"
 
     def processes(self, host: str) -> list[dict[str, Any]]:
         from sglang_fleet.node.process.procs import deployment_processes
@@ -201,6 +209,10 @@ class SimFleet:
     def router_root(self) -> Path:
         return self.root / "sim-router"
 
+    def routed_at(self, router: str) -> str:
+        """The URL of a router of its own (make_models_fleet)."""
+        return f"http://127.0.0.1:{self.router_ports[router]}"
+
     def router_marker(self) -> str:
         return f"sim-router:sglang-router-{self.extra['sglang_fleet_router_port']}"
 
@@ -211,6 +223,8 @@ class SimFleet:
             stop_deployment(self.marker(host), term_timeout=5)
         if "sglang_fleet_router_port" in self.extra:
             stop_deployment(self.router_marker(), term_timeout=5)
+        for name, port in self.router_ports.items():
+            stop_deployment(f"{name}:sglang-router-{port}", term_timeout=5)
 
 
 def tp_settings(tp: int | None) -> dict[str, Any]:
@@ -310,6 +324,39 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
                            "sglang_router_disable_circuit_breaker": True,
                            "sglang_router_extra_args": ["--decode-policy", "round_robin"]}
     hosts.write_text(yaml.safe_dump(data))
+    return fleet
+
+
+def make_models_fleet(tmp: Path, models: dict[str, dict[str, Any]], router: Path,
+                      time_factor: float = 0.01) -> SimFleet:
+    """Several models in one inventory: each key of `models` an inventory group (a deployment)
+    of one simulated server (sim-node-1, ... in order) with the value as its group's vars, and
+    a router of its own, router-<group>, whose sglang_router_workers_group is that group, on a
+    port of its own. `router` is a virtualenv with sglang-router installed."""
+    fleet = make_fleet(tmp, hosts=len(models), router=router, time_factor=time_factor)
+    hosts = fleet.inventory / "hosts.yml"
+    data = yaml.safe_load(hosts.read_text())
+    servers = data["all"]["children"]["sglang_servers"]
+    index = servers.pop("hosts")
+    servers["children"] = {group: {"hosts": {host: index[host]}}
+                           for group, host in zip(models, fleet.hosts, strict=True)}
+    # Each router's ports are its host's vars: extra vars would give every router the same.
+    for key in ("sglang_fleet_router_port", "sglang_router_prometheus_port"):
+        del fleet.extra[key]
+    base = free_port_block(2 * len(models))
+    routers = {}
+    for i, group in enumerate(models):
+        name = f"router-{group}"
+        fleet.router_ports[name] = base + 2 * i
+        routers[name] = {"sglang_router_workers_group": group,
+                         "sglang_router_port": base + 2 * i,
+                         "sglang_router_prometheus_port": base + 2 * i + 1}
+    data["all"]["children"]["sglang_routers"]["hosts"] = routers
+    hosts.write_text(yaml.safe_dump(data))
+    for (group, settings), host in zip(models.items(), fleet.hosts, strict=True):
+        (fleet.inventory / "group_vars" / f"{group}.yml").write_text(yaml.safe_dump(settings))
+        if "sglang_server_served_model_name" in settings:
+            fleet.served_names[host] = settings["sglang_server_served_model_name"]
     return fleet
 
 
