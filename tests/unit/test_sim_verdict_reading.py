@@ -109,11 +109,19 @@ def test_without_a_verdict_the_simulator_says_so_once_and_runs_its_own_checks(
         start(monkeypatch, config)
     said = [x for x in capsys.readouterr().out.splitlines() if "No verdict of SGLang" in x]
     assert len(said) == 1, said
-    assert said[0].endswith("The simulator runs its own copies of some of 0.5.23's checks "
-                            "instead.")
+    assert said[0].endswith("The simulator runs its own copies of 17 of them instead.")
     reason = {"no configuration": "no configuration hash (SGLANG_FLEET_CONFIG)",
               "not judged": f"no verdict of SGLang {VERSION} on configuration {CONFIG}",
               "verdict deleted": "is missing from",
               "parser only": "ran only its parser on the controller",
               "needs a GPU build": "could not run on the controller (ModuleNotFoundError"}
     assert reason[situation] in said[0]
+
+
+def test_a_release_without_copies_says_nothing_stands_in_for_its_checks(cache, monkeypatch,
+                                                                        capsys):
+    monkeypatch.setattr(server_args, "VERSION", "0.5.4.post3")
+    monkeypatch.delenv("SGLANG_FLEET_CONFIG", raising=False)
+    assert server_args.release_verdict() is None
+    assert capsys.readouterr().out.rstrip().endswith(
+        "The simulator has no copy of SGLang 0.5.4.post3's checks after its parser.")

@@ -26,7 +26,7 @@ from typing import Any
 
 from sglang_fleet.known.catalogue import Catalogue, catalogue
 from sglang_fleet.known.release_check import config_verdict, needs_gpu_build
-from sglang_fleet.known.sglang_checks import refusals
+from sglang_fleet.known.sglang_checks import CHECKS, refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.engine.failures import refusal_error, verdict_error
 
@@ -61,8 +61,10 @@ def release_verdict() -> dict[str, Any] | None:
         return verdict
     from sglang_fleet.sim.engine.runtime import log  # it reads VERSION from here
 
-    log(f"No verdict of SGLang {VERSION}'s own checks for this command line: {missing}. "
-        f"The simulator runs its own copies of some of 0.5.23's checks instead.")
+    copies = len(CHECKS.get(VERSION, ()))
+    log(f"No verdict of SGLang {VERSION}'s own checks for this command line: {missing}. " + (
+        f"The simulator runs its own copies of {copies} of them instead." if copies else
+        f"The simulator has no copy of SGLang {VERSION}'s checks after its parser."))
     return None
 
 
