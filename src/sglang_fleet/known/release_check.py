@@ -213,9 +213,12 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
         also = _key(case["version"], shifted) if shifted else None
         hit = _cached(case["version"], key)
         accepted = _cached(case["version"], also) if also and hit is None else None
-        if hit is not None or (accepted or {}).get("ok"):
-            verdicts[host] = hit if hit is not None else accepted  # type: ignore[assignment]
-            _remember_config(case, key if hit is not None else also, question)  # type: ignore[arg-type]
+        if hit is not None:
+            verdicts[host] = hit
+            _remember_config(case, key, question)
+        elif accepted is not None and also and accepted.get("ok"):
+            verdicts[host] = accepted
+            _remember_config(case, also, question)
         else:
             pending.setdefault(case["version"], []).append(Asked(host, question, key, also))
     for version, asked in pending.items():
