@@ -213,8 +213,12 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
         also = _key(case["version"], shifted) if shifted else None
         hit = _cached(case["version"], key)
         accepted = _cached(case["version"], also) if also and hit is None else None
-        if hit is not None or (accepted or {}).get("ok"):
-            verdicts[host] = hit if hit is not None else accepted  # type: ignore[assignment]
+        if hit is not None:
+            verdicts[host] = hit
+            _remember_config(case, key, question)
+        elif accepted is not None and also and accepted.get("ok"):
+            verdicts[host] = accepted
+            _remember_config(case, also, question)
         else:
             pending.setdefault(case["version"], []).append(Asked(host, question, key, also))
     for version, asked in pending.items():
@@ -232,7 +236,45 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
             if answer["ok"] and a.shifted_key:
                 release_cache.write_json(folder / f"{a.shifted_key}.json", answer)
             verdicts[a.host] = answer
+            _remember_config(cases[a.host], a.key, a.question)
     return verdicts
+
+
+# ---- the verdict, read by a simulated server -----------------------------------------------
+# A simulated server runs on the controller's machine: it finds the verdict on its own command
+# line by the configuration hash its environment carries (SGLANG_FLEET_CONFIG), instead of
+# running the pipeline again (seconds of CPU per server). The case of a simulated server holds
+# that hash ("sim_config", spec.py); judge records which verdict it got.
+
+def _config_file(version: str, config_hash: str) -> Path:
+    return release_cache.root() / "verdicts" / version / "configs" / f"{config_hash}.json"
+
+
+def _remember_config(case: dict[str, Any], key: str, question: dict[str, Any]) -> None:
+    if case.get("sim_config"):
+        release_cache.write_json(_config_file(case["version"], case["sim_config"]),
+                                 {"key": key, "parse_only": question["parse_only"]})
+
+
+def config_verdict(version: str, config_hash: str | None
+                   ) -> tuple[dict[str, Any] | None, str]:
+    """The release's verdict on a deployed configuration's command line, with "parse_only"
+    (only its parser ran: the controller had no config.json for the model); else None and
+    why there is none, in a sentence."""
+    if not config_hash:
+        return None, ("no configuration hash (SGLANG_FLEET_CONFIG): a server not started by "
+                      "a deploy")
+    where = _config_file(version, config_hash)
+    try:
+        entry = json.loads(where.read_text())
+        key, parse_only = str(entry["key"]), bool(entry.get("parse_only"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, (f"no verdict of SGLang {version} on configuration {config_hash} in "
+                      f"{where.parent}")
+    verdict = _cached(version, key)
+    if verdict is None:
+        return None, f"its verdict {key} is missing from {where.parent.parent}"
+    return {**verdict, "parse_only": parse_only}, ""
 
 
 # ---- the verdict, said to the operator -----------------------------------------------------
@@ -282,6 +324,13 @@ def describe(verdict: dict[str, Any]) -> str:
     return line
 
 
+def needs_gpu_build(verdict: dict[str, Any]) -> bool:
+    """Not SGLang's verdict on the line: its resolution imports a module only a GPU build of
+    SGLang has, which a CPU-only controller cannot load."""
+    return " ".join(verdict.get("error") or []).startswith(("ModuleNotFoundError",
+                                                           "ImportError"))
+
+
 def problems(host: str, case: dict[str, Any], verdict: dict[str, Any],
              flag_dests: dict[str, str]) -> tuple[list[str], list[str]]:
     """The host's errors and notes from its release's verdict."""
@@ -297,8 +346,7 @@ def problems(host: str, case: dict[str, Any], verdict: dict[str, Any],
     if verdict.get("ok"):
         return [], notes
     final = " ".join(verdict.get("error") or [])
-    if final.startswith(("ModuleNotFoundError", "ImportError")):
-        # Not SGLang's verdict on the line: its resolution needs a GPU build of a module.
+    if needs_gpu_build(verdict):
         raised = verdict.get("raised_at") or {}
         return [], notes + [f"host {host}: not checked by SGLang {version}'s resolution: it "
                             f"imports what a CPU-only controller cannot load ({final}, "

@@ -979,7 +979,10 @@ def build_launch_spec(
         "sim": _simulated_node(v, cmd, layout, topo) if simulated else None,
     }
     spec["group"]["fingerprint"] = config_hash(_group_view(spec))
-    return {**_result(p, spec), "release_case": cmd.release_case}
+    case = cmd.release_case
+    if case and simulated:  # where the simulated server finds its verdict (release_check)
+        case = {**case, "sim_config": chash}
+    return {**_result(p, spec), "release_case": case}
 
 
 def _seed_server(v: Validated, host: str, seed_host: seed.SeedHost | None, p: Problems

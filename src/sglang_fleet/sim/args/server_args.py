@@ -7,6 +7,13 @@ package) carries every option with its aliases, types, choices and defaults, so 
 accepts and refuses exactly what the real one does (tests/reference checks it against the real
 parser).
 The release is SGLANG_SIM_VERSION (the deploy sets it to the pinned release), default 0.5.23.
+
+After the parser, the release itself decides: the controller ran its resolution pipeline on
+this server's command line before the deploy (known.release_check), and the server reads that
+verdict by its configuration hash (SGLANG_FLEET_CONFIG) from the controller's cache on this
+machine. Where there is none (a server started by hand, a cache elsewhere) or the release's
+resolution could not run there, the simulator says so once and runs its own copies of some
+of 0.5.23's checks (known.sglang_checks).
 """
 
 from __future__ import annotations
@@ -15,12 +22,17 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from sglang_fleet.known.catalogue import Catalogue, catalogue
-from sglang_fleet.known.sglang_checks import refusals
+from sglang_fleet.known.release_check import config_verdict, needs_gpu_build
+from sglang_fleet.known.sglang_checks import CHECKS, refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
-from sglang_fleet.sim.engine.failures import refusal_error
+from sglang_fleet.sim.engine.failures import refusal_error, verdict_error
 
+# The configuration hash a deploy gives each server (launch.spec.CONFIG_VAR): not imported,
+# since the LaunchSpec builder is much more than a server's start needs.
+CONFIG_VAR = "SGLANG_FLEET_CONFIG"
 DEFAULT_VERSION = "0.5.23"
 VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
 
@@ -33,13 +45,47 @@ def build_parser() -> argparse.ArgumentParser:
     return catalogue(VERSION).build_parser()
 
 
+def release_verdict() -> dict[str, Any] | None:
+    """The pinned release's verdict on this server's command line, where the release decided
+    its resolution; else None, said once in the log with the reason."""
+    verdict, missing = config_verdict(VERSION, os.environ.get(CONFIG_VAR))
+    if verdict is None:
+        pass
+    elif verdict["ok"] and verdict["parse_only"]:
+        missing = (f"SGLang {VERSION} ran only its parser on the controller (it had no "
+                   f"config.json for the model)")
+    elif needs_gpu_build(verdict):
+        missing = (f"SGLang {VERSION}'s resolution could not run on the controller "
+                   f"({' '.join(verdict['error'])})")
+    else:
+        return verdict
+    from sglang_fleet.sim.engine.runtime import log  # it reads VERSION from here
+
+    copies = len(CHECKS.get(VERSION, ()))
+    log(f"No verdict of SGLang {VERSION}'s own checks for this command line: {missing}. " + (
+        f"The simulator runs its own copies of {copies} of them instead." if copies else
+        f"The simulator has no copy of SGLang {VERSION}'s checks after its parser."))
+    return None
+
+
 class SimServerArgs(argparse.Namespace):
     """The parsed arguments, with ServerArgs' two steps that refuse a configuration before any
     worker starts: resolve_once (argument resolution) and check_server_args, which here also
-    holds the parallel-topology check that SGLang's publish makes right after it. Each raises
-    SGLang's own error, message and traceback (sglang_fleet.known.sglang_checks)."""
+    holds the parallel-topology check that SGLang's publish makes right after it. The release's
+    own verdict decides (release_verdict); without one, each step raises the error, message
+    and traceback of the simulator's copy of SGLang's check (known.sglang_checks)."""
+
+    _verdict: dict[str, Any] | None = None
+    _asked = False
 
     def _refuse(self, stages: tuple[str, ...]) -> None:
+        if not self._asked:
+            self._asked, self._verdict = True, release_verdict()
+        if self._verdict is not None:
+            # SGLang stops at its first refusal: resolution comes first.
+            if not self._verdict["ok"] and "resolve" in stages:
+                raise verdict_error(self._verdict)
+            return
         for refusal in refusals(VERSION, vars(self)):
             if refusal.stage in stages:
                 raise refusal_error(refusal)

@@ -15,6 +15,7 @@ Python traceback of the simulator carries SGLang's own last line. Sources:
 
 from __future__ import annotations
 
+import builtins
 import errno
 import math
 import os
@@ -235,6 +236,8 @@ class SGLangError(Exception):
         return f"{name}: {self.message}" if self.message else name
 
     def traceback_text(self) -> str:
+        if not self.frames:  # raised where no frame is known: Python prints the line alone
+            return f"{self.final_line}\n"
         lines = ["Traceback (most recent call last):"]
         for file, line, function, code in self.frames:
             lines.append(f'  File "{SGLANG_ROOT}/{file}", line {line}, in {function}')
@@ -242,8 +245,8 @@ class SGLangError(Exception):
         return "\n".join(lines) + f"\n{self.final_line}\n"
 
 
-def _as_builtin(base: type[Exception]) -> type[SGLangError]:
-    cls = type(base.__name__, (SGLangError, base), {})
+def _as_builtin(base: type[Exception], name: str = "") -> type[SGLangError]:
+    cls = type(name or base.__name__, (SGLangError, base), {})
     cls.__module__ = "builtins"  # printed as plain AssertionError / ValueError
     return cls
 
@@ -266,6 +269,22 @@ _ERRORS.update((name, _as_torch(name)) for name in ("DistStoreError", "DistNetwo
 def sglang_error(error: str, frames: list[tuple[str, int, str, str]],
                  message: str = "") -> SGLangError:
     return _ERRORS[error](frames, message)
+
+
+def verdict_error(verdict: dict[str, Any]) -> SGLangError:
+    """The error of a refusal by the release's own pipeline (release_check), as its verdict
+    records it: SGLang's final line and the frame that raised it. The frames above that one
+    are not in the verdict, so the traceback holds only SGLang's own raising frame."""
+    final = " ".join(verdict.get("error") or ["RuntimeError"])
+    name, _, message = final.partition(": ")
+    if name not in _ERRORS:
+        base = getattr(builtins, name, None)
+        _ERRORS[name] = _as_builtin(base if isinstance(base, type) and
+                                    issubclass(base, Exception) else Exception, name)
+    raised = verdict.get("raised_at")
+    frames = [(raised["file"], raised["line"], raised["function"], raised["code"])] \
+        if raised else []
+    return _ERRORS[name](frames, message)
 
 
 def refusal_error(refusal: Any) -> SGLangError:
