@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
+from sglang_fleet.node.router.api import parse_prometheus
 
 REQUESTS = "sglang:num_requests"
 ABORTED = "sglang:num_aborted_requests"
@@ -60,41 +60,40 @@ class ServerSample:
                             self.ttft.minus(earlier.ttft), self.itl.minus(earlier.itl))
 
 
-def _add_histogram(h: Histogram, sample_name: str, labels: dict[str, str], value: float) -> None:
-    if sample_name.endswith("_bucket"):
+def _add_histogram(h: Histogram, name: str, family: str, labels: dict[str, str],
+                   value: float) -> None:
+    suffix = name[len(family):]
+    if suffix == "_bucket":
         le = float(labels["le"])
         h.buckets[le] = h.buckets.get(le, 0.0) + value
-    elif sample_name.endswith("_sum"):
+    elif suffix == "_sum":
         h.total += value
-    elif sample_name.endswith("_count"):
+    elif suffix == "_count":
         h.count += value
 
 
 def server_sample(text: str) -> ServerSample:
     """The counters and histograms a canary is judged by, from one /metrics text."""
     out = ServerSample()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if family.name == REQUESTS and s.name.endswith("_total"):
-                out.requests += s.value
-            elif family.name == ABORTED and s.name.endswith("_total"):
-                out.aborted += s.value
-            elif family.name == TTFT:
-                _add_histogram(out.ttft, s.name, s.labels, s.value)
-            elif family.name == ITL:
-                _add_histogram(out.itl, s.name, s.labels, s.value)
+    for (name, label_set), value in parse_prometheus(text).items():
+        labels = dict(label_set)
+        if name == REQUESTS + "_total":
+            out.requests += value
+        elif name == ABORTED + "_total":
+            out.aborted += value
+        elif name.startswith(TTFT + "_"):
+            _add_histogram(out.ttft, name, TTFT, labels, value)
+        elif name.startswith(ITL + "_"):
+            _add_histogram(out.itl, name, ITL, labels, value)
     return out
 
 
 def router_outcomes(text: str) -> dict[str, dict[str, float]]:
     """Per worker URL, the router's count of each outcome ({"success": n, "failure": m})."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for family in text_string_to_metric_families(text):
-        if family.name != ROUTER_OUTCOMES:
-            continue
-        for s in family.samples:
-            if s.name.endswith("_total") and "worker" in s.labels:
-                worker = s.labels["worker"].rstrip("/")
-                outcome = s.labels.get("outcome", "")
-                out[worker][outcome] = out[worker].get(outcome, 0.0) + s.value
+    for (name, label_set), value in parse_prometheus(text).items():
+        labels = dict(label_set)
+        if name == ROUTER_OUTCOMES + "_total" and "worker" in labels:
+            worker, outcome = labels["worker"].rstrip("/"), labels.get("outcome", "")
+            out[worker][outcome] = out[worker].get(outcome, 0.0) + value
     return dict(out)

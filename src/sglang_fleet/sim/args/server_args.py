@@ -29,6 +29,7 @@ from sglang_fleet.known.release_check import config_verdict, needs_gpu_build
 from sglang_fleet.known.sglang_checks import CHECKS, refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
 from sglang_fleet.sim.engine.failures import refusal_error, verdict_error
+from sglang_fleet.sim.engine.logline import log
 
 # The configuration hash a deploy gives each server (launch.spec.CONFIG_VAR): not imported,
 # since the LaunchSpec builder is much more than a server's start needs.
@@ -59,8 +60,6 @@ def release_verdict() -> dict[str, Any] | None:
                    f"({' '.join(verdict['error'])})")
     else:
         return verdict
-    from sglang_fleet.sim.engine.runtime import log  # it reads VERSION from here
-
     copies = len(CHECKS.get(VERSION, ()))
     log(f"No verdict of SGLang {VERSION}'s own checks for this command line: {missing}. " + (
         f"The simulator runs its own copies of {copies} of them instead." if copies else

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -23,6 +21,7 @@ from sglang_fleet.known.sim_regress import Regression, regression_from_env
 from sglang_fleet.node.gpu import simgpu
 from sglang_fleet.sim.args.server_args import VERSION
 from sglang_fleet.sim.engine.graphs import CapturePlan, backends, capture_plan
+from sglang_fleet.sim.engine.logline import log as log  # the processes import it from here
 from sglang_fleet.sim.engine.topology import Topology
 from sglang_fleet.sim.srt.layers.deep_gemm_wrapper.compile_utils import deep_gemm_cache_dir
 
@@ -283,10 +282,3 @@ def bug_faults(rt: SimRuntime) -> list[Fault]:
     return [Fault(kind=bug["fault"]["kind"], phase=bug["fault"].get("phase"),
                   message=bug["fault"].get("message"), source=f"SGLang bug {bug['id']}")
             for bug in known_bugs() if _holds(bug["when"], facts)]
-
-
-def log(message: str, prefix: str = "", end: str = "\n") -> None:
-    """SGLang's log format: `[YYYY-mm-dd HH:MM:SS<prefix>] message`."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    sys.stdout.write(f"[{stamp}{prefix}] {message}{end}")
-    sys.stdout.flush()
