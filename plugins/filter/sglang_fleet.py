@@ -34,6 +34,7 @@ try:
     from sglang_fleet.recovery.decisions import (
         choose_next,
         choose_rollback,
+        kept_envs,
         last_ready,
         previous_roots,
         recent_recoveries,
@@ -235,6 +236,15 @@ def running_config(ledger_path, host):
     return {"config_hash": entry.get("config_hash") or "", "settings": entry.get("settings")}
 
 
+def kept_envs_filter(ledger_path, host, config_hash):
+    """ledger | sglang_fleet_kept_envs(inventory_hostname, config_hash): the pip release
+    environments of the host's previous ready and last known good configurations, which a
+    prune keeps (see recovery.kept_envs)."""
+    _need_package()
+    defaults = {s.variable: s.default for s in SERVER_TABLE}
+    return kept_envs(read_jsonl(ledger_path), str(host), str(config_hash), defaults)
+
+
 def previous_roots_filter(ledger_path, host, root):
     """ledger | sglang_fleet_previous_roots(inventory_hostname, root): the roots the host's
     servers became ready from before, other than `root` (see recovery.previous_roots)."""
@@ -347,6 +357,7 @@ class FilterModule(object):
             "sglang_fleet_bench_result_entry": bench_result_entry,
             "sglang_fleet_running_config": running_config,
             "sglang_fleet_previous_roots": previous_roots_filter,
+            "sglang_fleet_kept_envs": kept_envs_filter,
             "sglang_fleet_stored_result": stored_result,
             "sglang_fleet_canary_gate": canary_gate,
             "sglang_fleet_state_path": state_path_filter,
