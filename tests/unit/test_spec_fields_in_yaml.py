@@ -90,7 +90,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.pd": "a PD server joins as its side",
     },
     "roles/sglang_server/tasks/argcheck.yml": {
-        "sglang_server_launch_spec.install.mode": "check mode has no pip install to parse with",
         "sglang_server_launch_spec.sglang_version": "the simulator parses as that release",
     },
     "roles/sglang_server/tasks/converge.yml": {
