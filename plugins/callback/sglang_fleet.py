@@ -148,6 +148,7 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_evidence"),
     ("action", "sglang.fleet.sglang_stop"),
     ("action", "sglang.fleet.sglang_shm_cleanup"),
+    ("action", "sglang.fleet.sglang_env"),
     ("action", "sglang.fleet.sglang_port_owner"),
     ("action", "sglang.fleet.sglang_bench"),
     ("action", "sglang.fleet.sglang_kernel_cache"),

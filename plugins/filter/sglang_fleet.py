@@ -34,6 +34,7 @@ try:
     from sglang_fleet.recovery.decisions import (
         choose_next,
         choose_rollback,
+        kept_envs,
         previous_roots,
         recent_recoveries,
     )
@@ -230,6 +231,15 @@ def bench_result_entry(spec, benchmark, label="", run_id=""):
     return result_entry(dict(spec), dict(benchmark), str(label or ""), str(run_id or ""))
 
 
+def kept_envs_filter(ledger_path, host, config_hash):
+    """ledger | sglang_fleet_kept_envs(inventory_hostname, config_hash): the pip release
+    environments of the host's previous ready and last known good configurations, which a
+    prune keeps (see recovery.kept_envs)."""
+    _need_package()
+    defaults = {s.variable: s.default for s in SERVER_TABLE}
+    return kept_envs(read_jsonl(ledger_path), str(host), str(config_hash), defaults)
+
+
 def previous_roots_filter(ledger_path, host, root):
     """ledger | sglang_fleet_previous_roots(inventory_hostname, root): the roots the host's
     servers became ready from before, other than `root` (see recovery.previous_roots)."""
@@ -354,6 +364,7 @@ class FilterModule(object):
             "sglang_fleet_canary_targets": canary_targets_filter,
             "sglang_fleet_canary_problems": canary_problems,
             "sglang_fleet_canary_signal": canary_signal,
+            "sglang_fleet_kept_envs": kept_envs_filter,
             "sglang_fleet_state_path": state_path_filter,
             "sglang_fleet_split_group": split_group_filter,
             "sglang_fleet_machine_clashes": machine_clashes,

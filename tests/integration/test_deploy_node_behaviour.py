@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sglang_fleet.launch.envs import env_id
 from sglang_fleet.node.process import procs
 from sglang_fleet.runs.runner import playbook_run
 from sglang_fleet.testfleet.local import BIN, REPO, http_status, make_fleet, make_tp16_group
@@ -85,7 +86,8 @@ def test_pip_install_path_in_check_mode(tmp_path):
                and e["event_data"]["task"].startswith("Install the pinned SGLang"))
     args = pip["invocation"]["module_args"]
     assert args["name"] == ["sglang[all]==0.5.23", "py-spy"]
-    assert args["virtualenv"] == str(tmp_path / "opt" / "venv")
+    # The release's own environment, named by its requirement lines (launch/envs.py).
+    assert args["virtualenv"] == str(tmp_path / "opt" / "envs" / env_id(args["name"]))
     assert args["virtualenv_command"] == "/usr/bin/python3 -m venv"
     assert pip["changed"] is True
     files_task = next(e["event_data"]["res"] for e in events

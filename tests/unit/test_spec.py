@@ -38,7 +38,9 @@ def test_defaults_build_the_incident_configuration():
     assert result["ok"], result["errors"]
     spec = result["spec"]
     argv = spec["argv"]
-    assert argv[:3] == ["/opt/sglang-fleet/venv/bin/python", "-m", "sglang.launch_server"]
+    env = spec["install"]["env"]
+    assert env["path"] == f"/opt/sglang-fleet/envs/{env['id']}"
+    assert argv[:3] == [f"{env['path']}/bin/python", "-m", "sglang.launch_server"]
     assert argv[argv.index("--tp-size") + 1] == "8"
     assert argv[argv.index("--attention-backend") + 1] == "triton"
     assert spec["env"]["SGLANG_FLEET_DEPLOYMENT"] == "node1:Kimi-K2.5-30000"
@@ -146,6 +148,7 @@ def test_extra_env_names_are_checked():
     ("model_path", "/models/x\nrm -rf /", "newline"),
     ("extra_args", "--log-level debug", "list of strings"),
     ("trust_remote_code", "maybe", "boolean"),
+    ("env_keep", 0, "out of range"),
 ])
 def test_bad_values_name_variable_value_and_fix(name, value, needle):
     text = only_error(build(attention_backend="triton", **{name: value}), needle)

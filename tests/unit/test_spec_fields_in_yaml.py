@@ -87,7 +87,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.pd": "a PD server joins as its side",
     },
     "roles/sglang_server/tasks/argcheck.yml": {
-        "sglang_server_launch_spec.install.mode": "check mode has no pip install to parse with",
         "sglang_server_launch_spec.sglang_version": "the simulator parses as that release",
     },
     "roles/sglang_server/tasks/converge.yml": {
@@ -97,15 +96,17 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.gate.max_polls": "how many observations the gate repeats",
         "sglang_server_launch_spec.gate.poll_interval": "how long each observation waits",
         "sglang_server_launch_spec.config_hash": _LEDGER,
+        "sglang_server_launch_spec.install.env.kind": "only a pip environment is pruned",
         "sglang_server_launch_spec.deployment": _LEDGER,
         "sglang_server_launch_spec.settings": f"{_LEDGER} (the last known good's inputs)",
         "sglang_server_launch_spec.secret_fingerprints": f"{_LEDGER} (for run records)",
     },
     "roles/sglang_server/tasks/install.yml": {
-        "sglang_server_launch_spec.install.mode": "only a pip install installs",
-        "sglang_server_launch_spec.install.pip_requirements": "ansible.builtin.pip's own input",
+        "sglang_server_launch_spec.install.env": "ansible.builtin.pip's own input (the "
+                                                 "environment's folder and requirements)",
+        "sglang_server_launch_spec.install.env.kind": "only a pip environment is installed",
         "sglang_server_launch_spec.install.python": "ansible.builtin.pip's own input",
-        "sglang_server_launch_spec.paths.venv": "ansible.builtin.pip's own input",
+        "sglang_server_launch_spec.install.pip_extra_args": "ansible.builtin.pip's own input",
     },
     "roles/sglang_server/tasks/observe.yml": {
         "_spec.group.name": "a group's lock stays until the whole group has its verdict",

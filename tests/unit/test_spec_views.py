@@ -230,9 +230,23 @@ def test_the_kernel_cache_view_names_the_keys_folders_and_refuses_a_server_witho
         options_sent("sglang_kernel_cache", {"from_spec": spec, "state": "compared"})
 
 
+def test_the_env_view_names_the_pip_environment_and_refuses_a_server_without(
+        spec, monkeypatch):
+    env = spec["install"]["env"]
+    sent = options_sent("sglang_env", {"from_spec": spec, "state": "check"})
+    assert sent == {"envs_dir": spec["paths"]["envs_dir"], "env_id": env["id"],
+                    "requirements": env["requirements"], "keep": 2, "state": "check"}
+    accepted("sglang_env", sent, monkeypatch)
+    existing = build_launch_spec(dict(role_defaults(), sglang_server_attention_backend="triton",
+                                      sglang_server_install_mode="existing"), "node1")["spec"]
+    with pytest.raises(AnsibleActionFail, match="install mode existing has no release environment"):
+        options_sent("sglang_env", {"from_spec": existing, "state": "check"})
+
+
 TESTED = {"sglang_argcheck", "sglang_evidence", "sglang_stop", "sglang_shm_cleanup",
           "sglang_port_owner", "sglang_bench", "sglang_deployment_files", "sglang_lock",
-          "sglang_service", "sglang_health", "sglang_node", "sglang_kernel_cache"}
+          "sglang_service", "sglang_health", "sglang_node", "sglang_kernel_cache",
+          "sglang_env"}
 
 
 def test_every_module_that_takes_from_spec_has_its_view_plugin_and_a_test_here():

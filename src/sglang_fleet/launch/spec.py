@@ -40,7 +40,7 @@ from sglang_fleet.known.reviewed import (
 from sglang_fleet.known.rules import Rule, matching_rules
 from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.known.sim_regress import RegressionError, parse_regress
-from sglang_fleet.launch import clashes, pd, seed
+from sglang_fleet.launch import clashes, envs, pd, seed
 from sglang_fleet.launch.kernel_cache import kernel_cache_view
 from sglang_fleet.launch.render import unit_path_problem
 from sglang_fleet.launch.views import SCHEMA
@@ -658,7 +658,8 @@ def paths(root: str, deployment: str, manager: str, shm_dir: str) -> dict[str, A
         # The LaunchSpec last started, copied there by the service at each start (0600).
         "running_spec": f"{root}/run/{deployment}.running-spec.json",
         "log_file": f"{root}/logs/{deployment}.log",
-        "venv": f"{root}/venv",
+        # One release environment per pinned requirement set (launch/envs.py).
+        "envs_dir": f"{root}/envs",
         "baseline_file": f"{root}/run/{deployment}.baseline.json",
         "recover_lock": f"{root}/run/{deployment}.recover.lock",
         "evidence_dir": f"{root}/evidence",
@@ -872,16 +873,14 @@ def build_launch_spec(
 
     layout = paths(root, deployment, v["service_manager"], v["shm_dir"])
     mode = v["install_mode"]
-    if mode == "pip":
-        server_python = f"{layout['venv']}/bin/python"
-        launch = [server_python, "-m", v.release.launch_module]
-        args_parser = v.release.args_parser
-    elif mode == "existing":
-        server_python = v["python"]
+    requirements = envs.pip_requirements(v["pip_package"], v.release.version,
+                                         v["pip_extra_packages"])
+    release_env = envs.environment(mode, bool(v["sim_pip"]), root, requirements, v["python"])
+    server_python = release_env["python"]
+    if mode in ("pip", "existing"):
         launch = [server_python, "-m", v.release.launch_module]
         args_parser = v.release.args_parser
     else:
-        server_python = v["python"]
         launch = [server_python, "-m", "sglang_fleet.sim.launch_server"]
         args_parser = "sglang_fleet.sim.args.server_args:prepare_server_args"
 
@@ -941,8 +940,11 @@ def build_launch_spec(
             "mode": mode,
             "python": v["python"],
             "server_python": server_python,
-            "pip_requirements": [f"{v['pip_package']}=={v.release.version}",
-                                 *list(v["pip_extra_packages"] or [])],
+            "pip_requirements": requirements,
+            "pip_extra_args": v["pip_extra_args"],
+            # The release environment it runs on; pruning keeps sglang_server_env_keep.
+            "env": release_env,
+            "env_keep": v["env_keep"],
             "args_parser": args_parser,
         },
         "gpu": {"backend": "simulated" if simulated else "nvml",

@@ -314,6 +314,17 @@ def kernel_cache_places(spec: dict[str, Any]) -> dict[str, Any]:
             "snapshots": view["snapshots"], "user": spec["service"]["user"]}
 
 
+def env_view(spec: dict[str, Any]) -> dict[str, Any]:
+    """sglang_env's options: the server's pip release environment (launch/envs.py) and how
+    many of them the node keeps."""
+    env = spec["install"]["env"]
+    if env["kind"] != "pip":
+        raise ValueError(f"install.env: a server on install mode {env['kind']} has no "
+                         "release environment of its own")
+    return {"envs_dir": spec["paths"]["envs_dir"], "env_id": env["id"],
+            "requirements": env["requirements"], "keep": spec["install"]["env_keep"]}
+
+
 # ---- routers and benchmarks ----------------------------------------------------------------
 
 def port_owner_view(spec: dict[str, Any]) -> dict[str, Any]:
@@ -350,6 +361,7 @@ VIEWS: dict[str, View] = {
     "sglang_port_owner": _of_spec(port_owner_view),
     "sglang_bench": _of_spec(bench_view),
     "sglang_kernel_cache": _of_spec(kernel_cache_places),
+    "sglang_env": _of_spec(env_view),
 }
 # The options a view consumes on the controller: never sent to the node.
 CONTROLLER_OPTIONS: dict[str, tuple[str, ...]] = {"sglang_deployment_files": ("secret_values",)}

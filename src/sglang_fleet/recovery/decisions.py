@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from sglang_fleet.known.rules import matching_rules
+from sglang_fleet.launch.envs import env_of_settings
 from sglang_fleet.launch.spec import PREFIX, public_settings
 from sglang_fleet.node.common import vocab
 from sglang_fleet.runs.reasons import counted
@@ -107,6 +108,18 @@ def previous_roots(ledger: list[dict[str, Any]], host: str, root: str,
             if len(found) >= limit:
                 break
     return found
+
+
+def kept_envs(ledger: list[dict[str, Any]], host: str, current_hash: str,
+              defaults: dict[str, Any]) -> list[str]:
+    """The pip release environments a prune must keep besides the serving one: those of the
+    host's previous ready configuration and of its last known good (ready, not rejected)."""
+    skip = {current_hash}
+    entries = (last_ready(ledger, host, skip), last_ready(ledger, host, skip | set(rejected(
+        ledger, host))))
+    ids = [env_of_settings(e["settings"], defaults) for e in entries
+           if e and e.get("settings") is not None]
+    return sorted({i for i in ids if i})
 
 
 def effective_settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -216,12 +216,23 @@ TABLE = SettingsTable(PREFIX, (
     S("pip_extra_packages", "list", ["py-spy"],
       "More packages for the server venv (py-spy for evidence).",
       "Release", elements="str"),
+    S("pip_extra_args", "str", "",
+      "More arguments for pip install, e.g. \"--no-index --find-links /srv/wheels\" on a node "
+      "without a package index; not part of an environment's name.", "Release",
+      max_length=4096, configuration=False),
+    S("env_keep", "int", 2,
+      "Release environments (pip: <root>/envs/<hash of the sorted requirement lines>) kept "
+      "on the node, the serving one included. When a rollout reaches ready, the oldest beyond "
+      "this count are removed, never the serving one nor the ledger's previous ready and last "
+      "known good configurations': a rollback to a kept one installs nothing.", "Release",
+      low=1, high=100, configuration=False),
     S("python", "path", "/usr/bin/python3",
-      "Interpreter that creates the venv (pip) or runs SGLang (existing, simulator).",
+      "Interpreter that creates the release environments (pip) or runs SGLang (existing, "
+      "simulator).",
       "Release", configuration=False),
     # Node layout and service
     S("root", "path", "/opt/sglang-fleet",
-      "Folder for the deployment's files, logs and venv on the node.", "Node",
+      "Folder for the deployment's files, logs and release environments on the node.", "Node",
       configuration=False),
     S("kernel_cache", "bool", False,
       "Keep the server's JIT kernel caches (DeepGEMM, FlashInfer, Triton, torch.compile) in "
@@ -282,6 +293,12 @@ TABLE = SettingsTable(PREFIX, (
     S("sim_regress", "str", "",
       'Simulated regressions (SGLANG_SIM_REGRESS, docs/simulator.md), e.g. '
       '"decode=0.8,ttft=1.3,itl=1.3,errors=0.05,aborts=0.05,outputs=changed".', "Simulator"),
+    S("sim_pip", "bool", False,
+      "Run the simulator from a release environment made as pip mode makes it "
+      "(sglang_server_pip_package==sglang_server_version and the extra packages, under "
+      "<root>/envs), not from sglang_server_python: the environments, their keep count and "
+      "rollbacks without an install, tested without GPUs. The package must make "
+      "sglang_fleet importable.", "Simulator"),
     S("sim_gpu_count", "int", 8,
       "GPUs the simulated node really has (preflight compares the inventory with it).",
       "Simulator", low=1, high=64, configuration=False),
