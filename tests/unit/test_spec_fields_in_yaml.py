@@ -88,6 +88,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "roles/sglang_server/tasks/argcheck.yml": {
         "sglang_server_launch_spec.sglang_version": "the simulator parses as that release",
+        "sglang_server_launch_spec.config_hash": "the simulator reads the release's verdict on it",
     },
     "roles/sglang_server/tasks/converge.yml": {
         "sglang_server_launch_spec.install.server_python": _INTERPRETER,
