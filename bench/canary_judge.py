@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_fleet.bench.loadgen import Load
+from sglang_fleet.runs.store import STATE_DIR_VAR
 from sglang_fleet.testfleet.local import make_fleet
 from sglang_fleet.testfleet.router import router_venv
 
@@ -92,6 +94,8 @@ def main() -> int:
     parser.add_argument("--json")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="canary-bench-"))
+    # The runs' records and ledger in the bench's folder, not the operator's stores.
+    os.environ[STATE_DIR_VAR] = str(tmp / "state")
     fleet = make_fleet(tmp, hosts=3, time_factor=0.005, router=router_venv(tmp))
     results: list[dict[str, Any]] = []
     try:

@@ -323,11 +323,12 @@ def pd_refusals_filter(deployment, host, members, modes, specs, groups, hostvars
                              dict(modes or {}), dict(specs or {}), routers)
 
 
-def canary_targets_filter(canary, groups, hostvars):
-    """sglang_fleet_canary | sglang_fleet_canary_targets(groups, hostvars): the canary, the
-    servers it is judged against and its routers' metrics URLs (rollout.targets)."""
+def canary_targets_filter(canary, groups, hostvars, exclude=None):
+    """sglang_fleet_canary | sglang_fleet_canary_targets(groups, hostvars, exclude): the
+    canary, the servers it is judged against (none of `exclude`) and its routers' metrics URLs
+    (rollout.targets)."""
     _need_package()
-    return canary_targets(str(canary), dict(groups), hostvars)
+    return canary_targets(str(canary), dict(groups), hostvars, list(exclude or []))
 
 
 def canary_problems(canary, hostvars):

@@ -85,3 +85,26 @@ def test_a_canary_that_serves_like_the_baseline_passes_and_the_rollout_goes_on(f
     assert failed == [], [(r.rid, r.error) for r in failed]
     assert "sim-node-1: canary passed every signal over 15 s of live traffic" in run.output
     assert fleet.main_pid("sim-node-2") != before, "the rollout went on past the canary"
+
+
+def test_a_batch_is_judged_like_the_canary_against_the_servers_not_yet_deployed(fleet):
+    # One batch at a time. The canary's new configuration serves like the old one and passes;
+    # the next batch (sim-node-2) is slower and is judged against sim-node-3, still on the
+    # configuration before: it is rolled back and sim-node-3 is never deployed.
+    for host, regress in (("sim-node-1", "ttft=1"), ("sim-node-2", "decode=0.5"),
+                          ("sim-node-3", "ttft=1")):
+        fleet.set_host_vars(host, {"sglang_server_sim_regress": regress})
+    last = fleet.main_pid("sim-node-3")
+    load = Load(url=fleet.router_url, clients=6, max_new_tokens=32, duration=600).start()
+    try:
+        run = fleet.deploy(extra=fleet.with_stores(**JUDGE, sglang_fleet_serial=1))
+    finally:
+        load.stop()
+        failed = [r for r in load.wait() if not r.completed]
+    assert run.rc != 0, run.output[-3000:]
+    assert failed == [], [(r.rid, r.error) for r in failed]
+    text = " ".join(run.output.split())
+    assert "sim-node-1: canary passed every signal" in text, text[-4000:]
+    assert "sim-node-2: batch server failed on generation tokens/s" in text, text[-4000:]
+    assert "because the batch server failed on generation tokens/s" in text
+    assert fleet.main_pid("sim-node-3") == last, "no batch after the failing one started"

@@ -37,10 +37,11 @@ def canary_problem(canary: str, hostvars: dict[str, Any]) -> str | None:
     return None
 
 
-def canary_targets(canary: str, groups: dict[str, list[str]], hostvars: dict[str, Any]
-                   ) -> dict[str, Any]:
+def canary_targets(canary: str, groups: dict[str, list[str]], hostvars: dict[str, Any],
+                   exclude: list[str] | None = None) -> dict[str, Any]:
     """{canary, baselines, router_metrics}: the canary's target, its peers' (rank 0 of each
-    multi-node server only) and its routers' Prometheus URLs."""
+    multi-node server only, none of `exclude`: servers already on the new configuration) and
+    its routers' Prometheus URLs."""
     routers = [r for r in groups.get("sglang_routers", [])
                if canary in groups.get(hostvars[r].get("sglang_router_workers_group",
                                                        "sglang_servers"), [])]
@@ -56,6 +57,6 @@ def canary_targets(canary: str, groups: dict[str, list[str]], hostvars: dict[str
     metrics = [(hostvars[r].get("sglang_router__spec") or {}).get("metrics_url")
                for r in routers]
     return {"canary": _target(hostvars, canary),
-            "baselines": [_target(hostvars, h) for h in sorted(peers - {canary})
+            "baselines": [_target(hostvars, h) for h in sorted(peers - {canary, *(exclude or [])})
                           if _serving(hostvars, h)],
             "router_metrics": [m for m in metrics if m]}
