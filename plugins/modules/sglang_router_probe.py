@@ -40,7 +40,8 @@ options:
   report:
     description:
       - The router as its report names it; with it the module returns the report line and
-        fails when no request is answered through the router. I(from_spec) gives it.
+        fails when no request is answered through the router. I(from_spec) gives it, unless
+        the task gives I(report=null).
     type: dict
     suboptions:
       name:

@@ -281,6 +281,10 @@ def test_the_router_probe_reports_the_router_its_spec_names(router_spec, monkeyp
     assert sent["url"] == "http://127.0.0.1:44010" and \
         sent["report"]["url"] == "http://10.0.0.9:44010"
     accepted("sglang_router_probe", sent, monkeypatch)
+    # recover.yml reads only the workers: no report, so no line, no verdict, no failure.
+    read = options_sent("sglang_router_probe", {"from_spec": router_spec, "report": None})
+    assert read == {"url": router_spec["admin_url"], "report": None}
+    accepted("sglang_router_probe", read, monkeypatch)
 
 
 def test_a_routers_membership_takes_its_api_metrics_and_timeouts_from_the_spec(
