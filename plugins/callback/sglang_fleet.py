@@ -142,7 +142,10 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_ledger"),
     ("action", "sglang.fleet.sglang_canary"),
     ("action", "sglang.fleet.sglang_stage_source"),
-    # The modules fed only their LaunchSpec view (plugins/plugin_utils/spec_view.py).
+    # The modules fed only their LaunchSpec or RouterSpec view (plugins/plugin_utils/spec_view.py).
+    ("action", "sglang.fleet.sglang_router_node"),
+    ("action", "sglang.fleet.sglang_router_probe"),
+    ("action", "sglang.fleet.sglang_router_member"),
     ("action", "sglang.fleet.sglang_argcheck"),
     ("action", "sglang.fleet.sglang_deployment_files"),
     ("action", "sglang.fleet.sglang_evidence"),

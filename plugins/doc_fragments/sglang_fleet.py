@@ -42,6 +42,18 @@ options:
     type: dict
 """
 
+    # The modules whose action plugin reads a RouterSpec (sglang_fleet.router.views).
+    ROUTER_SPEC = r"""
+options:
+  from_spec:
+    description:
+      - The sglang_router role's RouterSpec (C(sglang_router__spec)), or a router of
+        C(sglang.fleet.sglang_fleet_routers_of) (its C(spec)). On the controller, the module's
+        view of it (C(sglang_fleet.router.views)) fills every option the task does not give;
+        options given beside it win. Never sent to the router's host.
+    type: dict
+"""
+
     GPU = r"""
 options:
   gpu_backend:

@@ -17,14 +17,13 @@ _VERSION_ERROR = version_error() if version_error else None
 try:
     from sglang_fleet.launch.pd import named_by_decodes, prefill_wait, router_side_gap
     from sglang_fleet.router.rejoin import ready_to_add, unseen_servers
-    from sglang_fleet.router.render import router_node
     from sglang_fleet.router.spec import (
         admin_key,
         build_router_identity,
         build_router_spec,
-        router_secrets,
         worker_url,
     )
+    from sglang_fleet.router.views import node_view, secret_values_of
     from sglang_fleet.router.workers_group import VARIABLE as WORKERS_GROUP
     from sglang_fleet.router.workers_group import workers_group_errors
     from sglang_fleet.settings.router import PREFIX
@@ -95,24 +94,21 @@ def routers_of(server, groups, hostvars, identity=False):
     return out
 
 
-def router_node_filter(spec, secret_values):
-    """spec | sglang_fleet_router_node(secret_values): sglang_router_node's `router` option,
-    the env file written with the secret settings' values (by variable name)."""
+def router_secret_values(host, hostvars):
+    """inventory_hostname | sglang_fleet_router_secret_values(hostvars): the values of the
+    secret settings of the RouterSpec the host built, by variable, for sglang_router_node's
+    `secret_values`; read where a task needs them, never kept as a fact."""
     _need_package()
-    values = dict(secret_values or {})
-    return router_node(spec, router_secrets(values),
-                       admin_key(values.get("sglang_router_control_plane_api_keys")),
-                       str(values.get("sglang_router_api_key") or ""))
+    hv = hostvars[host]
+    return secret_values_of(hv["sglang_router__spec"], hv)
 
 
 def router_host_view(host, hostvars):
     """inventory_hostname | sglang_fleet_router_host_view(hostvars): the router as its host is
-    given it (sglang_router_node's `router` option), from the RouterSpec the host built and the
-    values of its secret settings, read where a task needs them, never kept as a fact."""
-    hv = hostvars[host]
-    spec = hv["sglang_router__spec"]
-    return router_node_filter(spec, {name: hv.get(name)
-                                     for _, name in spec["secret_variables"]})
+    given it (sglang_router_node's `router` option, as sglang_node's `router` takes it), from
+    the RouterSpec the host built and the values of its secret settings."""
+    return node_view(hostvars[host]["sglang_router__spec"],
+                     router_secret_values(host, hostvars))["router"]
 
 
 def called_routers(membership):
@@ -315,8 +311,8 @@ class FilterModule(object):
             "sglang_fleet_pd_router_gaps": pd_router_gaps,
             "sglang_fleet_pd_named_by_decodes": pd_named_by_decodes,
             "sglang_fleet_router_report_current": report_current,
-            "sglang_fleet_router_node": router_node_filter,
             "sglang_fleet_router_host_view": router_host_view,
+            "sglang_fleet_router_secret_values": router_secret_values,
             "sglang_fleet_router_admin_key": admin_key_filter,
             "sglang_fleet_worker_url": worker_url_filter,
             "sglang_fleet_membership_text": membership_text,

@@ -31,12 +31,20 @@ description:
 version_added: "0.1.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.router_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   router_url:
-    description: Base URL of the router's API, as the router host reaches it.
+    description: Base URL of the router's API, as the router host reaches it (with
+      I(from_spec), the RouterSpec's C(admin_url); I(from_spec) also gives
+      I(router_metrics_url), I(join_timeout), I(drain_timeout) and I(drain_poll_interval)).
     type: str
     required: true
+  key_from_host:
+    description: With I(from_spec), give I(admin_key_file) the router's env file (a stop,
+      whose inventory keys may be refused). Controller side only, never sent as an option.
+    type: bool
+    default: false
   admin_key:
     description: An admin key of the router's control plane (C(--control-plane-api-keys)); empty
       when the router runs without one.
@@ -146,6 +154,14 @@ EXAMPLES = r"""
     drain: true
     drain_timeout: 120
     router_metrics_url: http://127.0.0.1:29000/metrics
+  delegate_to: router-1
+
+- name: Put a ready server in the router its RouterSpec names, within its join timeout
+  sglang.fleet.sglang_router_member:
+    from_spec: "{{ sglang_router__spec }}"
+    admin_key: "{{ router_admin_key }}"
+    worker_url: http://10.0.0.11:30000
+    state: present
   delegate_to: router-1
 
 - name: Read the router's view beside the gate's verdict

@@ -35,16 +35,23 @@ description:
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.router_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
+  secret_values:
+    description: With I(from_spec), the values of the router's secret settings by variable
+      (C(sglang_router_api_key), C(sglang_router_control_plane_api_keys)); its env file is
+      rendered with them on the controller. Controller side only, never sent as an option.
+    type: dict
   host_name:
-    description: Inventory name of the router host, for messages.
+    description: Inventory name of the router host, for messages (with I(from_spec), the
+      RouterSpec's host).
     type: str
     required: true
   router:
     description:
       - The router as its host is given it, built on the controller from the RouterSpec
-        (C(spec | sglang.fleet.sglang_fleet_router_node(api_key, control_plane_keys))).
+        (with I(from_spec), its view C(sglang_fleet.router.views.node_view)).
     type: dict
     required: true
     suboptions:
@@ -235,10 +242,10 @@ attributes:
 EXAMPLES = r"""
 - name: Write, check and start the router, in one pass
   sglang.fleet.sglang_router_node:
-    host_name: "{{ inventory_hostname }}"
-    router: >-
-      {{ sglang_router__spec | sglang.fleet.sglang_fleet_router_node(sglang_router_api_key,
-         sglang_router_control_plane_api_keys) }}
+    from_spec: "{{ sglang_router__spec }}"
+    secret_values:
+      sglang_router_api_key: "{{ sglang_router_api_key }}"
+      sglang_router_control_plane_api_keys: "{{ sglang_router_control_plane_api_keys }}"
   register: sglang_router__node
 """
 

@@ -18,10 +18,12 @@ description:
 version_added: "0.2.0"
 author: sglang-fleet maintainers
 extends_documentation_fragment:
+  - sglang.fleet.sglang_fleet.router_spec
   - sglang.fleet.sglang_fleet.attributes
 options:
   url:
-    description: The router's URL as its host reaches it.
+    description: The router's URL as its host reaches it (with I(from_spec), the RouterSpec's
+      C(admin_url)).
     type: str
     required: true
   admin_key:
@@ -38,7 +40,8 @@ options:
   report:
     description:
       - The router as its report names it; with it the module returns the report line and
-        fails when no request is answered through the router.
+        fails when no request is answered through the router. I(from_spec) gives it, unless
+        the task gives I(report=null).
     type: dict
     suboptions:
       name:
@@ -91,6 +94,14 @@ EXAMPLES = r"""
   sglang.fleet.sglang_router_probe:
     url: http://127.0.0.1:30000
     report: {name: router-1, url: "http://10.0.0.5:30000", version: 0.3.2, policy: cache_aware}
+
+- name: Report the router its RouterSpec names, with its verdict instead of failing
+  sglang.fleet.sglang_router_probe:
+    from_spec: "{{ sglang_router__spec }}"
+    admin_key: >-
+      {{ sglang_router_control_plane_api_keys | sglang.fleet.sglang_fleet_router_admin_key }}
+    api_key: "{{ sglang_router_api_key }}"
+    judge: true
 """
 
 RETURN = r"""

@@ -15,8 +15,8 @@ import pytest
 from sglang_fleet.node.deploy.argcheck import args_record
 from sglang_fleet.node.process.service import content_digest
 from sglang_fleet.node.router import host as rn
-from sglang_fleet.router.render import router_node
 from sglang_fleet.router.spec import build_router_spec, router_secrets
+from sglang_fleet.router.views import router_node
 from sglang_fleet.testfleet.local import loopback_http_server
 
 API_KEY = "rk-4f1c9e2d7a6b5c3e8f90a1b2"

@@ -1,6 +1,6 @@
-"""The playbooks and roles hand a module its LaunchSpec whole (`from_spec`); a spec field is
-named in YAML only where the task's own logic reads it (a condition, a message, a ledger
-entry, the interpreter to connect with). This lists each of those uses, so that a field
+"""The playbooks and roles hand a module its LaunchSpec or RouterSpec whole (`from_spec`); a
+spec field is named in YAML only where the task's own logic reads it (a condition, a message,
+a ledger entry, the interpreter to connect with). This lists each of those uses, so that a field
 unpacked by hand into a module's options shows up here as a new, unexplained entry; and no
 task file grows past what a reader takes in at once."""
 
@@ -13,9 +13,12 @@ REPO = Path(__file__).resolve().parents[2]
 YAML_DIRS = ("roles", "playbooks")
 MAX_TASK_FILE_LINES = 150
 
-# A LaunchSpec (or identity) under the names the roles give it, then the fields read from it;
-# also the list form `['sglang_server_launch_spec', 'group', 'name']` of `extract`.
-_SPEC = r"sglang_server_launch_spec|sglang_recover__failed_spec|sglang_server_identity|_spec"
+# A LaunchSpec (or identity) or a RouterSpec under the names the roles give it (a router of
+# sglang_fleet_routers_of, a built answer: `item.spec`, `r.spec`, `_built.spec`), then the
+# fields read from it; also the list form `['sglang_server_launch_spec', 'group', 'name']` of
+# `extract`.
+_SPEC = (r"sglang_server_launch_spec|sglang_recover__failed_spec|sglang_server_identity"
+         r"|sglang_router__spec|_spec|[a-z_]+\.spec")
 _DOTTED = re.compile(rf"(?<![\w])({_SPEC})((?:\.[a-z_]+)+)")
 _LISTED = re.compile(rf"\['({_SPEC})'((?:,\s*'[a-z_]+')+)\]")
 
@@ -38,6 +41,9 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "playbooks/stage_in_use.yml": {
         "sglang_server_launch_spec.kernel_cache": "only servers that keep their kernel caches",
+    },
+    "playbooks/servers.yml": {
+        "sglang_server_launch_spec.group.serves_http": "only the node serving HTTP is judged",
     },
     "playbooks/stop.yml": {
         "sglang_server_identity.deployment": f"{_LEDGER}, and {_REPORT}",
@@ -82,9 +88,20 @@ ALLOWED: dict[str, dict[str, str]] = {
         "_spec.settings.sglang_server_overrides": "the chosen overrides go over the given ones",
         "sglang_server_launch_spec.config_hash": f"{_LEDGER}, and {_REPORT}",
     },
+    "roles/sglang_router/tasks/install.yml": {
+        "sglang_router__spec.install.pip_requirements": "ansible.builtin.pip's own input, and "
+                                                        + _REPORT,
+        "sglang_router__spec.install.python": "ansible.builtin.pip's own input",
+        "sglang_router__spec.paths.venv": "ansible.builtin.pip's own input, and " + _REPORT,
+    },
     "roles/sglang_router/tasks/membership.yml": {
         "sglang_server_launch_spec.group.serves_http": "only a node serving HTTP has routers",
         "sglang_server_launch_spec.pd": "a PD server joins as its side",
+        "r.spec.paths.env_file": "the line naming where a refused router's key is read",
+    },
+    "roles/sglang_router/tasks/stop.yml": {
+        "sglang_router__spec.name": _REPORT,
+        "sglang_router__spec.paths.log_file": _REPORT,
     },
     "roles/sglang_server/tasks/argcheck.yml": {
         "sglang_server_launch_spec.sglang_version": "the simulator parses as that release",
@@ -108,6 +125,9 @@ ALLOWED: dict[str, dict[str, str]] = {
         "sglang_server_launch_spec.install.env.kind": "only a pip environment is installed",
         "sglang_server_launch_spec.install.python": "ansible.builtin.pip's own input",
         "sglang_server_launch_spec.install.pip_extra_args": "ansible.builtin.pip's own input",
+    },
+    "roles/sglang_server/tasks/identity.yml": {
+        "sglang_server__identity.spec.group.name": "a stop holds a multi-node server whole",
     },
     "roles/sglang_server/tasks/observe.yml": {
         "_spec.group.name": "a group's lock stays until the whole group has its verdict",
@@ -171,9 +191,12 @@ def test_the_finder_sees_both_forms_and_skips_comments():
             "# port: \"{{ sglang_server_launch_spec.http.port }}\"\n"
             "y: \"{{ h | map('extract', hostvars, ['sglang_server_launch_spec', 'group', "
             "'name']) }}\"\n"
-            "z: \"{{ sglang_router__spec.admin_url }} {{ _spec.marker }}\"\n")
-    assert spec_fields_named(text) == {"sglang_server_launch_spec.paths.pid_file",
-                                       "sglang_server_launch_spec.group.name", "_spec.marker"}
+            "z: \"{{ sglang_router__spec.admin_url }} {{ _spec.marker }}\"\n"
+            "w: \"{{ item.spec.membership.join_timeout }} {{ item.spec }} {{ a.b.spec.x }}\"\n")
+    assert spec_fields_named(text) == {
+        "sglang_server_launch_spec.paths.pid_file", "sglang_server_launch_spec.group.name",
+        "_spec.marker", "sglang_router__spec.admin_url", "item.spec.membership.join_timeout",
+        "b.spec.x"}
 
 
 def test_no_spec_field_is_unpacked_by_hand_outside_the_listed_uses():
@@ -186,8 +209,8 @@ def test_no_spec_field_is_unpacked_by_hand_outside_the_listed_uses():
                    for f, fields in named.items() if fields - set(ALLOWED.get(f, {}))}
     assert not unexplained, (
         f"spec fields named by hand in YAML: {unexplained}. Give the module `from_spec` (its "
-        "view is in src/sglang_fleet/launch/views.py), or, where the task's own logic reads the "
-        "field, list it in ALLOWED with why")
+        "view is in src/sglang_fleet/launch/views.py, a router's in router/views.py), or, where "
+        "the task's own logic reads the field, list it in ALLOWED with why")
     stale = {f: sorted(set(allowed) - named.get(f, set()))
              for f, allowed in ALLOWED.items() if set(allowed) - named.get(f, set())}
     assert not stale, f"ALLOWED lists fields no longer named there: {stale}"

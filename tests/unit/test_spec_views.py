@@ -1,6 +1,7 @@
-"""Every module that acts on a deployment takes its LaunchSpec view through `from_spec`: its
-action plugin turns a LaunchSpec (or an identity) into exactly the options the playbooks used
-to map by hand, and the module's own argument spec accepts them."""
+"""Every module that acts on a deployment takes its LaunchSpec (or a router's, its RouterSpec)
+view through `from_spec`: its action plugin turns a LaunchSpec (or an identity, or a
+RouterSpec) into exactly the options the playbooks used to map by hand, and the module's own
+argument spec accepts them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from sglang_fleet.launch import views as spec_views
 from sglang_fleet.launch.render import deployment_files
 from sglang_fleet.launch.spec import build_identity, build_launch_spec
+from sglang_fleet.router import views as router_views
+from sglang_fleet.router.spec import admin_key, build_router_spec, router_secrets
+from sglang_fleet.router.views import router_node
 from sglang_fleet.testfleet.local import REPO, role_defaults
 
 sys.path.insert(0, str(REPO / ".collections"))  # ansible_collections.sglang.fleet: the repo
@@ -243,10 +247,99 @@ def test_the_env_view_names_the_pip_environment_and_refuses_a_server_without(
         options_sent("sglang_env", {"from_spec": existing, "state": "check"})
 
 
+# ---- a router's modules: its RouterSpec through sglang_fleet.router.views ------------------
+
+ROUTER_SECRETS = {"sglang_router_api_key": "rk-4f1c9e2d7a6b5c3e8f90a1b2",
+                  "sglang_router_control_plane_api_keys": [
+                      {"id": "fleet", "name": "sglang fleet", "role": "admin",
+                       "key": "cp-9a8b7c6d5e4f3a2b1c0d9e8f"}]}
+
+
+@pytest.fixture(scope="module")
+def router_spec():
+    built = build_router_spec({"sglang_router_host": "0.0.0.0", "sglang_router_port": 44010,
+                               "sglang_router_root": "/opt/r", **ROUTER_SECRETS},
+                              "router1", "10.0.0.9")
+    assert built["ok"], built["errors"]
+    return built["spec"]
+
+
+def test_the_router_node_is_given_its_host_view_its_keys_rendered_on_the_controller(
+        router_spec, monkeypatch):
+    sent = options_sent("sglang_router_node",
+                        {"from_spec": router_spec, "secret_values": ROUTER_SECRETS})
+    # What the role's tasks passed before: the host's name and the filter's view.
+    assert sent == {"host_name": "router1", "router": router_node(
+        router_spec, router_secrets(ROUTER_SECRETS),
+        admin_key(ROUTER_SECRETS["sglang_router_control_plane_api_keys"]),
+        ROUTER_SECRETS["sglang_router_api_key"])}
+    assert "secret_values" not in sent
+    env = sent["router"]["secret_files"][0]
+    assert env["path"] == router_spec["paths"]["env_file"] and env["mode"] == "0600"
+    assert ROUTER_SECRETS["sglang_router_api_key"] in env["content"]
+    assert sent["router"]["admin_key"] == "cp-9a8b7c6d5e4f3a2b1c0d9e8f"
+    accepted("sglang_router_node", {**sent, "after_install": True}, monkeypatch)
+    # Its keys unset: the view refuses, as the render does, naming the variables.
+    with pytest.raises(AnsibleActionFail, match="sglang_router_api_key"):
+        options_sent("sglang_router_node", {"from_spec": router_spec, "secret_values": {}})
+
+
+def test_the_router_probe_reports_the_router_its_spec_names(router_spec, monkeypatch):
+    given = {"admin_key": "cp-9a8b7c6d5e4f3a2b1c0d9e8f", "api_key": "k", "judge": True}
+    sent = options_sent("sglang_router_probe", {"from_spec": router_spec, **given})
+    # probe.yml's options before the view, field by field.
+    assert sent == {"url": router_spec["admin_url"], **given, "report": {
+        "name": "router1", "url": router_spec["url"], "version": router_spec["version"],
+        "policy": router_spec["policy"]}}
+    assert sent["url"] == "http://127.0.0.1:44010" and \
+        sent["report"]["url"] == "http://10.0.0.9:44010"
+    accepted("sglang_router_probe", sent, monkeypatch)
+    # recover.yml reads only the workers: no report, so no line, no verdict, no failure.
+    read = options_sent("sglang_router_probe", {"from_spec": router_spec, "report": None})
+    assert read == {"url": router_spec["admin_url"], "report": None}
+    accepted("sglang_router_probe", read, monkeypatch)
+
+
+def test_a_routers_membership_takes_its_api_metrics_and_timeouts_from_the_spec(
+        router_spec, monkeypatch):
+    given = {"router_name": "router1", "worker_url": "http://10.0.0.11:30000",
+             "state": "absent", "drain": True}
+    sent = options_sent("sglang_router_member", {"from_spec": router_spec, **given})
+    membership = router_spec["membership"]
+    # membership.yml's options before the view, field by field.
+    assert sent == {**given, "router_url": router_spec["admin_url"],
+                    "router_metrics_url": router_spec["metrics_url"],
+                    "join_timeout": membership["join_timeout"],
+                    "drain_timeout": membership["drain_timeout"],
+                    "drain_poll_interval": membership["drain_poll_interval"]}
+    accepted("sglang_router_member", sent, monkeypatch)
+    # A stop reads the key the router was started with from its env file; the flag itself
+    # stays on the controller, and a templated "False" is no.
+    stop = options_sent("sglang_router_member", {"from_spec": router_spec, **given,
+                                                 "key_from_host": True})
+    assert stop == {**sent, "admin_key_file": router_spec["paths"]["env_file"]}
+    assert options_sent("sglang_router_member", {"from_spec": router_spec, **given,
+                                                 "key_from_host": "False"}) == sent
+    accepted("sglang_router_member", stop, monkeypatch)
+
+
+def test_a_router_module_refuses_what_is_not_a_routerspec_naming_it(router_spec):
+    with pytest.raises(AnsibleActionFail, match="sglang_router_probe: from_spec must be a "
+                                                "RouterSpec \\(a mapping\\), got str"):
+        options_sent("sglang_router_probe", {"from_spec": "router1"})
+    with pytest.raises(AnsibleActionFail, match="not a RouterSpec of this release.*'membership'"):
+        options_sent("sglang_router_member", {"from_spec": {"admin_url": "http://x",
+                                                            "metrics_url": "http://y"}})
+    # Without from_spec the module takes its options as given (and never the flag).
+    assert options_sent("sglang_router_member", {"router_url": "http://x", "worker_url": "w",
+                                                 "key_from_host": True}) == {
+        "router_url": "http://x", "worker_url": "w"}
+
+
 TESTED = {"sglang_argcheck", "sglang_evidence", "sglang_stop", "sglang_shm_cleanup",
           "sglang_port_owner", "sglang_bench", "sglang_deployment_files", "sglang_lock",
           "sglang_service", "sglang_health", "sglang_node", "sglang_kernel_cache",
-          "sglang_env"}
+          "sglang_env", "sglang_router_node", "sglang_router_probe", "sglang_router_member"}
 
 
 def test_every_module_that_takes_from_spec_has_its_view_plugin_and_a_test_here():
@@ -262,4 +355,4 @@ def test_every_module_that_takes_from_spec_has_its_view_plugin_and_a_test_here()
         if hasattr(plugin.ActionModule, "spec_args"):
             viewing.add(name)
     assert documented == viewing == TESTED
-    assert set(spec_views.VIEWS) <= TESTED
+    assert set(spec_views.VIEWS) | set(router_views.VIEWS) <= TESTED

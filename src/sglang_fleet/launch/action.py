@@ -1,8 +1,8 @@
-"""Controller side of the modules that act on a LaunchSpec's server: the task gives the
-LaunchSpec (or a deployment's identity) as `from_spec`, and its view for the module
-(sglang_fleet.launch.views) becomes the module's options here, so that no playbook maps its
-fields by hand. Options given beside it win; without it the module takes its options as
-given."""
+"""Controller side of the modules that act on a LaunchSpec's server or a RouterSpec's router:
+the task gives the LaunchSpec (or a deployment's identity, or the RouterSpec) as `from_spec`,
+and its view for the module (sglang_fleet.launch.views, sglang_fleet.router.views) becomes the
+module's options here, so that no playbook maps its fields by hand. Options given beside it
+win; without it the module takes its options as given."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ class SpecViewAction(ActionBase):
 
     TRANSFERS_FILES = False
     module_name = ""
+    # What `from_spec` is, for the refusals (a router's modules take its RouterSpec).
+    spec_kind = "LaunchSpec"
     # Options the view consumes on the controller; never sent to the node.
     controller_options: tuple[str, ...] = ()
 
@@ -37,13 +39,13 @@ class SpecViewAction(ActionBase):
         taken = {name: args.pop(name) for name in self.controller_options if name in args}
         if spec is None:
             return args
-        problem = schema_problem(spec)
+        problem = schema_problem(spec, self.spec_kind)
         if problem:
             raise AnsibleActionFail(f"{self.module_name}: from_spec {problem}")
         try:
             return {**self.view(spec, {**args, **taken}), **args}
         except (KeyError, TypeError, ValueError) as exc:
-            raise AnsibleActionFail(f"{self.module_name}: from_spec is not a LaunchSpec "
+            raise AnsibleActionFail(f"{self.module_name}: from_spec is not a {self.spec_kind} "
                                     f"of this release of sglang-fleet (missing {exc})"
                                     ) from exc
 

@@ -71,10 +71,11 @@ class Identity(TypedDict):
     settings: dict[str, Any]  # the listen address only
 
 
-def schema_problem(spec: Any) -> str | None:
-    """Why `spec` is not a LaunchSpec (or identity) these views read, or None."""
+def schema_problem(spec: Any, kind: str = "LaunchSpec") -> str | None:
+    """Why `spec` is not a LaunchSpec (or identity) these views read, or None. `kind`: what
+    the module takes (a router's modules take a RouterSpec, which has the first shape)."""
     if not isinstance(spec, dict):
-        return f"must be a LaunchSpec (a mapping), got {type(spec).__name__}"
+        return f"must be a {kind} (a mapping), got {type(spec).__name__}"
     schema = spec.get("schema", 1)  # recorded before the field existed: the first shape
     if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
         return f"has schema {schema!r}, which is not a LaunchSpec schema (a positive integer)"

@@ -13,10 +13,6 @@ from typing import Any
 
 from sglang_fleet.launch.render import HEADER, env_file, service_unit
 from sglang_fleet.router.spec import SECRET_ARG
-from sglang_fleet.settings.router import OWNED_FLAGS
-
-# The installed router's own parser, the one behind `sglang-router launch`.
-ROUTER_PARSER = "sglang_router.launch_router:parse_router_args"
 
 
 def _word(item: Any) -> str:
@@ -79,53 +75,4 @@ def render_router_files(spec: dict[str, Any], secrets: dict[str, str] | None = N
         "script": launch_script(spec),
         "env": env_file(spec, secrets, masked=masked),
         "unit": systemd_unit(spec) if spec["service"]["manager"] == "systemd" else None,
-    }
-
-
-def router_node(spec: dict[str, Any], secrets: dict[str, str], admin_key: str = "",
-                api_key: str = "") -> dict[str, Any]:
-    """The router as its host is given it (sglang_router_node's `router` option): its folders
-    and files as the deployment file writer takes them (the env file apart: it holds the
-    secrets), its service, its install, the command its own parser checks (secrets masked),
-    where it answers once started, the key its workers are read with and the client key of
-    the report's request."""
-    paths, service = spec["paths"], spec["service"]
-    rendered = render_router_files(spec, secrets)
-    files = [{"path": paths["script"], "content": rendered["script"], "mode": "0755"}]
-    if rendered["unit"] is not None:
-        files.append({"path": paths["unit_file"], "content": rendered["unit"], "mode": "0644"})
-    return {
-        "marker": spec["marker"],
-        "config_hash": spec["config_hash"],
-        "version": spec["version"],
-        "folders": [{"path": paths["root"], "mode": "0755"},
-                    {"path": paths["conf_dir"], "mode": "0750"},
-                    {"path": paths["run_dir"], "mode": "0755"},
-                    {"path": paths["log_dir"], "mode": "0755"}],
-        "files": files,
-        "secret_files": [{"path": paths["env_file"], "content": rendered["env"],
-                          "mode": "0600"}],
-        "service": {"manager": service["manager"], "unit_name": service["unit_name"],
-                    "state_file": paths["pid_file"], "script": paths["script"],
-                    "log_file": paths["log_file"], "workdir": paths["root"],
-                    "user": service["user"], "stop_timeout": service["stop_timeout"]},
-        "install": {"mode": spec["install"]["mode"], "python": spec["install"]["python"],
-                    "router_python": spec["install"]["router_python"], "venv": paths["venv"],
-                    "requirements": spec["install"]["pip_requirements"]},
-        "args": spec["router_args"][1:],
-        "args_parser": ROUTER_PARSER,
-        "argcheck_record": f"{paths['run_dir']}/{spec['name']}.argcheck.json",
-        "liveness_url": f"{spec['admin_url']}/liveness",
-        "url": spec["url"],
-        "admin_url": spec["admin_url"],
-        "admin_key": admin_key,
-        "api_key": api_key,
-        "policy": spec["policy"],
-        # What this start has of the router's keys (names and fingerprints, never values),
-        # kept on the host at each start: a later start that would drop one is refused.
-        "running_spec_file": paths["running_spec"],
-        "secrets": {"names": spec["secret_env_names"], "variables": spec["secret_variables"],
-                    "drops": spec["secret_drops"], "fingerprints": spec["secret_fingerprints"]},
-        # The variable behind each option, for the refusal of one the installed router rejects.
-        "flag_variables": dict(OWNED_FLAGS),
     }
