@@ -125,3 +125,36 @@ def test_prometheus_text_in_sglangs_and_the_routers_shapes():
     assert sample.ttft.quantile(0.5)[1:] == (0.1, 0.2)
     assert sample.minus(sample).requests == 0.0
     assert router_outcomes(text) == {"http://127.0.0.1:3000": {"success": 97.0, "failure": 3.0}}
+
+
+def _server(port: int, model: str = "/models/kimi", pd: str | None = None) -> dict:
+    spec = {"http": {"port": port}, "group": {"serves_http": True},
+            "settings": {"sglang_server_host": "0.0.0.0", "sglang_server_model_path": model}}
+    return {"ansible_host": f"10.0.0.{port - 30000}", "sglang_server_launch_spec":
+            {**spec, "pd": {"mode": pd} if pd else None}}
+
+
+def test_the_baseline_is_the_other_servers_behind_the_canarys_routers():
+    from sglang_fleet.rollout.targets import canary_problem, canary_targets
+
+    hostvars = {"n1": _server(30001), "n2": _server(30002), "n3": _server(30003),
+                "other": _server(30004, "/models/llama"),
+                "r1": {"sglang_router_workers_group": "kimi",
+                       "sglang_router__spec": {"metrics_url": "http://10.0.0.9:29000"}}}
+    groups = {"sglang_servers": ["n1", "n2", "n3", "other"], "kimi": ["n1", "n2", "n3"],
+              "sglang_routers": ["r1"]}
+    found = canary_targets("n1", groups, hostvars)
+    assert found["canary"] == {"host": "n1", "url": "http://10.0.0.1:30001",
+                               "worker_url": "http://10.0.0.1:30001"}
+    assert [b["host"] for b in found["baselines"]] == ["n2", "n3"]
+    assert found["router_metrics"] == ["http://10.0.0.9:29000"]
+    # A batch leaves out the servers this run deployed already.
+    assert [b["host"] for b in canary_targets("n2", groups, hostvars, ["n1", "n2"])[
+        "baselines"]] == ["n3"]
+    # Without a router: the other servers of the same model.
+    no_router = {k: v for k, v in groups.items() if k != "sglang_routers"}
+    assert [b["host"] for b in canary_targets("n1", no_router, hostvars)["baselines"]] == \
+        ["n2", "n3"]
+    assert canary_problem("n1", hostvars) is None
+    hostvars["n1"] = _server(30001, pd="decode")
+    assert "decode server of a PD deployment" in canary_problem("n1", hostvars)

@@ -40,7 +40,6 @@ class CanaryPlan:
     probes: tuple[str, ...] = DEFAULT_PROBES
     probe_tokens: int = 16
     thresholds: Thresholds = Thresholds()
-    rollback: bool = True  # roll a failing canary back by itself
 
 
 # variable suffix -> (field, kind, lowest allowed, highest allowed, why the bound)
@@ -126,6 +125,5 @@ def plan_from_vars(variables: dict[str, Any]) -> tuple[CanaryPlan | None, list[s
         probes=_probes(given.get("probes"), problems),
         probe_tokens=int(_positive("probe_tokens", given.get("probe_tokens", base.probe_tokens),
                                    problems, integer=True)),
-        thresholds=Thresholds(**{k: v for k, v in limits.items() if v is not None}),
-        rollback=bool(given.get("rollback", True)))
+        thresholds=Thresholds(**{k: v for k, v in limits.items() if v is not None}))
     return (None, problems) if problems else (plan, [])
