@@ -54,10 +54,11 @@ CANARY = "sim-node-1"
 
 
 def judgement(output: str) -> str:
+    """The canary's judgement line, up to its window's traffic."""
     text = " ".join(output.split())
-    found = re.search(rf"{CANARY}: canary ((?:failed|passed|inconclusive).*?)(?: Rolled back| "
-                      r"Rollout stopped|\" *$|$)", text)
-    return found.group(1).rstrip(". ") if found else "(no judgement line)"
+    found = re.search(rf"{CANARY}: canary ((?:failed|passed|inconclusive).*?live traffic "
+                      r"\(canary \d+ requests, baseline \d+\))", text)
+    return found.group(1) if found else "(no judgement line)"
 
 
 def one_case(fleet, regress: str, window: float, clients: int) -> dict[str, Any]:

@@ -43,7 +43,12 @@ try:
     from sglang_fleet.rollout.targets import canary_problem, canary_targets
     from sglang_fleet.runs.advice import failure_block, operator_stopped
     from sglang_fleet.runs.store import read_jsonl, state_path
-    from sglang_fleet.runs.whole_groups import serial_with_routers, split_group_errors
+    from sglang_fleet.runs.whole_groups import (
+        CanaryError,
+        canary_hosts,
+        serial_with_routers,
+        split_group_errors,
+    )
     from sglang_fleet.settings.server import TABLE as SERVER_TABLE
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
@@ -111,7 +116,7 @@ def host_refusals(host, hostvars, groups, batch, run_hosts, serial=None, canary=
         routers = routers_only(groups)
         errors += split_group_errors(group, list(groups.get(group, [])) if group else [],
                                      [h for h in run_hosts if h not in routers], serial,
-                                     str(canary) if canary else None)
+                                     canary_hosts_filter(canary, groups, run_hosts))
     # Two servers of one machine on one port or GPU set (machine_clashes, once per batch).
     errors += list((hv.get("sglang_server__clashes") or {}).get(host) or [])
     # The pinned release's own refusal of the command line (release_verdicts, once per batch).
@@ -261,12 +266,23 @@ def operator_stopped_test(verdict):
     return operator_stopped(dict(verdict or {}))
 
 
-def split_group_filter(group, members, run_hosts, serial=None, canary=None):
-    """group | sglang_fleet_split_group(groups[group], ansible_play_hosts_all, serial,
-    canary): why this run does not hold a multi-node server whole (see whole_groups)."""
+def split_group_filter(group, members, run_hosts, serial=None):
+    """group | sglang_fleet_split_group(groups[group], ansible_play_hosts_all, serial): why
+    this run does not hold a multi-node server whole (see whole_groups)."""
     _need_package()
     return split_group_errors(str(group or ""), list(members or []), list(run_hosts or []),
-                              serial, str(canary) if canary else None)
+                              serial)
+
+
+def canary_hosts_filter(canary, groups, run_hosts):
+    """sglang_fleet_canary | sglang_fleet_canary_hosts(groups, run_hosts): the canary servers
+    it names among the run's servers (a host, hosts, or a percentage; whole_groups)."""
+    _need_package()
+    run = set(run_hosts or [])
+    try:
+        return canary_hosts(canary, [h for h in groups.get("sglang_servers", []) if h in run])
+    except CanaryError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def routers_only(groups):
@@ -281,8 +297,9 @@ def serial_with_routers_filter(serial, groups, run_hosts, canary=None):
     checks them) in its first batch; `run_hosts` the hosts --limit leaves."""
     _need_package()
     run = set(run_hosts or [])
-    servers = [h for h in groups.get("sglang_servers", []) if h in run and h != canary]
-    routers = [] if canary else [h for h in routers_only(groups) if h in run]
+    canaries = canary_hosts_filter(canary, groups, run_hosts)
+    servers = [h for h in groups.get("sglang_servers", []) if h in run and h not in canaries]
+    routers = [] if canaries else [h for h in routers_only(groups) if h in run]
     # The PD sides validate.yml grouped (pd_held_side): no batch may hold one whole.
     sides = [set(hosts) & run for name, hosts in groups.items()
              if name.startswith(SIDE_GROUP_PREFIX)]
@@ -362,6 +379,7 @@ class FilterModule(object):
             "sglang_fleet_recent_recoveries": recoveries_in_window,
             "sglang_fleet_bench_result_entry": bench_result_entry,
             "sglang_fleet_previous_roots": previous_roots_filter,
+            "sglang_fleet_canary_hosts": canary_hosts_filter,
             "sglang_fleet_canary_targets": canary_targets_filter,
             "sglang_fleet_canary_problems": canary_problems,
             "sglang_fleet_canary_signal": canary_signal,

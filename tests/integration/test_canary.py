@@ -50,7 +50,7 @@ def under_load(fleet, **extra):
     """One canary deploy while 6 clients stream through the router; (run, failed requests)."""
     load = Load(url=fleet.router_url, clients=6, max_new_tokens=32, duration=600).start()
     try:
-        run = fleet.deploy(extra=fleet.with_stores(**JUDGE, **extra))
+        run = fleet.deploy(extra=fleet.with_stores(**{**JUDGE, **extra}))
     finally:
         load.stop()
         records = load.wait()
@@ -77,14 +77,17 @@ def test_a_slower_canary_is_rolled_back_by_itself_with_no_failed_request(fleet):
     assert run.recap["sim-node-2"]["changed"] == 0
 
 
-def test_a_canary_that_serves_like_the_baseline_passes_and_the_rollout_goes_on(fleet):
-    # A new configuration (its hash differs) that serves exactly like the old one.
-    before = fleet.main_pid("sim-node-2")
-    run, failed = under_load(fleet, sglang_server_sim_regress="decode=1")
+def test_canaries_that_serve_like_the_baseline_pass_and_the_rollout_goes_on(fleet):
+    # A new configuration (its hash differs) that serves exactly like the old one, on half
+    # the fleet first (rounded up: sim-node-1 and sim-node-2), judged against sim-node-3.
+    before = fleet.main_pid("sim-node-3")
+    run, failed = under_load(fleet, sglang_server_sim_regress="decode=1",
+                             sglang_fleet_canary="50%")
     assert run.rc == 0, run.output[-4000:]
     assert failed == [], [(r.rid, r.error) for r in failed]
-    assert "sim-node-1: canary passed every signal over 15 s of live traffic" in run.output
-    assert fleet.main_pid("sim-node-2") != before, "the rollout went on past the canary"
+    for canary in ("sim-node-1", "sim-node-2"):
+        assert f"{canary}: canary passed every signal over 15 s of live traffic" in run.output
+    assert fleet.main_pid("sim-node-3") != before, "the rollout went on past the canaries"
 
 
 def test_a_batch_is_judged_like_the_canary_against_the_servers_not_yet_deployed(fleet):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from sglang_fleet.launch.spec import build_launch_spec
-from sglang_fleet.runs.whole_groups import serial_batches, serial_with_routers, split_group_errors
+from sglang_fleet.runs.whole_groups import (
+    CanaryError,
+    canary_hosts,
+    serial_batches,
+    serial_with_routers,
+    split_group_errors,
+)
 from sglang_fleet.testfleet.local import role_defaults
 
 HOSTS = ["a1", "a2", "b1", "b2", "c"]
@@ -47,10 +53,26 @@ def test_a_serial_batch_that_splits_a_group_is_refused():
 
 
 def test_a_canary_inside_a_group_is_refused():
-    [error] = split_group_errors("a", ["a1", "a2"], ["a1"], canary="a1")
-    assert error.startswith("sglang_fleet_canary=a1 is one node of the multi-node server a")
+    [error] = split_group_errors("a", ["a1", "a2"], ["a1"], canaries=["a1"])
+    assert error.startswith("sglang_fleet_canary names a1, a node of the multi-node server a")
     # The deploy play runs without the canary: its batches leave it out (b1 and b2 together).
-    assert split_group_errors("b", ["b1", "b2"], ["c", "b1", "b2"], serial=2, canary="c") == []
+    assert split_group_errors("b", ["b1", "b2"], ["c", "b1", "b2"], serial=2,
+                              canaries=["c"]) == []
+
+
+def test_a_canary_is_a_host_hosts_or_a_share_of_the_runs_servers():
+    servers = [f"n{i}" for i in range(1, 11)]
+    assert canary_hosts("", servers) == [] and canary_hosts(None, servers) == []
+    assert canary_hosts("n3", servers) == ["n3"]
+    assert canary_hosts("n3, n5", servers) == ["n3", "n5"]
+    assert canary_hosts("10%", servers) == ["n1"]
+    assert canary_hosts("25%", servers) == ["n1", "n2", "n3"]  # 2.5 rounds up
+    assert canary_hosts("1%", servers) == ["n1"]  # at least one
+    for bad in ("abc%", "0%", "100%", "-5%"):
+        with pytest.raises(CanaryError, match=r"sglang_fleet_canary=.* Fix: "):
+            canary_hosts(bad, servers)
+    with pytest.raises(CanaryError, match="no baseline would be left"):
+        canary_hosts("60%", ["n1", "n2"])
 
 
 def settings(**more):

@@ -75,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--serial", help="hosts per batch, a number or a percentage")
     deploy.add_argument("--max-fail-percentage", dest="max_fail_percentage", type=int,
                         help="stop the rollout when more than this share of a batch fails")
-    deploy.add_argument("--canary", help="deploy this host first and judge it under live "
-                                         "traffic against the servers still on the baseline; "
-                                         "roll it back and stop the rollout when it fails")
+    deploy.add_argument("--canary", help="deploy this host (hosts, comma-separated, or a share "
+                                         "of the servers, e.g. 10%%) first and judge it under "
+                                         "live traffic against the servers still on the "
+                                         "baseline; roll it back and stop the rollout when it "
+                                         "fails")
     deploy.add_argument("--benchmark", action="store_true", help="benchmark each ready server")
     deploy.add_argument("--recover", action="store_true",
                         help="recover hosts the gate judges failed")

@@ -17,6 +17,36 @@ from ansible.utils.helpers import pct_to_int
 from sglang_fleet.launch.pd import keep_sides_serving
 
 PLAN_HINT = "sglang-fleet plan --slices N writes limits that keep every group whole"
+CANARY_VARIABLE = "sglang_fleet_canary"
+
+
+class CanaryError(ValueError):
+    """A sglang_fleet_canary that names no canary: the message names the value and the fix."""
+
+
+def canary_hosts(canary: object, servers: Sequence[str]) -> list[str]:
+    """The canary servers `sglang_fleet_canary` names among `servers` (the run's servers, in
+    inventory order): one host, hosts separated by commas, or a percentage of the servers
+    (rounded up, at least one, the first ones in inventory order). '' or None: none."""
+    text = "" if canary is None else str(canary).strip()
+    if not text:
+        return []
+    if not text.endswith("%"):
+        return [h.strip() for h in text.split(",") if h.strip()]
+    try:
+        share = float(text[:-1])
+    except ValueError:
+        share = -1.0
+    if not 0 < share < 100:
+        raise CanaryError(f"{CANARY_VARIABLE}={text!r} is not a share of the servers. Fix: a "
+                          "percentage above 0 and below 100 (e.g. 10%: the rest of the fleet "
+                          "is the canaries' baseline), or a host name")
+    count = max(1, -(-len(servers) * share // 100))
+    if count >= len(servers):
+        raise CanaryError(f"{CANARY_VARIABLE}={text} of {len(servers)} servers is every "
+                          "server: no baseline would be left to judge the canaries against. "
+                          "Fix: a smaller share, or more servers in the run")
+    return list(servers[:int(count)])
 
 
 def serial_batches(hosts: Sequence[str], serial: object) -> list[list[str]]:
@@ -57,18 +87,20 @@ def _names(hosts: Sequence[str]) -> str:
 
 
 def split_group_errors(group: str, members: Sequence[str], run_hosts: Sequence[str],
-                       serial: object = None, canary: str | None = None) -> list[str]:
+                       serial: object = None, canaries: Sequence[str] = ()) -> list[str]:
     """Why this run does not hold `group` whole: `members` are the group's hosts in the
     inventory, `run_hosts` the play's hosts (after --limit, in inventory order), `serial` the
-    deploy's sglang_fleet_serial, `canary` its sglang_fleet_canary. Empty when it does."""
+    deploy's sglang_fleet_serial, `canaries` the hosts its sglang_fleet_canary names (see
+    canary_hosts). Empty when it does."""
     if not group or len(members) < 2:
         return []
     members = sorted(members)
-    if canary and canary in members:
-        return [f"sglang_fleet_canary={canary} is one node of the multi-node server {group} "
-                f"({_names(members)}): a canary deploys alone, and the group's other nodes "
-                f"would wait for it at the rendezvous. Fix: name a single-node server as the "
-                f"canary, or deploy without one"]
+    inside = [c for c in canaries if c in members]
+    if inside:
+        return [f"sglang_fleet_canary names {_names(inside)}, a node of the multi-node server "
+                f"{group} ({_names(members)}): a canary deploys alone, and the group's other "
+                f"nodes would wait for it at the rendezvous. Fix: name single-node servers as "
+                f"canaries, or deploy without one"]
     held = [m for m in members if m in run_hosts]
     missing = [m for m in members if m not in run_hosts]
     if missing:
@@ -79,7 +111,7 @@ def split_group_errors(group: str, members: Sequence[str], run_hosts: Sequence[s
                 f"{PLAN_HINT}"]
     if serial in (None, "", "100%"):
         return []
-    batches = serial_batches([h for h in run_hosts if h != canary], serial)
+    batches = serial_batches([h for h in run_hosts if h not in canaries], serial)
     where = {m: i + 1 for i, batch in enumerate(batches) for m in batch if m in members}
     if len(set(where.values())) > 1:
         said = ", ".join(f"{m} in batch {where[m]}" for m in members)
