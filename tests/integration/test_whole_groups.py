@@ -36,7 +36,7 @@ def test_a_run_holding_part_of_a_group_is_refused_before_any_node_is_touched(tmp
         canary = run_playbook("deploy.yml", fleet.inventory,
                               {**fleet.extra, "sglang_fleet_canary": "sim-node-2"})
         assert canary.rc != 0, canary.output[-3000:]
-        assert "sglang_fleet_canary=sim-node-2 is one node of the multi-node server tp16" in \
+        assert "sglang_fleet_canary names sim-node-2, a node of the multi-node server tp16" in \
             flat(canary.output)
 
         # An inventory slice holding one node of a group that declares two.
