@@ -103,9 +103,11 @@ def outputs_signal(canary_tokens, canary_release, baseline_release="0.5.4.post3"
 def test_one_release_compares_the_tokens_exactly_a_near_tie_too():
     near = outputs_signal(NEAR, "0.5.4.post3")
     assert near["failed"] and near["canary"] == 1.0
-    assert near["note"].startswith("compared exactly (one release); 1 of 1 prompts differ")
+    assert near["note"].startswith("compared exactly (both on 0.5.4.post3); 1 of 1 prompts "
+                                   "differ, e.g. 'p': ' tok0 tok1 tok2 tok100003' against")
     assert not outputs_signal(BASELINE, "0.5.4.post3")["failed"]
-    assert outputs_signal(NEAR, None)["failed"]  # a release not known: exact
+    unknown = outputs_signal(NEAR, None)  # a release not known: exact
+    assert unknown["failed"] and unknown["note"].startswith("compared exactly (a release not")
 
 
 def test_across_releases_a_near_tie_is_equivalent():

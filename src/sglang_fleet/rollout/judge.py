@@ -150,7 +150,9 @@ def _outputs(canary: Side, baselines: list[Side], limits: tuple[float, float]
     else:
         differ = [p for p in prompts
                   if canary.outputs[p].text != reference.outputs[p].text]
-        note = (f"compared exactly (one release); {len(differ)} of {len(prompts)} prompts "
+        same = (f"both on {canary.release}" if canary.release and reference.release
+                else "a release not known")
+        note = (f"compared exactly ({same}); {len(differ)} of {len(prompts)} prompts "
                 "differ" + (f", e.g. {differ[0]!r}: {canary.outputs[differ[0]].text!r} "
                             f"against {reference.outputs[differ[0]].text!r}" if differ else ""))
     share = len(differ) / len(prompts)
