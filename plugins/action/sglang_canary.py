@@ -28,7 +28,8 @@ def _target(value, what):
         raise AnsibleActionFail("sglang_canary: %s must be a dict with host and url, got %r"
                                 % (what, value))
     return Target(str(value["host"]), str(value["url"]),
-                  str(value.get("worker_url") or value["url"]))
+                  str(value.get("worker_url") or value["url"]),
+                  str(value["release"]) if value.get("release") else None)
 
 
 class ActionModule(ActionBase):

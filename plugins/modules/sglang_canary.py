@@ -27,7 +27,10 @@ author: sglang-fleet
 options:
   canary:
     description: The canary, as C(host), C(url) (where the controller reaches it) and
-      C(worker_url) (the URL its routers know it by; defaults to C(url)).
+      C(worker_url) (the URL its routers know it by; defaults to C(url)) and C(release)
+      (the SGLang release its LaunchSpec pins; the server's own C(/server_info) version wins
+      where it answers). Where the canary's release differs from the baseline's, greedy
+      outputs are compared by log-probability distance, else exactly.
     type: dict
     required: true
   baselines:

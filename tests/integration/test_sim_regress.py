@@ -7,10 +7,15 @@ is read where a canary judge would read it: the client's tokens per second and s
 and SGLang's /metrics histograms. The factors are larger than a canary's thresholds so that a
 loaded machine's jitter, which lands on every server alike, cannot hide them. All figures are
 simulated.
+
+The logprobs test: `/generate` with `return_logprob` answers in SGLang 0.5.23's shape, and
+outputs=near differs from the baseline only where the baseline's second choice is a near tie,
+while outputs=changed answers tokens the baseline ranks far below its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import statistics
@@ -20,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from sglang_fleet.rollout.judge import logprob_gap
+from sglang_fleet.rollout.window import answer_of, server_release
 from sglang_fleet.testfleet.local import start_sim, wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,12 +41,13 @@ TOKENS = 41
 PROBES = ("What is 2+2?", "Name a colour.", "Say hello.")
 
 
-@pytest.fixture
-def servers(tmp_path):
+@contextlib.contextmanager
+def sims(tmp_path, regressions: dict[str, str], flags=FLAGS, gpus: int = 8):
+    """Simulated servers by name, each with its SGLANG_SIM_REGRESS, ready; stopped after."""
     started = {}
     try:
-        for name, regress in (("baseline", ""), ("slower", SLOWER), ("later", LATER)):
-            started[name] = start_sim(tmp_path / name, *FLAGS,
+        for name, regress in regressions.items():
+            started[name] = start_sim(tmp_path / name, *flags, gpus=gpus,
                                       env={"SGLANG_SIM_REGRESS": regress})
         for sim in started.values():
             wait_for(lambda s=sim: READY in s.log() or s.proc.poll() is not None, timeout=90)
@@ -48,6 +56,12 @@ def servers(tmp_path):
     finally:
         for sim in started.values():
             sim.stop()
+
+
+@pytest.fixture
+def servers(tmp_path):
+    with sims(tmp_path, {"baseline": "", "slower": SLOWER, "later": LATER}) as started:
+        yield started
 
 
 def chat_stream(url: str, i: int) -> dict:
@@ -184,3 +198,65 @@ def test_a_bad_value_ends_the_simulator_at_start_naming_it(tmp_path):
         sim.stop()
     assert ("ValueError: SGLANG_SIM_REGRESS='decode=0.8,erors=0.05': unknown item "
             "'erors=0.05'; use decode=F") in sim.log()
+
+
+LOGPROB_TOKENS, TOP = 20, 5
+
+
+@pytest.fixture
+def logprob_servers(tmp_path):
+    with sims(tmp_path, {"baseline": "", "near": "outputs=near", "changed": "outputs=changed"},
+              ("--tp-size", "1", "--attention-backend", "triton"), gpus=1) as started:
+        yield started
+
+
+def generate(url: str, **extra) -> dict:
+    body = {"text": "Name a colour.", "sampling_params": {"max_new_tokens": LOGPROB_TOKENS,
+                                                          "temperature": 0}, **extra}
+    r = requests.post(url + "/generate", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_logprobs_in_0_5_23s_shape_and_near_ties_flipped(logprob_servers):
+    base_url, near_url = logprob_servers["baseline"].url, logprob_servers["near"].url
+    assert server_release(base_url, None) == "0.5.23"  # what the judge asks each server
+    plain = generate(base_url)
+    assert not any("logprob" in key for key in plain["meta_info"])  # only when asked
+
+    body = generate(base_url, return_logprob=True, top_logprobs_num=TOP)
+    meta = body["meta_info"]
+    # add_logprob_to_meta_info's fields, in its order; logprob_start_len -1: no prompt rows.
+    keys = list(meta)
+    assert keys[keys.index("input_token_logprobs"):keys.index("output_top_logprobs") + 1] == [
+        "input_token_logprobs", "output_token_logprobs", "output_token_logprobs_length",
+        "input_top_logprobs", "output_top_logprobs"]
+    assert meta["input_token_logprobs"] == meta["input_top_logprobs"] == []
+    chosen, top = meta["output_token_logprobs"], meta["output_top_logprobs"]
+    assert meta["output_token_logprobs_length"] == len(chosen) == len(top) == LOGPROB_TOKENS
+    assert [e[1] for e in chosen] == body["output_ids"]
+    assert all(e[2] is None and isinstance(e[0], float) for e in chosen)  # no text asked
+    for (logprob, token, _), row in zip(chosen, top, strict=True):
+        assert len(row) == TOP and [e[1] for e in row][0] == token and row[0][0] == logprob
+        assert [e[0] for e in row] == sorted((e[0] for e in row), reverse=True)
+        assert 0 < row[0][0] - row[1][0] < 0.5  # the near tie
+        assert row[1][0] - row[2][0] > 5  # the rest far below
+    texted = generate(base_url, return_logprob=True, return_text_in_logprobs=True)
+    assert "output_top_logprobs" not in texted["meta_info"]  # top_logprobs_num 0
+    assert texted["meta_info"]["output_token_logprobs"][1][2] == " tok1"
+
+    baseline = answer_of(body)
+    near = answer_of(generate(near_url, return_logprob=True, top_logprobs_num=TOP))
+    assert near == answer_of(generate(near_url, return_logprob=True, top_logprobs_num=TOP))
+    differ = [k for k, (a, b) in enumerate(zip(near.token_ids, baseline.token_ids,
+                                               strict=True)) if a != b]
+    assert differ == [3, 11, 19]
+    # Each differing token is the baseline's second choice there, a near tie.
+    assert all(near.token_ids[k] == list(baseline.top[k])[1] for k in differ)
+    at, gap = logprob_gap(near, baseline)
+    assert at == 3 and 0 < gap < 0.5
+
+    changed = answer_of(generate(logprob_servers["changed"].url, return_logprob=True,
+                                 top_logprobs_num=TOP))
+    at, gap = logprob_gap(changed, baseline)
+    assert at == 0 and gap > 5

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_fleet.rollout.judge import FAILED, INCONCLUSIVE, PASSED, Side, judge
+from sglang_fleet.rollout.judge import FAILED, INCONCLUSIVE, PASSED, Answer, Side, judge
 from sglang_fleet.rollout.metrics import Histogram, ServerSample, router_outcomes, server_sample
 from sglang_fleet.rollout.plan import MAX_PROBES, plan_from_vars
+from sglang_fleet.rollout.targets import canary_targets
+from sglang_fleet.rollout.window import answer_of
 
 PLAN = plan_from_vars({})[0]
 TTFT_BOUNDS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, float("inf"))
@@ -19,13 +21,15 @@ def histogram(bounds, values) -> Histogram:
 
 
 def side(requests=100, aborted=0, ttft=0.15, itl=0.016, slow_tail=1.0, failures=0,
-         outputs=None, probes=0) -> Side:
+         outputs=None, probes=0, release=None) -> Side:
     itls = [itl * (slow_tail if i % 20 == 19 else 1.0) for i in range(2000)]
     sample = ServerSample(float(requests + probes), float(aborted),
                           histogram(TTFT_BOUNDS, [ttft] * requests), histogram(ITL_BOUNDS, itls))
     return Side(sample, router_success=float(requests - failures),
                 router_failure=float(failures), probes_sent=probes,
-                outputs=dict(outputs or {"p": " tok0 tok1"}))
+                outputs={p: a if isinstance(a, Answer) else Answer(a)
+                         for p, a in (outputs or {"p": " tok0 tok1"}).items()},
+                release=release)
 
 
 @pytest.mark.parametrize("canary, signal", [
@@ -80,12 +84,89 @@ def test_baselines_that_disagree_leave_the_outputs_unjudged():
     assert outputs["failed"] is None and "answer the probes differently" in outputs["note"]
 
 
+def greedy(tokens) -> Answer:
+    """An answer whose server ranks, at position k, token k first (-0.6), the near tie
+    100000+k second (-0.8, 0.2 nat below) and k+1 far below (-7.0); its tokens are `tokens`."""
+    return Answer("".join(f" tok{t}" for t in tokens), tuple(tokens), (-0.6,) * len(tokens),
+                  tuple({k: -0.6, 100000 + k: -0.8, k + 1: -7.0} for k in range(len(tokens))))
+
+
+BASELINE, NEAR, FAR, UNRANKED = [0, 1, 2, 3], [0, 1, 2, 100003], [1, 2, 3, 4], [0, 999, 2, 3]
+
+
+def outputs_signal(canary_tokens, canary_release, baseline_release="0.5.4.post3"):
+    result = judge(side(outputs={"p": greedy(canary_tokens)}, release=canary_release),
+                   [side(outputs={"p": greedy(BASELINE)}, release=baseline_release)] * 2, PLAN)
+    return next(s for s in result["signals"] if s["signal"] == "greedy outputs")
+
+
+def test_one_release_compares_the_tokens_exactly_a_near_tie_too():
+    near = outputs_signal(NEAR, "0.5.4.post3")
+    assert near["failed"] and near["canary"] == 1.0
+    assert near["note"].startswith("compared exactly (both on 0.5.4.post3); 1 of 1 prompts "
+                                   "differ, e.g. 'p': ' tok0 tok1 tok2 tok100003' against")
+    assert not outputs_signal(BASELINE, "0.5.4.post3")["failed"]
+    unknown = outputs_signal(NEAR, None)  # a release not known: exact
+    assert unknown["failed"] and unknown["note"].startswith("compared exactly (a release not")
+
+
+def test_across_releases_a_near_tie_is_equivalent():
+    near = outputs_signal(NEAR, "0.5.23")
+    assert near["failed"] is False and near["canary"] == 0.0
+    assert near["note"] == (
+        "releases differ (canary 0.5.23, baseline 0.5.4.post3): compared by log-probability "
+        "distance; 1 of 1 prompts differ, 0 by more than 1 nat, e.g. 'p' at token 3: the "
+        "baseline ranks the canary's token 0.20 nat below its own")
+
+
+@pytest.mark.parametrize("tokens, says", [
+    (FAR, "at token 0: the baseline ranks the canary's token 6.40 nat below its own"),
+    (UNRANKED, "at token 1: the baseline ranks the canary's token outside its top logprobs"),
+])
+def test_across_releases_a_real_change_still_fails(tokens, says):
+    changed = outputs_signal(tokens, "0.5.23")
+    assert changed["failed"] and changed["canary"] == 1.0
+    assert "1 of 1 prompts differ, 1 by more than 1 nat" in changed["note"]
+    assert says in changed["note"]
+
+
+def test_across_releases_answers_without_logprobs_are_compared_by_their_text():
+    result = judge(side(outputs={"p": "a"}, release="0.5.23"),
+                   [side(outputs={"p": "b"}, release="0.5.4.post3")], PLAN)
+    assert result["decided_by"] == "greedy outputs"
+    assert "outside its top logprobs" in result["message"]
+
+
+def test_a_tighter_gap_fails_the_near_tie_too():
+    plan = plan_from_vars({"sglang_bench_canary_max_logprob_gap": 0.1})[0]
+    result = judge(side(outputs={"p": greedy(NEAR)}, release="0.5.23"),
+                   [side(outputs={"p": greedy(BASELINE)}, release="0.5.4.post3")], plan)
+    assert result["decided_by"] == "greedy outputs"
+    assert "0.20 nat below its own" in result["message"]
+
+
+def test_a_generate_answer_in_0_5_23s_shape_is_read_with_its_logprobs():
+    body = {"text": " tok0 tok100001", "output_ids": [0, 100001], "meta_info": {
+        "id": "x", "input_token_logprobs": [],
+        "output_token_logprobs": [[-0.6, 0, None], [-0.6, 100001, None]],
+        "output_token_logprobs_length": 2, "input_top_logprobs": [],
+        "output_top_logprobs": [[[-0.6, 0, None], [-0.8, 100000, None]],
+                                [[-0.6, 100001, None], [-0.8, 1, None]]]}}
+    assert answer_of(body) == Answer(" tok0 tok100001", (0, 100001), (-0.6, -0.6),
+                                     ({0: -0.6, 100000: -0.8}, {100001: -0.6, 1: -0.8}))
+    assert answer_of({"text": "hi", "meta_info": {}}) == Answer("hi")
+
+
 @pytest.mark.parametrize("variable, value, says", [
     ("max_ttft_p99_ratio", 1.0, "above 1"),
     ("max_itl_p99_ratio", float("inf"), "infinity could never fail"),
     ("min_tokens_ratio", 0, "0 could never fail"),
     ("max_error_increase", 1, "1 or more could never fail"),
     ("max_output_mismatch", 1.0, "1 could never fail"),
+    ("max_logprob_gap", 0, "a finite number of nats above 0"),
+    ("max_logprob_gap", float("inf"), "infinity could never fail"),
+    ("max_logprob_gap", "nan", "a finite number of nats above 0"),
+    ("max_logprob_gap", "near", "is not a number"),
     ("max_abort_increase", "lots", "is not a number"),
     ("window", 0, "positive finite number of seconds"),
     ("min_requests", 2.5, "positive whole number"),
@@ -144,7 +225,7 @@ def test_the_baseline_is_the_other_servers_behind_the_canarys_routers():
     groups = {"sglang_servers": ["n1", "n2", "n3", "other"], "kimi": ["n1", "n2", "n3"],
               "sglang_routers": ["r1"]}
     found = canary_targets("n1", groups, hostvars)
-    assert found["canary"] == {"host": "n1", "url": "http://10.0.0.1:30001",
+    assert found["canary"] == {"host": "n1", "url": "http://10.0.0.1:30001", "release": None,
                                "worker_url": "http://10.0.0.1:30001"}
     assert [b["host"] for b in found["baselines"]] == ["n2", "n3"]
     assert found["router_metrics"] == ["http://10.0.0.9:29000"]
@@ -158,3 +239,14 @@ def test_the_baseline_is_the_other_servers_behind_the_canarys_routers():
     assert canary_problem("n1", hostvars) is None
     hostvars["n1"] = _server(30001, pd="decode")
     assert "decode server of a PD deployment" in canary_problem("n1", hostvars)
+
+
+def test_each_target_carries_the_release_its_launchspec_pins():
+    def spec(port, version):
+        return {"sglang_server_launch_spec": {
+            "sglang_version": version, "http": {"port": port}, "group": {"serves_http": True},
+            "settings": {"sglang_server_model_path": "m"}}}
+    hostvars = {"a": spec(30000, "0.5.23"), "b": spec(30001, "0.5.4.post3")}
+    targets = canary_targets("a", {"sglang_servers": ["a", "b"]}, hostvars)
+    assert targets["canary"]["release"] == "0.5.23"
+    assert [(t["host"], t["release"]) for t in targets["baselines"]] == [("b", "0.5.4.post3")]

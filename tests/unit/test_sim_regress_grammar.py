@@ -36,7 +36,7 @@ def test_every_item_is_read_and_nothing_given_is_no_regression():
     ("ttft=0", "ttft=0 must be a factor above 0"),
     ("errors=1.5", "errors=1.5 must be a share from 0 to 1"),
     ("aborts=-0.1", "aborts=-0.1 must be a share from 0 to 1"),
-    ("outputs=different", "outputs='different' is not one of changed, same"),
+    ("outputs=different", "outputs='different' is not one of changed, same, near"),
     ("itl=1.3,itl=2", "itl is given twice"),
 ])
 def test_a_bad_item_is_named_with_the_accepted_forms(text, problem):

@@ -4,9 +4,10 @@ Each signal compares the canary with the baseline servers taken together over on
 the share of failed requests (the router's per-worker outcomes and the judge's own probe
 requests), the share of aborted requests (SGLang's counters), p99 time to first token and
 inter-token latency (SGLang's histograms), generation tokens per second of a request (the
-inter-token latency histogram's count over its sum) and the greedy probe outputs. The first
-failing signal decides; too little live traffic makes the latency signals inconclusive, never
-passed.
+inter-token latency histogram's count over its sum) and the greedy probe outputs (exactly
+where canary and baseline run one SGLang release, by log-probability distance where the
+releases differ). The first failing signal decides; too little live traffic makes the latency
+signals inconclusive, never passed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ from sglang_fleet.rollout.plan import CanaryPlan
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One probe prompt's greedy answer: its text and, where the server returned logprobs,
+    its token ids, each token's logprob and each position's top logprobs (token id ->
+    logprob)."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    top: tuple[dict[int, float], ...] = ()
+
+
 @dataclass
 class Side:
     """What one side (the canary, or the baselines together) showed over the window."""
@@ -29,7 +42,8 @@ class Side:
     router_failure: float = 0.0
     probes_sent: int = 0
     probes_failed: int = 0
-    outputs: dict[str, str] = field(default_factory=dict)  # prompt -> greedy output
+    outputs: dict[str, Answer] = field(default_factory=dict)  # prompt -> greedy answer
+    release: str | None = None  # the SGLang release it runs, where known
 
     @property
     def live_requests(self) -> float:
@@ -95,23 +109,73 @@ def _p99_ratio(name: str, canary: Histogram, baseline: Histogram,
     return _signal(name, c[0], b[0], limit, b[0] > 0 and c[0] / b[0] > limit, "s")
 
 
-def _outputs(canary: Side, baselines: list[Side], limit: float) -> dict[str, Any]:
-    reference = next((s.outputs for s in baselines if s.outputs), {})
-    prompts = [p for p in canary.outputs if p in reference]
+def logprob_gap(canary: Answer, baseline: Answer) -> tuple[int, float | None] | None:
+    """Where the canary's tokens first differ from the baseline's, and how far below its own
+    choice the baseline ranks the canary's token there (nats; None: not among its top
+    logprobs, or no logprobs). None where the tokens are the same."""
+    ours, theirs = canary.token_ids, baseline.token_ids
+    if not ours or not theirs:  # a server that returned no logprobs: its text decides
+        return None if canary.text == baseline.text else (0, None)
+    common = min(len(ours), len(theirs))
+    at = next((k for k in range(common) if ours[k] != theirs[k]), common)
+    if at == len(ours) == len(theirs):
+        return None
+    if at >= len(ours) or at >= len(theirs) or at >= len(baseline.top) \
+            or at >= len(baseline.logprobs):
+        return at, None  # one answer ended early: its end token is not in the other's top
+    canary_logprob = baseline.top[at].get(ours[at])
+    return at, None if canary_logprob is None else baseline.logprobs[at] - canary_logprob
+
+
+def _releases_differ(canary: Side, reference: Side) -> bool:
+    return bool(canary.release and reference.release and canary.release != reference.release)
+
+
+def _outputs(canary: Side, baselines: list[Side], limits: tuple[float, float]
+             ) -> dict[str, Any]:
+    limit, max_gap = limits
+    reference = next((s for s in baselines if s.outputs), Side())
+    prompts = [p for p in canary.outputs if p in reference.outputs]
     if not prompts:
         return _signal("greedy outputs", None, None, limit, None, "share",
                        "no probe answered on both sides")
     for other in baselines[1:]:
-        if any(p in other.outputs and other.outputs[p] != reference[p] for p in prompts):
+        if any(p in other.outputs and other.outputs[p].text != reference.outputs[p].text
+               for p in prompts):
             return _signal("greedy outputs", None, None, limit, None, "share",
                            "the baseline servers answer the probes differently: outputs "
                            "are not comparable")
-    differ = [p for p in prompts if canary.outputs[p] != reference[p]]
+    if _releases_differ(canary, reference):
+        differ, note = _by_logprob(canary, reference, prompts, max_gap)
+    else:
+        differ = [p for p in prompts
+                  if canary.outputs[p].text != reference.outputs[p].text]
+        same = (f"both on {canary.release}" if canary.release and reference.release
+                else "a release not known")
+        note = (f"compared exactly ({same}); {len(differ)} of {len(prompts)} prompts "
+                "differ" + (f", e.g. {differ[0]!r}: {canary.outputs[differ[0]].text!r} "
+                            f"against {reference.outputs[differ[0]].text!r}" if differ else ""))
     share = len(differ) / len(prompts)
-    note = f"{len(differ)} of {len(prompts)} prompts differ" + (
-        f", e.g. {differ[0]!r}: {canary.outputs[differ[0]]!r} against "
-        f"{reference[differ[0]]!r}" if differ else "")
     return _signal("greedy outputs", share, 0.0, limit, share > limit, "share", note)
+
+
+def _by_logprob(canary: Side, reference: Side, prompts: list[str],
+                max_gap: float) -> tuple[list[str], str]:
+    """The prompts whose tokens differ beyond a near tie, and the note that says so: a
+    differing prompt is equivalent where, at its first differing token, the baseline's own
+    logprob of the canary's token is within max_gap nats of its chosen token's."""
+    gaps = {p: logprob_gap(canary.outputs[p], reference.outputs[p]) for p in prompts}
+    changed = {p: g for p, g in gaps.items() if g is not None}
+    differ = [p for p, (_, gap) in changed.items() if gap is None or gap > max_gap]
+    note = (f"releases differ (canary {canary.release}, baseline {reference.release}): "
+            f"compared by log-probability distance; {len(changed)} of {len(prompts)} prompts "
+            f"differ, {len(differ)} by more than {max_gap:g} nat")
+    shown = differ[0] if differ else next(iter(changed), None)
+    if shown is not None:
+        at, gap = changed[shown]
+        note += (f", e.g. {shown!r} at token {at}: the baseline ranks the canary's token "
+                 + ("outside its top logprobs" if gap is None else f"{gap:.2f} nat below its own"))
+    return differ, note
 
 
 def signals(canary: Side, baselines: list[Side], plan: CanaryPlan) -> list[dict[str, Any]]:
@@ -119,7 +183,7 @@ def signals(canary: Side, baselines: list[Side], plan: CanaryPlan) -> list[dict[
     tokens = (canary.tokens_per_s(), base.tokens_per_s())
     out = [
         _increase("error rate", canary.error_rate(), base.error_rate(), t.max_error_increase),
-        _outputs(canary, baselines, t.max_output_mismatch),
+        _outputs(canary, baselines, (t.max_output_mismatch, t.max_logprob_gap)),
         _increase("abort rate", canary.abort_rate(), base.abort_rate(), t.max_abort_increase),
         _signal("generation tokens/s", tokens[0], tokens[1], t.min_tokens_ratio,
                 None if None in tokens else tokens[0] / tokens[1] < t.min_tokens_ratio,

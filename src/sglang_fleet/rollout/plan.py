@@ -31,6 +31,9 @@ class Thresholds:
     max_itl_p99_ratio: float = 1.15  # the same for inter-token latency
     min_tokens_ratio: float = 0.9  # canary's generation tokens per second over the baseline's
     max_output_mismatch: float = 0.0  # share of probe prompts whose greedy output differs
+    # Releases differ: a differing token counts as equivalent where the baseline ranks it at
+    # most this many nats below its own choice (a near tie a new release's kernels may flip).
+    max_logprob_gap: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ _LIMITS: dict[str, tuple[str, str, float, float, str]] = {
                          "fails an identical canary)"),
     "max_output_mismatch": ("max_output_mismatch", "share", 0.0, 1.0,
                             "a share from 0 to below 1 (1 could never fail)"),
+    "max_logprob_gap": ("max_logprob_gap", "nats", 0.0, math.inf,
+                        "a finite number of nats above 0, e.g. 1.0 (0 or less takes no near "
+                        "tie as equivalent; infinity could never fail)"),
 }
 
 

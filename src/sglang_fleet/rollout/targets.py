@@ -14,11 +14,12 @@ def _spec(hostvars: dict[str, Any], host: str) -> dict[str, Any]:
     return dict(hostvars[host].get("sglang_server_launch_spec") or {})
 
 
-def _target(hostvars: dict[str, Any], host: str) -> dict[str, str]:
-    hv = hostvars[host]
-    url = worker_url(_spec(hostvars, host), str(hv.get("ansible_host", host)),
-                     hv.get("sglang_router_worker_url"))
-    return {"host": host, "url": url, "worker_url": url}
+def _target(hostvars: dict[str, Any], host: str) -> dict[str, Any]:
+    """A server as the judge reaches it, with the SGLang release its LaunchSpec pins."""
+    hv, spec = hostvars[host], _spec(hostvars, host)
+    url = worker_url(spec, str(hv.get("ansible_host", host)), hv.get("sglang_router_worker_url"))
+    return {"host": host, "url": url, "worker_url": url,
+            "release": spec.get("sglang_version") or None}
 
 
 def _serving(hostvars: dict[str, Any], host: str) -> bool:

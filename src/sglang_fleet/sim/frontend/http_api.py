@@ -367,9 +367,12 @@ class Handler(BaseHTTPRequestHandler):
                            st.route(), st.take_warmup_delay())
                 for i, key in enumerate(keys)]
         streaming = bool(body.get("stream"))
-        for gen, sampling in zip(gens, params, strict=True):
+        for i, (gen, sampling) in enumerate(zip(gens, params, strict=True)):
             gen.streaming = streaming
             gen.temperature = temperature_of(sampling)
+            gen.return_logprob = bool(per_prompt(body.get("return_logprob"), i))
+            gen.top_logprobs_num = int(per_prompt(body.get("top_logprobs_num"), i) or 0)
+            gen.text_in_logprobs = bool(body.get("return_text_in_logprobs"))
         if streaming:
             # http_server.serve_generate_request returns its StreamingResponse at once: the 200
             # goes out before the scheduler sees the request (a PD hand-shake included), and
@@ -663,6 +666,11 @@ def temperature_of(params: Any) -> float:
     value = params.get("temperature") if isinstance(params, dict) else None
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else 1.0
+
+
+def per_prompt(value: Any, i: int) -> Any:
+    """A GenerateReqInput field given once for all prompts or as a list, one per prompt."""
+    return value[i] if isinstance(value, list) else value
 
 
 def methods_of(path: str) -> set[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from sglang_fleet.known.sim_regress import ABORT, ERROR
 from sglang_fleet.sim.engine.runtime import SimRuntime, log
-from sglang_fleet.sim.frontend import metrics
+from sglang_fleet.sim.frontend import logprobs, metrics
 from sglang_fleet.sim.frontend.control import Hub
 from sglang_fleet.sim.frontend.weight_export import WeightExporter
 from sglang_fleet.sim.pd.kv_receiver import PrefillInfoTable
@@ -425,6 +425,8 @@ class Generation:
         self.prompt_tokens = len(key)
         self.max_new_tokens = max(1, int(max_new_tokens))
         self.temperature = 1.0  # SamplingParams' default; only reported, never sampled with
+        # GenerateReqInput's return_logprob, top_logprobs_num and return_text_in_logprobs.
+        self.return_logprob, self.top_logprobs_num, self.text_in_logprobs = False, 0, False
         self.replica = replica
         self.rid = rid or uuid.uuid4().hex
         self.streaming = False
@@ -453,8 +455,9 @@ class Generation:
         return max(1, self.max_new_tokens // 2) if self.outcome == ABORT else self.max_new_tokens
 
     def token(self, i: int) -> int:
-        """The id of its i-th output token (SGLANG_SIM_REGRESS outputs=changed shifts them)."""
-        return i + self.state.rt.regress.token_offset
+        """The id of its i-th output token (SGLANG_SIM_REGRESS outputs=changed shifts them,
+        outputs=near takes some near ties: logprobs.chosen)."""
+        return logprobs.chosen(i, self.state.rt.regress)
 
     def output_ids(self, n: int) -> list[int]:
         return [self.token(i) for i in range(n)]
@@ -602,7 +605,8 @@ class Generation:
         return str((self.finish_reason or {"type": "length"})["type"])
 
     def meta(self, done: bool) -> dict[str, Any]:
-        """meta_info as tokenizer_manager._handle_batch_output builds it (no logprobs)."""
+        """meta_info as tokenizer_manager._handle_batch_output builds it; the logprob fields
+        (convert_logprob_style) only when the request asked for them."""
         meta: dict[str, Any] = {
             "id": self.rid,
             "finish_reason": ((self.finish_reason or {"type": "length", "length": self.produced})
@@ -614,6 +618,10 @@ class Generation:
         metrics = bool(getattr(self.state.rt.args, "enable_metrics", False))
         if metrics:
             meta["queue_time"] = 0.0
+        if self.return_logprob:
+            meta.update(logprobs.logprob_meta(
+                self.output_ids(self.produced), self.state.rt.regress, self.top_logprobs_num,
+                token_text if self.text_in_logprobs else None))
         meta.update(reasoning_tokens=0, completion_tokens=self.produced,
                     cached_tokens=self.cached_tokens)
         if done:
