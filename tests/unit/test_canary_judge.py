@@ -250,3 +250,20 @@ def test_each_target_carries_the_release_its_launchspec_pins():
     targets = canary_targets("a", {"sglang_servers": ["a", "b"]}, hostvars)
     assert targets["canary"]["release"] == "0.5.23"
     assert [(t["host"], t["release"]) for t in targets["baselines"]] == [("b", "0.5.4.post3")]
+
+
+def test_a_p99_made_of_a_few_slow_requests_is_not_believed():
+    base = side(ttft=0.19)  # every first token in SGLang's 0.1-0.2 s bucket
+    # Three slow first tokens of a hundred (a loaded machine): the canary's p99 lands in the
+    # next bucket, but three past the baseline's p99 is what 1% gives by chance (8%).
+    unlucky = side(ttft=0.19)
+    unlucky.sample.ttft = histogram(TTFT_BOUNDS, [0.19] * 97 + [0.3] * 3)
+    ttft = next(s for s in judge(unlucky, [base], PLAN)["signals"]
+                if s["signal"] == "p99 time to first token")
+    assert ttft["canary"] / ttft["baseline"] > 1.15 and ttft["failed"] is False
+    assert "3 of the canary's 100 past the baseline's p99 bucket (above 0.2 s)" in ttft["note"]
+    assert ttft["note"].endswith("not believed")
+    # Every first token later: believed.
+    slower = judge(side(ttft=0.25), [base], PLAN)
+    assert slower["decided_by"] == "p99 time to first token"
+    assert "100 of the canary's 100 past" in slower["message"]

@@ -12,6 +12,7 @@ signals inconclusive, never passed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,10 +96,36 @@ def _increase(name: str, canary: float | None, baseline: float | None,
     return _signal(name, canary, baseline, limit, canary - baseline > limit, "share")
 
 
+# A canary's p99 from a few dozen requests is its slowest one or two: it is believed only when
+# more of its observations lie past the baseline's p99 than 1% would give, by this chance.
+TAIL_ALPHA = 0.001
+
+
+def poisson_tail(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean): the chance of k or more of n observations past a
+    bound that 1% of them pass (mean = n / 100)."""
+    if k <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    below = sum(math.exp(i * math.log(mean) - mean - math.lgamma(i + 1)) for i in range(k))
+    return max(0.0, 1.0 - below)
+
+
+def _past_baseline_tail(canary: Histogram, bound: float) -> tuple[int, int, float]:
+    """How many of the canary's observations lie past `bound` (the upper bound of the bucket
+    holding the baseline's p99), of how many, and the chance of that many under 1%."""
+    n = int(canary.count)
+    within = max((c for le, c in canary.buckets.items() if le <= bound), default=0.0)
+    k = int(round(canary.count - within))
+    return k, n, poisson_tail(k, n / 100.0)
+
+
 def _p99_ratio(name: str, canary: Histogram, baseline: Histogram,
                limit: float) -> dict[str, Any]:
-    """p99 ratio; where both p99s fall in one bucket the bucket cannot tell them apart, and
-    the means (exact: sum over count) decide."""
+    """p99 ratio, believed only when the canary's tail past the baseline's p99 bucket is
+    larger than chance; where both p99s fall in one bucket the bucket cannot tell them apart,
+    and the means (exact: sum over count) decide."""
     c, b = canary.quantile(0.99), baseline.quantile(0.99)
     if c is None or b is None:
         return _signal(name, None, None, limit, None, "s", "no observations")
@@ -106,7 +133,14 @@ def _p99_ratio(name: str, canary: Histogram, baseline: Histogram,
         cm, bm = canary.mean(), baseline.mean()
         return _signal(name, cm, bm, limit, cm / bm > limit, "s",
                        f"both p99s in the {c[1]:g}-{c[2]:g} s bucket: means compared")
-    return _signal(name, c[0], b[0], limit, b[0] > 0 and c[0] / b[0] > limit, "s")
+    above = b[0] > 0 and c[0] / b[0] > limit
+    if not above or math.isinf(b[2]):
+        return _signal(name, c[0], b[0], limit, above, "s")
+    k, n, chance = _past_baseline_tail(canary, b[2])
+    note = (f"{k} of the canary's {n} past the baseline's p99 bucket (above {b[2]:g} s), "
+            f"a chance of {chance:.1e} if it were the baseline's")
+    return _signal(name, c[0], b[0], limit, chance < TAIL_ALPHA,
+                   "s", note + ("" if chance < TAIL_ALPHA else ": not believed"))
 
 
 def logprob_gap(canary: Answer, baseline: Answer) -> tuple[int, float | None] | None:
@@ -237,12 +271,12 @@ def _comparison(s: dict[str, Any]) -> str:
     if canary is None or baseline is None:
         return "not judged"
     if s["unit"] == "share":
-        verb = "more than" if s["failed"] else "within"
+        verb = "more than" if canary - baseline > limit else "within"
         return f"{(canary - baseline) * 100:+.1f} points, {verb} the {limit * 100:g} allowed"
     ratio = canary / baseline if baseline else float("inf")
     if s["signal"] == "generation tokens/s":
-        return f"{ratio:.2f}x, {'below' if s['failed'] else 'within'} the {limit:g}x allowed"
-    return f"{ratio:.2f}x, {'above' if s['failed'] else 'within'} the {limit:g}x allowed"
+        return f"{ratio:.2f}x, {'below' if ratio < limit else 'within'} the {limit:g}x allowed"
+    return f"{ratio:.2f}x, {'above' if ratio > limit else 'within'} the {limit:g}x allowed"
 
 
 def describe_signal(s: dict[str, Any]) -> str:
