@@ -267,3 +267,18 @@ def test_a_p99_made_of_a_few_slow_requests_is_not_believed():
     slower = judge(side(ttft=0.25), [base], PLAN)
     assert slower["decided_by"] == "p99 time to first token"
     assert "100 of the canary's 100 past" in slower["message"]
+
+
+def test_errors_only_the_probes_see_fail_the_canary_and_one_error_is_not_believed():
+    # Streamed live requests that SGLang failed after their 200 are successes to the router:
+    # the probes' own share decides, not diluted by the router's count.
+    canary = side(probes=40)
+    canary.probes_failed = 2
+    result = judge(canary, [side(probes=40)], PLAN)
+    assert result["decided_by"] == "error rate"
+    errors = result["signals"][0]
+    assert errors["canary"] == pytest.approx(0.05)
+    assert errors["note"] == "the probes: 2 of the canary's 40 failed"
+    canary.probes_failed = 1
+    errors = judge(canary, [side(probes=40)], PLAN)["signals"][0]
+    assert errors["failed"] is False and errors["note"].endswith("(fewer than 2: not believed)")

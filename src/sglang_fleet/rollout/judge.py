@@ -50,9 +50,16 @@ class Side:
     def live_requests(self) -> float:
         return max(self.sample.requests - self.probes_sent, 0.0)
 
-    def error_rate(self) -> float | None:
-        total = self.router_success + self.router_failure + self.probes_sent
-        return (self.router_failure + self.probes_failed) / total if total else None
+    def error_rates(self) -> dict[str, tuple[float, float]]:
+        """(failed, counted) by source: the judge's own probes, and the router's outcomes
+        (a streamed request SGLang failed after its 200 is a success to the router, so the
+        two are kept apart rather than diluted into one share)."""
+        out = {}
+        if self.probes_sent:
+            out["probes"] = (float(self.probes_failed), float(self.probes_sent))
+        if self.router_success + self.router_failure:
+            out["router"] = (self.router_failure, self.router_success + self.router_failure)
+        return out
 
     def abort_rate(self) -> float | None:
         return self.sample.aborted / self.sample.requests if self.sample.requests else None
@@ -87,6 +94,29 @@ def _signal(name: str, canary: float | None, baseline: float | None, threshold: 
             failed: bool | None, unit: str = "", note: str = "") -> dict[str, Any]:
     return {"signal": name, "canary": canary, "baseline": baseline, "threshold": threshold,
             "failed": failed, "unit": unit, "note": note}
+
+
+# One failed request is never a regression by itself, however few were counted.
+MIN_FAILED = 2
+
+
+def _errors(canary: Side, base: Side, limit: float) -> dict[str, Any]:
+    """The error rate of the source where the canary stands furthest above the baseline."""
+    found = []
+    for source, (failed, counted) in canary.error_rates().items():
+        theirs = base.error_rates().get(source)
+        if theirs:
+            found.append((failed / counted - theirs[0] / theirs[1], source, failed, counted,
+                          theirs[0] / theirs[1]))
+    if not found:
+        return _signal("error rate", None, None, limit, None, "share", "no requests counted")
+    gap, source, failed, counted, theirs = max(found)
+    note = (f"{'the probes' if source == 'probes' else 'the router'}: {failed:.0f} of the "
+            f"canary's {counted:.0f} failed")
+    fails = gap > limit and failed >= MIN_FAILED
+    if gap > limit and not fails:
+        note += f" (fewer than {MIN_FAILED}: not believed)"
+    return _signal("error rate", failed / counted, theirs, limit, fails, "share", note)
 
 
 def _increase(name: str, canary: float | None, baseline: float | None,
@@ -216,7 +246,7 @@ def signals(canary: Side, baselines: list[Side], plan: CanaryPlan) -> list[dict[
     t, base = plan.thresholds, combine(baselines)
     tokens = (canary.tokens_per_s(), base.tokens_per_s())
     out = [
-        _increase("error rate", canary.error_rate(), base.error_rate(), t.max_error_increase),
+        _errors(canary, base, t.max_error_increase),
         _outputs(canary, baselines, (t.max_output_mismatch, t.max_logprob_gap)),
         _increase("abort rate", canary.abort_rate(), base.abort_rate(), t.max_abort_increase),
         _signal("generation tokens/s", tokens[0], tokens[1], t.min_tokens_ratio,
