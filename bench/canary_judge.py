@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -94,6 +95,8 @@ def main() -> int:
     parser.add_argument("--regressions", default=",".join(REGRESSIONS))
     parser.add_argument("--json")
     args = parser.parse_args()
+    # A SIGTERM ends the run as Ctrl-C does: the fleet is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="canary-bench-"))
     # The runs' records and ledger in the bench's folder, not the operator's stores.
     os.environ[STATE_DIR_VAR] = str(tmp / "state")
