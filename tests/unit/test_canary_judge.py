@@ -282,3 +282,23 @@ def test_errors_only_the_probes_see_fail_the_canary_and_one_error_is_not_believe
     canary.probes_failed = 1
     errors = judge(canary, [side(probes=40)], PLAN)["signals"][0]
     assert errors["failed"] is False and errors["note"].endswith("(fewer than 2: not believed)")
+
+
+def test_a_tail_that_grows_inside_the_baselines_p99_bucket_fails_the_canary():
+    # A loaded machine puts 2% of the baseline's intervals past 20 ms, so its p99 is in the
+    # 20-25 ms bucket; the canary's slowest 5% (x1.3) land in the same bucket. The means
+    # barely move; the share past 20 ms more than doubles.
+    def itl(extra: int) -> ServerSample:
+        values = [0.0157] * (2000 - 40 - extra) + [0.021] * 40 + [0.0204] * extra
+        return ServerSample(100.0, 0.0, histogram(TTFT_BOUNDS, [0.15] * 100),
+                            histogram(ITL_BOUNDS, values))
+    canary, base = side(), side()
+    canary.sample, base.sample = itl(100), itl(0)
+    found = next(s for s in judge(canary, [base], PLAN)["signals"]
+                 if s["signal"] == "p99 inter-token latency")
+    assert found["failed"] and found["canary"] / found["baseline"] < 1.15
+    assert "past 0.02 s 7.0% of the canary's against 2.0% of the baseline's" in found["note"]
+    assert found["note"].endswith("the tail at least doubled, FAILED")
+    same = side()
+    same.sample = itl(0)
+    assert not judge(same, [base], PLAN)["signals"][-1]["failed"]

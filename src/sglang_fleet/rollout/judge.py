@@ -142,27 +142,50 @@ def poisson_tail(k: int, mean: float) -> float:
     return max(0.0, 1.0 - below)
 
 
-def _past_baseline_tail(canary: Histogram, bound: float) -> tuple[int, int, float]:
-    """How many of the canary's observations lie past `bound` (the upper bound of the bucket
-    holding the baseline's p99), of how many, and the chance of that many under 1%."""
+def _past_baseline_tail(canary: Histogram, bound: float, share: float = 0.01
+                        ) -> tuple[int, int, float]:
+    """How many of the canary's observations lie past `bound`, of how many, and the chance of
+    that many where `share` of them pass it (the baseline's share)."""
     n = int(canary.count)
     within = max((c for le, c in canary.buckets.items() if le <= bound), default=0.0)
     k = int(round(canary.count - within))
-    return k, n, poisson_tail(k, n / 100.0)
+    return k, n, poisson_tail(k, n * share)
+
+
+def _share_past(h: Histogram, bound: float) -> float:
+    within = max((c for le, c in h.buckets.items() if le <= bound), default=0.0)
+    return (h.count - within) / h.count if h.count else 0.0
+
+
+def _same_bucket(name: str, canary: Histogram, baseline: Histogram, limit: float,
+                 bucket: tuple[float, float]) -> dict[str, Any]:
+    """Both p99s in one bucket, which cannot tell them apart: the means decide (exact: sum
+    over count), and so does the tail inside the bucket, where a regression of the slowest
+    few percent shows: the canary's share past the bucket's lower bound at least twice the
+    baseline's, beyond chance."""
+    lower, upper = bucket
+    cm, bm = canary.mean() or 0.0, baseline.mean() or 0.0
+    theirs = _share_past(baseline, lower)
+    k, n, chance = _past_baseline_tail(canary, lower, theirs)
+    tail = k / n >= 2 * theirs and chance < TAIL_ALPHA if n else False
+    means = bm > 0 and cm / bm > limit
+    note = (f"both p99s in the {lower:g}-{upper:g} s bucket: means compared; past {lower:g} s "
+            f"{k / n if n else 0:.1%} of the canary's against {theirs:.1%} of the baseline's "
+            f"(a chance of {chance:.1e})")
+    if tail and not means:
+        note += ": the tail at least doubled, FAILED"
+    return _signal(name, cm, bm, limit, means or tail, "s", note)
 
 
 def _p99_ratio(name: str, canary: Histogram, baseline: Histogram,
                limit: float) -> dict[str, Any]:
     """p99 ratio, believed only when the canary's tail past the baseline's p99 bucket is
-    larger than chance; where both p99s fall in one bucket the bucket cannot tell them apart,
-    and the means (exact: sum over count) decide."""
+    larger than chance; where both p99s fall in one bucket, see _same_bucket."""
     c, b = canary.quantile(0.99), baseline.quantile(0.99)
     if c is None or b is None:
         return _signal(name, None, None, limit, None, "s", "no observations")
-    if (c[1], c[2]) == (b[1], b[2]) and canary.mean() and baseline.mean():
-        cm, bm = canary.mean(), baseline.mean()
-        return _signal(name, cm, bm, limit, cm / bm > limit, "s",
-                       f"both p99s in the {c[1]:g}-{c[2]:g} s bucket: means compared")
+    if (c[1], c[2]) == (b[1], b[2]):
+        return _same_bucket(name, canary, baseline, limit, (c[1], c[2]))
     above = b[0] > 0 and c[0] / b[0] > limit
     if not above or math.isinf(b[2]):
         return _signal(name, c[0], b[0], limit, above, "s")
