@@ -147,14 +147,8 @@ def _past_baseline_tail(canary: Histogram, bound: float, share: float = 0.01
     """How many of the canary's observations lie past `bound`, of how many, and the chance of
     that many where `share` of them pass it (the baseline's share)."""
     n = int(canary.count)
-    within = max((c for le, c in canary.buckets.items() if le <= bound), default=0.0)
-    k = int(round(canary.count - within))
+    k = int(round(canary.count_past(bound)))
     return k, n, poisson_tail(k, n * share)
-
-
-def _share_past(h: Histogram, bound: float) -> float:
-    within = max((c for le, c in h.buckets.items() if le <= bound), default=0.0)
-    return (h.count - within) / h.count if h.count else 0.0
 
 
 def _same_bucket(name: str, canary: Histogram, baseline: Histogram, limit: float,
@@ -165,7 +159,7 @@ def _same_bucket(name: str, canary: Histogram, baseline: Histogram, limit: float
     baseline's, beyond chance."""
     lower, upper = bucket
     cm, bm = canary.mean() or 0.0, baseline.mean() or 0.0
-    theirs = _share_past(baseline, lower)
+    theirs = baseline.count_past(lower) / baseline.count if baseline.count else 0.0
     k, n, chance = _past_baseline_tail(canary, lower, theirs)
     tail = k / n >= 2 * theirs and chance < TAIL_ALPHA if n else False
     means = bm > 0 and cm / bm > limit

@@ -27,6 +27,11 @@ class Histogram:
         return Histogram({le: n - earlier.buckets.get(le, 0.0) for le, n in self.buckets.items()},
                          self.total - earlier.total, self.count - earlier.count)
 
+    def count_past(self, bound: float) -> float:
+        """How many observations lie past `bound` (a bucket's upper bound)."""
+        within = max((c for le, c in self.buckets.items() if le <= bound), default=0.0)
+        return self.count - within
+
     def mean(self) -> float | None:
         return self.total / self.count if self.count > 0 else None
 

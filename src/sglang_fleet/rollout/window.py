@@ -46,14 +46,26 @@ def scrape(url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
     return answer.text
 
 
-def _probe_failed(answer: requests.Response) -> bool:
-    """A 5xx, or a 200 whose request SGLang ended with an internal error's abort."""
-    if answer.status_code >= 500:
-        return True
+def _json_body(answer: requests.Response) -> dict[str, Any] | None:
+    """The answer's JSON object, read once; None when it is not one."""
     try:
-        reason = (answer.json().get("meta_info") or {}).get("finish_reason") or {}
+        body = answer.json()
     except ValueError:
-        return answer.status_code != 200
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _finish_reason(body: dict[str, Any]) -> Any:
+    return (body.get("meta_info") or {}).get("finish_reason") or {}
+
+
+def _probe_failed(status: int, body: dict[str, Any] | None) -> bool:
+    """A 5xx, or a 200 whose request SGLang ended with an internal error's abort."""
+    if status >= 500:
+        return True
+    if body is None:
+        return status != 200
+    reason = _finish_reason(body)
     return isinstance(reason, dict) and (reason.get("status_code") or 0) >= 500
 
 
@@ -119,12 +131,12 @@ class Prober(threading.Thread):
             self.failed += 1
             self.stop_event.wait(0.5)  # a server that refuses connections is not hammered
             return
-        if _probe_failed(answer):
+        body = _json_body(answer)
+        if _probe_failed(answer.status_code, body):
             self.failed += 1
-        elif answer.status_code == 200:
-            got = answer_of(answer.json())
-            finish = (answer.json().get("meta_info") or {}).get("finish_reason") or {}
-            if got is not None and finish.get("type") != "abort":
+        elif answer.status_code == 200 and body is not None:
+            got = answer_of(body)
+            if got is not None and _finish_reason(body).get("type") != "abort":
                 self.outputs.setdefault(prompt, got)
 
 
