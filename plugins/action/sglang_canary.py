@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
-# Judges a canary under live traffic against the servers still on the baseline, on the
-# controller (sglang_fleet.rollout): it reaches every server's and router's HTTP port, as the
-# routers do. Returns the judgement; the playbook rolls back or stops on it.
+# Judges the canaries (or a batch's servers) under live traffic against the servers still on
+# the baseline, all in one window, on the controller (sglang_fleet.rollout): it reaches every
+# server's and router's HTTP port, as the routers do. Returns each one's judgement; the
+# playbook rolls back or stops on them.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -16,7 +17,7 @@ require_matching_package()  # before the package's imports, which another releas
 
 try:
     from sglang_fleet.rollout.plan import plan_from_vars
-    from sglang_fleet.rollout.window import ScrapeError, Target, observe
+    from sglang_fleet.rollout.window import Job, ScrapeError, Target, observe
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -32,9 +33,22 @@ def _target(value, what):
                   str(value["release"]) if value.get("release") else None)
 
 
+def _job(value, api_keys):
+    if not isinstance(value, dict):
+        raise AnsibleActionFail("sglang_canary: each of jobs must be a dict, got %r" % (value,))
+    plan, problems = plan_from_vars(dict(value.get("settings") or {}))
+    if problems:
+        raise AnsibleActionFail("; ".join(problems))
+    canary = _target(value.get("canary"), "canary")
+    return Job(plan, canary, tuple(_target(b, "each of baselines")
+                                   for b in value.get("baselines") or []),
+               tuple(value.get("router_metrics") or []),
+               api_keys.get(canary.host) or None)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("canary", "baselines", "router_metrics", "settings", "api_key"))
+    _VALID_ARGS = frozenset(("jobs", "api_keys"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -42,16 +56,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("the sglang_fleet package is not importable by "
                                     "ansible-playbook: %s" % _IMPORT_ERROR)
         args = self._task.args
-        plan, problems = plan_from_vars(dict(args.get("settings") or {}))
-        if problems:
-            return dict(result, failed=True, msg="; ".join(problems))
-        canary = _target(args.get("canary"), "canary")
-        baselines = [_target(b, "each of baselines") for b in args.get("baselines") or []]
+        api_keys = dict(args.get("api_keys") or {})
+        jobs = [_job(j, api_keys) for j in args.get("jobs") or []]
         if self._play_context.check_mode:
             return dict(result, skipped=True, msg="check mode: no window was run")
         try:
-            judgement = observe(plan, canary, baselines, list(args.get("router_metrics") or []),
-                                args.get("api_key") or None)
+            judgements = observe(jobs) if jobs else {}
         except ScrapeError as exc:
-            return dict(result, failed=True, msg="%s: canary not judged: %s" % (canary.host, exc))
-        return dict(result, changed=False, judgement=judgement)
+            # Every server of the window stays unjudged; each host fails on it by itself.
+            judgements = {j.canary.host: {"error": "%s: not judged under live traffic: %s" % (j.canary.host, exc)}
+                          for j in jobs}
+        return dict(result, changed=False, judgements=judgements)

@@ -111,3 +111,20 @@ def test_a_batch_is_judged_like_the_canary_against_the_servers_not_yet_deployed(
     assert "sim-node-2: batch server failed on generation tokens/s" in text, text[-4000:]
     assert "because the batch server failed on generation tokens/s" in text
     assert fleet.main_pid("sim-node-3") == last, "no batch after the failing one started"
+
+
+def test_canaries_judged_together_count_no_probe_as_live_traffic(fleet):
+    # Two canaries in one window with no client traffic: their shared baseline (sim-node-1)
+    # is probed once, and none of the probes counts as live, so neither canary passes.
+    for host in ("sim-node-2", "sim-node-3"):
+        fleet.set_host_vars(host, {"sglang_server_sim_regress": "itl=1"})
+    run = fleet.deploy(extra=fleet.with_stores(**{
+        **JUDGE, "sglang_fleet_canary": "sim-node-2,sim-node-3",
+        "sglang_bench_canary_window": 5}))
+    assert run.rc != 0, run.output[-3000:]
+    text = " ".join(run.output.split())
+    for canary in ("sim-node-2", "sim-node-3"):
+        assert (f"{canary}: canary inconclusive: canary and baseline got fewer than 20 live "
+                "requests, over 5 s of live traffic (canary 0 requests, baseline 0)") in text, \
+            text[-4000:]
+    assert "It keeps its new configuration and serves" in text

@@ -43,12 +43,14 @@ class Side:
     router_failure: float = 0.0
     probes_sent: int = 0
     probes_failed: int = 0
+    # Probes other canaries' judges sent it in the same window: not live traffic either.
+    other_probes: int = 0
     outputs: dict[str, Answer] = field(default_factory=dict)  # prompt -> greedy answer
     release: str | None = None  # the SGLang release it runs, where known
 
     @property
     def live_requests(self) -> float:
-        return max(self.sample.requests - self.probes_sent, 0.0)
+        return max(self.sample.requests - self.probes_sent - self.other_probes, 0.0)
 
     def error_rates(self) -> dict[str, tuple[float, float]]:
         """(failed, counted) by source: the judge's own probes, and the router's outcomes
@@ -81,6 +83,7 @@ def combine(sides: list[Side]) -> Side:
         out.router_failure += s.router_failure
         out.probes_sent += s.probes_sent
         out.probes_failed += s.probes_failed
+        out.other_probes += s.other_probes
     return out
 
 

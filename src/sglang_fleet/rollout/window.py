@@ -1,8 +1,10 @@
-"""The canary's window under live traffic, on the controller: each server's /metrics and each
+"""The canaries' window under live traffic, on the controller: each server's /metrics and each
 router's scraped at its start and end, and the greedy probe prompts sent to every server one
 after another all through it (their answers, with their tokens' logprobs, compared; their
-failures counted). The controller must reach the servers' and routers' HTTP ports, as the
-router does."""
+failures counted). Every server a batch judges (several canaries, or a batch's servers) shares
+one window and one prober per server: a baseline behind two canaries is probed once, and every
+probe it got is taken off its live requests. The controller must reach the servers' and
+routers' HTTP ports, as the router does."""
 
 from __future__ import annotations
 
@@ -103,21 +105,48 @@ def server_release(url: str, api_key: str | None, timeout: float = 10.0) -> str 
 
 
 class Prober(threading.Thread):
-    """Greedy probe prompts to one server, one after another, until told to stop."""
+    """Greedy probe prompts to one server, one after another, until told to stop. `hold`
+    keeps it between two probes until `release`: a window's end is read with no probe in
+    flight."""
 
     def __init__(self, target: Target, plan: CanaryPlan, api_key: str | None) -> None:
         super().__init__(daemon=True, name=f"probe-{target.host}")
         self.target, self.plan, self.api_key = target, plan, api_key
         self.stop_event = threading.Event()
+        self._turn = threading.Condition()
+        self._held = self._busy = False
         self.sent = self.failed = 0
         self.outputs: dict[str, Answer] = {}
 
     def run(self) -> None:
         session = requests.Session()
         for prompt in itertools.cycle(self.plan.probes):
-            if self.stop_event.is_set():
-                return
-            self._one(session, prompt)
+            with self._turn:
+                self._turn.wait_for(lambda: not self._held or self.stop_event.is_set())
+                if self.stop_event.is_set():
+                    return
+                self._busy = True
+            try:
+                self._one(session, prompt)
+            finally:
+                with self._turn:
+                    self._busy = False
+                    self._turn.notify_all()
+
+    def hold(self) -> None:
+        """Returns once the probe in flight, if any, has its answer; no other starts."""
+        with self._turn:
+            self._held = True
+            self._turn.wait_for(lambda: not self._busy)
+
+    def release(self) -> None:
+        with self._turn:
+            self._held = False
+            self._turn.notify_all()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.release()
 
     def _one(self, session: requests.Session, prompt: str) -> None:
         body = {"text": prompt, "sampling_params": {
@@ -150,44 +179,116 @@ def _router_counts(urls: list[str]) -> dict[str, dict[str, float]]:
     return total
 
 
-def _side(target: Target, start: str, end: str, prober: Prober,
+@dataclass(frozen=True)
+class Job:
+    """One server to judge: its plan, itself, its baseline servers, its routers' metrics."""
+
+    plan: CanaryPlan
+    canary: Target
+    baselines: tuple[Target, ...]
+    router_metrics: tuple[str, ...] = ()
+    api_key: str | None = None
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return (self.canary, *self.baselines)
+
+
+def _prober_key(target: Target, plan: CanaryPlan) -> tuple:
+    return target.host, plan.probes, plan.probe_tokens
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """What the probers had from one server when a window ended."""
+
+    sent: int
+    failed: int
+    outputs: dict[str, Answer]
+    others: int  # probes other jobs' probers sent it (other prompts or token counts)
+
+
+def _side(target: Target, metrics: tuple[str, str], probed: _Probed,
           routers: tuple[dict, dict], release: str | None) -> Side:
     worker = target.worker_url.rstrip("/")
     before, after = routers[0].get(worker, {}), routers[1].get(worker, {})
-    return Side(sample=server_sample(end).minus(server_sample(start)),
+    return Side(sample=server_sample(metrics[1]).minus(server_sample(metrics[0])),
                 router_success=after.get("success", 0.0) - before.get("success", 0.0),
                 router_failure=after.get("failure", 0.0) - before.get("failure", 0.0),
-                probes_sent=prober.sent, probes_failed=prober.failed,
-                outputs=dict(prober.outputs), release=release)
+                probes_sent=probed.sent, probes_failed=probed.failed,
+                other_probes=probed.others, outputs=probed.outputs, release=release)
 
 
-def observe(plan: CanaryPlan, canary: Target, baselines: list[Target], router_metrics: list[str],
-            api_key: str | None = None, sleep=time.sleep) -> dict[str, Any]:
-    """Run the window and judge it: the judgement (judge.judge) with the targets named."""
-    targets = [canary, *baselines]
-    starts = {t.host: scrape(t.url, api_key) for t in targets}
-    # A baseline's LaunchSpec is the configuration this run will give it, not the one it
-    # runs: the server's own word decides, the LaunchSpec's release where it says nothing.
-    releases = {t.host: server_release(t.url, api_key) or t.release for t in targets}
-    routers_before = _router_counts(router_metrics)
-    probers = {t.host: Prober(t, plan, api_key) for t in targets}
-    for p in probers.values():
-        p.start()
+class _Window:
+    """The shared window: every job's servers scraped at its start, one prober per server
+    (and probe set) running until the last job ends, each job judged at its own end."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.targets = {t.host: (t, job.api_key) for job in jobs for t in job.targets}
+        self.routers = sorted({u for job in jobs for u in job.router_metrics})
+        self.probers: dict[tuple, Prober] = {}
+        for job in jobs:
+            for t in job.targets:
+                key = _prober_key(t, job.plan)
+                self.probers.setdefault(key, Prober(t, job.plan, job.api_key))
+
+    def begin(self) -> None:
+        self.starts = {h: scrape(t.url, key) for h, (t, key) in self.targets.items()}
+        # A baseline's LaunchSpec is the configuration this run will give it, not the one it
+        # runs: the server's own word decides, the LaunchSpec's release where it says nothing.
+        self.releases = {h: server_release(t.url, key) or t.release
+                         for h, (t, key) in self.targets.items()}
+        self.routers_before = _router_counts(self.routers)
+        for p in self.probers.values():
+            p.start()
+
+    def _probed(self, target: Target, plan: CanaryPlan) -> _Probed:
+        own = self.probers[_prober_key(target, plan)]
+        others = sum(p.sent for k, p in self.probers.items()
+                     if k[0] == target.host and p is not own)
+        return _Probed(own.sent, own.failed, dict(own.outputs), others)
+
+    def end(self, job: Job) -> dict[str, Any]:
+        """The job's judgement, read with every prober held between two probes, so that
+        every probe sent is in the servers' counters."""
+        for p in self.probers.values():
+            p.hold()
+        try:
+            ends = {t.host: scrape(t.url, job.api_key) for t in job.targets}
+            routers_after = _router_counts(self.routers)
+            sides = {t.host: _side(t, (self.starts[t.host], ends[t.host]),
+                                   self._probed(t, job.plan),
+                                   (self.routers_before, routers_after), self.releases[t.host])
+                     for t in job.targets}
+        finally:
+            for p in self.probers.values():
+                p.release()
+        result = judge(sides[job.canary.host], [sides[b.host] for b in job.baselines],
+                       job.plan)
+        result.update(canary=job.canary.host, baselines=[b.host for b in job.baselines])
+        return result
+
+    def stop(self) -> None:
+        for p in self.probers.values():
+            p.stop()
+        for p in self.probers.values():
+            if p.is_alive():
+                p.join(timeout=70)
+
+
+def observe(jobs: list[Job], sleep=time.sleep) -> dict[str, dict[str, Any]]:
+    """Run one window for every job and judge each at the end of its own: the judgements
+    (judge.judge, with the targets named and the seconds run) by canary host, or a
+    ScrapeError when a server or router did not answer."""
+    window = _Window(jobs)
+    window.begin()
     started = time.monotonic()
+    judgements: dict[str, dict[str, Any]] = {}
     try:
-        sleep(plan.window)
+        for job in sorted(jobs, key=lambda j: j.plan.window):
+            sleep(max(job.plan.window - (time.monotonic() - started), 0.0))
+            judgements[job.canary.host] = window.end(job)
+            judgements[job.canary.host]["seconds"] = round(time.monotonic() - started, 1)
     finally:
-        for p in probers.values():
-            p.stop_event.set()
-        for p in probers.values():
-            p.join(timeout=70)
-    # Scraped after the probes ended, so every probe sent is in the counters.
-    ends = {t.host: scrape(t.url, api_key) for t in targets}
-    routers_after = _router_counts(router_metrics)
-    sides = {t.host: _side(t, starts[t.host], ends[t.host], probers[t.host],
-                           (routers_before, routers_after), releases[t.host])
-             for t in targets}
-    result = judge(sides[canary.host], [sides[b.host] for b in baselines], plan)
-    result.update(canary=canary.host, baselines=[b.host for b in baselines],
-                  seconds=round(time.monotonic() - started, 1))
-    return result
+        window.stop()
+    return judgements
