@@ -230,7 +230,8 @@ class _Window:
         for job in jobs:
             for t in job.targets:
                 key = _prober_key(t, job.plan)
-                self.probers.setdefault(key, Prober(t, job.plan, job.api_key))
+                if key not in self.probers:
+                    self.probers[key] = Prober(t, job.plan, job.api_key)
 
     def begin(self) -> None:
         self.starts = {h: scrape(t.url, key) for h, (t, key) in self.targets.items()}
