@@ -1,11 +1,17 @@
 """The pure parts of asking a release: the nearest releases to a wrong name, which inventory
 variables a refusal names, when an accepted verdict serves the same fleet on other ports, and
-what a host's case says it could not check."""
+what a host's case says it could not check, and what a failed install says pip met."""
 
 from __future__ import annotations
 
+import pytest
+
 from sglang_fleet.known import release_check
-from sglang_fleet.known.refenv import nearest_releases, release_name_problem
+from sglang_fleet.known.refenv import (
+    explain_install_failure,
+    nearest_releases,
+    release_name_problem,
+)
 
 OFFERED = ["0.5.4.post3", "0.5.5", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 
@@ -80,3 +86,32 @@ def test_an_environment_variable_the_release_does_not_read_is_named_with_the_nea
     assert built["warnings"] == ["host n1: sglang_server_extra_env: SGLang 0.5.23 reads no "
                                  "SGLANG_ENABLE_JIT_DEEPGEM; did you mean "
                                  "SGLANG_ENABLE_JIT_DEEPGEMM?"]
+
+
+# pip's stderr in the shapes it prints (written here, not copied from a run).
+_REFUSED = ("WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, "
+            "status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3."
+            "connection.HTTPConnection object>: Failed to establish a new connection: [Errno 111] "
+            "Connection refused')': /simple/sglang/\n"
+            "ERROR: Could not find a version that satisfies the requirement sglang==0.5.21 "
+            "(from versions: none)\nERROR: No matching distribution found for sglang==0.5.21")
+_MIRROR_WITHOUT_IT = ("ERROR: Could not find a version that satisfies the requirement "
+                      "sglang==0.5.21 (from versions: none)\n"
+                      "ERROR: No matching distribution found for sglang==0.5.21")
+_CONFLICT = ("ERROR: Cannot install sglang==0.5.21 because these package versions have "
+             "conflicting dependencies.\nERROR: ResolutionImpossible: for help visit "
+             "https://pip.pypa.io/en/latest/topics/dependency-resolution/")
+
+
+@pytest.mark.parametrize(("error", "says", "never"), [
+    (_REFUSED, "could not reach the package registry to fetch sglang==0.5.21", "lists no"),
+    (_MIRROR_WITHOUT_IT, "the package registry pip uses lists no release of sglang==0.5.21",
+     "could not reach"),
+    (_CONFLICT, "pip could not install sglang==0.5.21 (pip: ERROR: ResolutionImpossible",
+     "could not reach"),
+])
+def test_a_failed_install_says_what_pip_met(error, says, never):
+    text = str(explain_install_failure("0.5.21", error, None))
+    assert says in text and never not in text, text
+    if error is _CONFLICT:
+        assert "conflicting dependencies" in text  # the lines that say why are kept

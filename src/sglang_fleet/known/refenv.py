@@ -43,6 +43,13 @@ PROJECT = release_cache.PROJECT
 MIN_SUPPORTED = "0.5.4.post3"
 # pip's "Could not find a version that satisfies the requirement sglang==X (from versions: ...)"
 _FROM_VERSIONS = re.compile(r"from versions: ([^)]*)\)")
+# What pip (urllib3, requests) prints when the index is out of reach: refused, unresolved,
+# timed out, behind a broken proxy or TLS.
+_UNREACHABLE = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Max retries exceeded|"
+    r"connection broken|Temporary failure in name resolution|Name or service not known|"
+    r"Network is unreachable|ConnectTimeoutError|Read timed out|SSLError|ProxyError|"
+    r"Could not fetch URL")
 # SGLang's post-parse checks (resolve_once) import its model configs, some of which import
 # torchvision at module load: torch and torchvision come as the pair this machine kind keeps on
 # disk (a CUDA build; it runs on the CPU, and nothing here allocates GPU memory).
@@ -169,14 +176,22 @@ def explain_install_failure(version: str, error: str, wheelhouse: Path | None,
     if offered and requirement is None:
         return RefEnvError(f"{package} {version} is not a release in {where}; the nearest are: "
                            f"{', '.join(nearest_releases(version, offered))}")
+    last = error.strip().splitlines()[-1] if error.strip() else "no output"
     if wheelhouse:
         return RefEnvError(f"the wheelhouse {wheelhouse} holds no {wanted} wheel (pip: "
-                           f"{error.strip().splitlines()[-1]}); put the wheel there")
-    return RefEnvError(f"could not reach the package registry to fetch {wanted} (pip: "
-                       f"{error.strip().splitlines()[-1]}); on a controller without registry "
-                       f"access pass --wheelhouse DIR: a folder with the release's wheel and the "
-                       f"modules its parser imports (`pip download {package}=={version}` "
-                       f"elsewhere)")
+                           f"{last}); put the wheel there")
+    if _UNREACHABLE.search(error):
+        return RefEnvError(f"could not reach the package registry to fetch {wanted} (pip: "
+                           f"{last}); on a controller without registry access pass "
+                           f"--wheelhouse DIR: a folder with the release's wheel and the "
+                           f"modules its parser imports (`pip download {package}=={version}` "
+                           f"elsewhere)")
+    if listed:  # reached, and it lists nothing: another index, or a mirror without it
+        return RefEnvError(f"the package registry pip uses lists no release of {wanted} (pip: "
+                           f"{last}); point pip at an index that has it (PIP_INDEX_URL, "
+                           f"pip.conf) or pass --wheelhouse DIR with its wheel")
+    return RefEnvError(f"pip could not install {wanted} (pip: {last}); the lines before it "
+                       f"say why:\n{error.strip()[-1500:]}")
 
 
 def nearest_releases(version: str, offered: list[str], count: int = 3) -> list[str]:
