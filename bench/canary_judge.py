@@ -3,7 +3,7 @@ back by itself with no failed client request, and A/A rollouts that are never ro
 
     .venv/bin/python bench/canary_judge.py [--window 30] [--aa 20] [--clients 6]
                                            [--regressions decode,ttft,itl,errors,aborts,outputs]
-                                           [--json PATH]
+                                           [--across 0.5.4.post3] [--json PATH]
 
 One simulated fleet (three sglang-sim nodes, Kimi-K2.5 TP=8 profile, time factor 0.005 for
 loading; decode, first-token and inter-token times are the profile's, in real seconds) behind
@@ -15,7 +15,12 @@ with `sglang_server_sim_regress` set, `sglang-fleet deploy --canary`-style:
   tokens/s, changed greedy outputs; each must fail on its own signal and roll back;
   A/A: a new configuration that serves exactly like the baseline (`decode=1`, then `ttft=1`,
   alternating so that each run changes the configuration); each must pass, and the rollout
-  goes on to the other servers.
+  goes on to the other servers;
+  across releases (last, `--across RELEASE`, empty for none): the canary on another SGLang
+  release, whose greedy outputs are then compared by log-probability distance. With
+  `outputs=changed` it must fail on greedy outputs and roll back; with `outputs=near` (a near
+  tie flipped at every eighth token, 0.2 nat apart: SIMULATED logprobs) it must pass, and the
+  rollout takes the whole fleet to that release.
 
 Printed per case: the verdict, the deciding signal with both values, the window, whether it
 was rolled back, failed client requests during the deploy (those the regression itself failed,
@@ -62,13 +67,15 @@ def judgement(output: str) -> str:
     return found.group(1) if found else "(no judgement line)"
 
 
-def one_case(fleet, regress: str, window: float, clients: int) -> dict[str, Any]:
+def one_case(fleet, regress: str, window: float, clients: int,
+             release: str | None = None) -> dict[str, Any]:
     load = Load(url=fleet.router_url, clients=clients, max_new_tokens=32, duration=3600).start()
     started = time.monotonic()
+    other = {"sglang_server_version": release} if release else {}
     try:
         run = fleet.deploy(extra=fleet.with_stores(
             sglang_fleet_canary=CANARY, sglang_bench_canary_window=window,
-            sglang_server_sim_regress=regress))
+            sglang_server_sim_regress=regress, **other))
     finally:
         load.stop()
         records = load.wait()
@@ -93,6 +100,8 @@ def main() -> int:
     parser.add_argument("--aa", type=int, default=20)
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--regressions", default=",".join(REGRESSIONS))
+    parser.add_argument("--across", default="0.5.4.post3",
+                        help="the other SGLang release of the last two cases; empty for none")
     parser.add_argument("--json")
     args = parser.parse_args()
     # A SIGTERM ends the run as Ctrl-C does: the fleet is stopped on the way out.
@@ -107,10 +116,14 @@ def main() -> int:
         if first.rc:
             print(first.output[-3000:])
             return 1
-        cases = [(name, *REGRESSIONS[name]) for name in args.regressions.split(",") if name]
-        cases += [(f"A/A {i + 1}", NO_OPS[i % 2], "passed") for i in range(args.aa)]
-        for name, regress, expected in cases:
-            r = one_case(fleet, regress, args.window, args.clients)
+        cases = [(name, *REGRESSIONS[name], None) for name in args.regressions.split(",")
+                 if name]
+        cases += [(f"A/A {i + 1}", NO_OPS[i % 2], "passed", None) for i in range(args.aa)]
+        if args.across:  # the changed outputs first: the near ties pass and move the fleet
+            cases += [("across", "outputs=changed", "greedy outputs", args.across),
+                      ("across", "outputs=near", "passed", args.across)]
+        for name, regress, expected, release in cases:
+            r = one_case(fleet, regress, args.window, args.clients, release)
             r.update(case=name, expected=expected,
                      right=(r["judgement"].startswith(f"failed on {expected}") and r["rolled_back"])
                      if expected != "passed" else (r["rc"] == 0 and not r["rolled_back"]))
@@ -125,7 +138,8 @@ def main() -> int:
     regress = [r for r in results if r["expected"] != "passed"]
     aa = [r for r in results if r["expected"] == "passed"]
     print(f"\nregressions detected on their own signal and rolled back: "
-          f"{sum(r['right'] for r in regress)}/{len(regress)}; A/A rolled back: "
+          f"{sum(r['right'] for r in regress)}/{len(regress)}; rollouts that must pass (A/A, "
+          f"and across releases with near ties) rolled back: "
           f"{sum(r['rolled_back'] for r in aa)}/{len(aa)} (passed {sum(r['right'] for r in aa)}); "
           f"failed client requests in all: {sum(r['failed'] for r in results)} of "
           f"{sum(r['requests'] for r in results)}; window {args.window:g} s (real seconds)")
