@@ -17,33 +17,42 @@ require_matching_package()  # before the package's imports, which another releas
 
 try:
     from sglang_fleet.rollout.plan import plan_from_vars
-    from sglang_fleet.rollout.window import Job, ScrapeError, Target, observe
+    from sglang_fleet.rollout.window import Job, Target, observe
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
 
 
+class _Refused(Exception):
+    pass
+
+
 def _target(value, what):
     if not isinstance(value, dict) or not all(value.get(k) for k in ("host", "url")):
-        raise AnsibleActionFail("sglang_canary: %s must be a dict with host and url, got %r"
-                                % (what, value))
+        raise _Refused("%s must be a dict with host and url, got %r" % (what, value))
     return Target(str(value["host"]), str(value["url"]),
                   str(value.get("worker_url") or value["url"]),
                   str(value["release"]) if value.get("release") else None)
 
 
 def _job(value, api_keys):
+    """The job one host's dict describes; _Refused naming what is wrong with it."""
     if not isinstance(value, dict):
-        raise AnsibleActionFail("sglang_canary: each of jobs must be a dict, got %r" % (value,))
+        raise _Refused("each of jobs must be a dict, got %r" % (value,))
     plan, problems = plan_from_vars(dict(value.get("settings") or {}))
     if problems:
-        raise AnsibleActionFail("; ".join(problems))
+        raise _Refused("; ".join(problems))
     canary = _target(value.get("canary"), "canary")
     return Job(plan, canary, tuple(_target(b, "each of baselines")
                                    for b in value.get("baselines") or []),
                tuple(value.get("router_metrics") or []),
                api_keys.get(canary.host) or None)
+
+
+def _host_of(value):
+    canary = value.get("canary") if isinstance(value, dict) else None
+    return str(canary.get("host")) if isinstance(canary, dict) and canary.get("host") else None
 
 
 class ActionModule(ActionBase):
@@ -55,15 +64,20 @@ class ActionModule(ActionBase):
         if _IMPORT_ERROR is not None:
             raise AnsibleActionFail("the sglang_fleet package is not importable by "
                                     "ansible-playbook: %s" % _IMPORT_ERROR)
-        args = self._task.args
-        api_keys = dict(args.get("api_keys") or {})
-        jobs = [_job(j, api_keys) for j in args.get("jobs") or []]
+        api_keys = dict(self._task.args.get("api_keys") or {})
+        jobs, judgements = [], {}
+        # One host's bad job leaves that host unjudged, never the batch (the task runs once
+        # for every host of it).
+        for value in self._task.args.get("jobs") or []:
+            try:
+                jobs.append(_job(value, api_keys))
+            except _Refused as exc:
+                host = _host_of(value)
+                if host is None:
+                    raise AnsibleActionFail("sglang_canary: %s" % exc) from None
+                judgements[host] = {"error": "%s: not judged under live traffic: %s"
+                                             % (host, exc)}
         if self._play_context.check_mode:
             return dict(result, skipped=True, msg="check mode: no window was run")
-        try:
-            judgements = observe(jobs) if jobs else {}
-        except ScrapeError as exc:
-            # Every server of the window stays unjudged; each host fails on it by itself.
-            judgements = {j.canary.host: {"error": "%s: not judged under live traffic: %s" % (j.canary.host, exc)}
-                          for j in jobs}
+        judgements.update(observe(jobs) if jobs else {})
         return dict(result, changed=False, judgements=judgements)

@@ -348,14 +348,17 @@ def canary_targets_filter(canary, groups, hostvars, exclude=None):
     return canary_targets(str(canary), dict(groups), hostvars, list(exclude or []))
 
 
-def canary_problems(canary, hostvars):
-    """sglang_fleet_canary | sglang_fleet_canary_problems(hostvars): why the canary's plan
-    (its sglang_bench_canary_* variables) or the canary itself is refused; [] when fine."""
+def canary_problems(host, hostvars, canaries=None):
+    """host | sglang_fleet_canary_problems(hostvars, canaries): why the server's canary plan
+    (its sglang_bench_canary_* variables: a canary, or a later batch's server judged like it)
+    is refused, and, for one of `canaries` (all when None), why it cannot be judged alone;
+    [] when fine."""
     _need_package()
-    hv = hostvars[str(canary)]
+    hv = hostvars[str(host)]
     given = {k: hv[k] for k in hv if str(k).startswith("sglang_bench_canary_")}
     problems = plan_from_vars(given)[1]
-    problem = canary_problem(str(canary), hostvars)
+    problem = (canary_problem(str(host), hostvars)
+               if canaries is None or str(host) in list(canaries) else None)
     return problems + ([problem] if problem else [])
 
 def canary_signal(signal):

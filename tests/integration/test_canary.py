@@ -128,3 +128,16 @@ def test_canaries_judged_together_count_no_probe_as_live_traffic(fleet):
                 "requests, over 5 s of live traffic (canary 0 requests, baseline 0)") in text, \
             text[-4000:]
     assert "It keeps its new configuration and serves" in text
+
+
+def test_a_later_batch_servers_plan_that_could_never_fail_is_refused_before_any_node(fleet):
+    # sim-node-3 would be judged like the canary in a later batch, by its own plan.
+    pids = {h: fleet.main_pid(h) for h in ("sim-node-1", "sim-node-2", "sim-node-3")}
+    fleet.set_host_vars("sim-node-3", {"sglang_bench_canary_min_tokens_ratio": 0})
+    run = fleet.deploy(extra=fleet.with_stores(**{**JUDGE, "sglang_server_sim_regress": "ttft=1",
+                                                  "sglang_fleet_serial": 1}))
+    assert run.rc != 0, run.output[-3000:]
+    text = " ".join(run.output.split())
+    assert ("not started, no node was contacted: sglang_bench_canary_min_tokens_ratio=0 is "
+            "refused. Fix: set a ratio above 0 and below 1") in text, text[-3000:]
+    assert {h: fleet.main_pid(h) for h in pids} == pids

@@ -1,7 +1,8 @@
 """The canaries' shared window (sglang_fleet.rollout.window.observe) against small local HTTP
 servers that count what reaches them as SGLang's /metrics does: several canaries judged at
 once probe a shared baseline once, and no probe is counted as live traffic; each job ends at
-its own window; a server that does not answer is a ScrapeError, with no prober left behind."""
+its own window; a server that does not answer leaves only the jobs that read it unjudged, with
+no prober left behind."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
-
 from sglang_fleet.rollout.plan import CanaryPlan
-from sglang_fleet.rollout.window import Job, ScrapeError, Target, observe
+from sglang_fleet.rollout.window import Job, Target, observe
 
 
 class CountingServer(ThreadingHTTPServer):
@@ -131,12 +130,15 @@ def test_each_job_ends_at_its_own_window():
     assert judged["a"]["window"] == 0.1 and judged["b"]["window"] == 0.5
 
 
-def test_a_baseline_that_does_not_answer_is_a_scrape_error_and_no_prober_is_left():
+def test_a_server_that_does_not_answer_leaves_only_its_job_unjudged_and_no_prober():
     plan = CanaryPlan(window=0.1, min_requests=1)
-    with servers(2) as (a, gone):
+    with servers(4) as (a, b, base, gone):
         gone.shutdown()
         gone.server_close()
         before = {t.name for t in threading.enumerate()}
-        with pytest.raises(ScrapeError, match="did not answer"):
-            observe([Job(plan, target("a", a), (target("gone", gone),))])
+        judged = observe([Job(plan, target("a", a), (target("gone", gone),)),
+                          Job(plan, target("b", b), (target("base", base),))])
+    assert judged["a"] == {"error": f"a: not judged under live traffic: {gone.url}/metrics "
+                                    "did not answer: ConnectionError"}, judged["a"]
+    assert judged["b"]["verdict"] == "inconclusive"  # judged, beside it
     assert not {t.name for t in threading.enumerate() if t.name.startswith("probe-")} - before

@@ -106,8 +106,8 @@ def server_release(url: str, api_key: str | None, timeout: float = 10.0) -> str 
 
 class Prober(threading.Thread):
     """Greedy probe prompts to one server, one after another, until told to stop. `hold`
-    keeps it between two probes until `release`: a window's end is read with no probe in
-    flight."""
+    then `wait_idle` keep it between two probes until `release`: a window's end is read with
+    no probe in flight."""
 
     def __init__(self, target: Target, plan: CanaryPlan, api_key: str | None) -> None:
         super().__init__(daemon=True, name=f"probe-{target.host}")
@@ -134,9 +134,13 @@ class Prober(threading.Thread):
                     self._turn.notify_all()
 
     def hold(self) -> None:
-        """Returns once the probe in flight, if any, has its answer; no other starts."""
+        """No probe starts after this one (the probe in flight, if any, runs on)."""
         with self._turn:
             self._held = True
+
+    def wait_idle(self) -> None:
+        """Returns once the probe in flight, if any, has its answer."""
+        with self._turn:
             self._turn.wait_for(lambda: not self._busy)
 
     def release(self) -> None:
@@ -169,14 +173,29 @@ class Prober(threading.Thread):
                 self.outputs.setdefault(prompt, got)
 
 
-def _router_counts(urls: list[str]) -> dict[str, dict[str, float]]:
-    total: dict[str, dict[str, float]] = {}
+def _router_scrapes(urls: list[str]
+                    ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, str]]:
+    """Each router's per-worker outcomes by its metrics URL, and why each that did not answer
+    did not."""
+    counts, missing = {}, {}
     for url in urls:
-        for worker, outcomes in router_outcomes(scrape(url)).items():
-            for outcome, n in outcomes.items():
-                total.setdefault(worker, {})
-                total[worker][outcome] = total[worker].get(outcome, 0.0) + n
-    return total
+        try:
+            counts[url] = router_outcomes(scrape(url))
+        except ScrapeError as exc:
+            missing[url] = str(exc)
+    return counts, missing
+
+
+def _router_delta(worker: str, urls: tuple[str, ...], before: dict, after: dict
+                  ) -> dict[str, float]:
+    """The worker's outcomes over the window, summed over the job's routers."""
+    delta: dict[str, float] = {}
+    for url in urls:
+        now, then = after[url].get(worker, {}), before[url].get(worker, {})
+        for outcome in ("success", "failure"):
+            delta[outcome] = delta.get(outcome, 0.0) + now.get(outcome, 0.0) - then.get(
+                outcome, 0.0)
+    return delta
 
 
 @dataclass(frozen=True)
@@ -209,39 +228,63 @@ class _Probed:
 
 
 def _side(target: Target, metrics: tuple[str, str], probed: _Probed,
-          routers: tuple[dict, dict], release: str | None) -> Side:
-    worker = target.worker_url.rstrip("/")
-    before, after = routers[0].get(worker, {}), routers[1].get(worker, {})
+          routed: dict[str, float], release: str | None) -> Side:
     return Side(sample=server_sample(metrics[1]).minus(server_sample(metrics[0])),
-                router_success=after.get("success", 0.0) - before.get("success", 0.0),
-                router_failure=after.get("failure", 0.0) - before.get("failure", 0.0),
+                router_success=routed.get("success", 0.0),
+                router_failure=routed.get("failure", 0.0),
                 probes_sent=probed.sent, probes_failed=probed.failed,
                 other_probes=probed.others, outputs=probed.outputs, release=release)
 
 
+def _unjudged(job: Job, why: str) -> dict[str, Any]:
+    return {"error": f"{job.canary.host}: not judged under live traffic: {why}"}
+
+
 class _Window:
-    """The shared window: every job's servers scraped at its start, one prober per server
-    (and probe set) running until the last job ends, each job judged at its own end."""
+    """The shared window: every job's servers and routers scraped at its start, one prober per
+    server (and probe set) running until the last job ends, each job judged at its own end. A
+    server or router that does not answer leaves unjudged only the jobs that read it."""
 
     def __init__(self, jobs: list[Job]) -> None:
-        self.targets = {t.host: (t, job.api_key) for job in jobs for t in job.targets}
-        self.routers = sorted({u for job in jobs for u in job.router_metrics})
+        self.jobs = jobs
+        self.unjudged: dict[str, dict[str, Any]] = {}
         self.probers: dict[tuple, Prober] = {}
-        for job in jobs:
-            for t in job.targets:
-                key = _prober_key(t, job.plan)
-                if key not in self.probers:
-                    self.probers[key] = Prober(t, job.plan, job.api_key)
 
-    def begin(self) -> None:
-        self.starts = {h: scrape(t.url, key) for h, (t, key) in self.targets.items()}
+    def begin(self) -> list[Job]:
+        """Scrape every server and router once; start the probers of the jobs whose servers
+        and routers all answered; those jobs, to be ended."""
+        targets: dict[str, tuple[Target, str | None]] = {}
+        for job in self.jobs:
+            for t in job.targets:
+                targets.setdefault(t.host, (t, job.api_key))
+        self.starts, missing = {}, {}
+        for host, (t, key) in targets.items():
+            try:
+                self.starts[host] = scrape(t.url, key)
+            except ScrapeError as exc:
+                missing[host] = str(exc)
+        self.routers_before, missing_routers = _router_scrapes(
+            sorted({u for job in self.jobs for u in job.router_metrics}))
+        missing.update(missing_routers)
         # A baseline's LaunchSpec is the configuration this run will give it, not the one it
         # runs: the server's own word decides, the LaunchSpec's release where it says nothing.
         self.releases = {h: server_release(t.url, key) or t.release
-                         for h, (t, key) in self.targets.items()}
-        self.routers_before = _router_counts(self.routers)
+                         for h, (t, key) in targets.items() if h in self.starts}
+        viable = []
+        for job in self.jobs:
+            lost = [missing[k] for k in (*(t.host for t in job.targets), *job.router_metrics)
+                    if k in missing]
+            if lost:
+                self.unjudged[job.canary.host] = _unjudged(job, lost[0])
+                continue
+            viable.append(job)
+            for t in job.targets:
+                key = _prober_key(t, job.plan)
+                if key not in self.probers:
+                    self.probers[key] = Prober(t, job.plan, targets[t.host][1])
         for p in self.probers.values():
             p.start()
+        return viable
 
     def _probed(self, target: Target, plan: CanaryPlan) -> _Probed:
         own = self.probers[_prober_key(target, plan)]
@@ -249,18 +292,30 @@ class _Window:
                      if k[0] == target.host and p is not own)
         return _Probed(own.sent, own.failed, dict(own.outputs), others)
 
+    def _read_end(self, job: Job) -> dict[str, Side]:
+        """Each side of the job at its end (a ScrapeError where one does not answer)."""
+        ends = {t.host: scrape(t.url, job.api_key) for t in job.targets}
+        after, missing = _router_scrapes(list(job.router_metrics))
+        if missing:
+            raise ScrapeError(next(iter(missing.values())))
+        return {t.host: _side(t, (self.starts[t.host], ends[t.host]), self._probed(t, job.plan),
+                              _router_delta(t.worker_url.rstrip("/"), job.router_metrics,
+                                            self.routers_before, after),
+                              self.releases[t.host])
+                for t in job.targets}
+
     def end(self, job: Job) -> dict[str, Any]:
-        """The job's judgement, read with every prober held between two probes, so that
-        every probe sent is in the servers' counters."""
+        """The job's judgement, read with every prober held between two probes (all told to
+        hold first, then each waited for), so that every probe sent is in the servers'
+        counters."""
         for p in self.probers.values():
             p.hold()
         try:
-            ends = {t.host: scrape(t.url, job.api_key) for t in job.targets}
-            routers_after = _router_counts(self.routers)
-            sides = {t.host: _side(t, (self.starts[t.host], ends[t.host]),
-                                   self._probed(t, job.plan),
-                                   (self.routers_before, routers_after), self.releases[t.host])
-                     for t in job.targets}
+            for p in self.probers.values():
+                p.wait_idle()
+            sides = self._read_end(job)
+        except ScrapeError as exc:
+            return _unjudged(job, str(exc))
         finally:
             for p in self.probers.values():
                 p.release()
@@ -278,18 +333,20 @@ class _Window:
 
 
 def observe(jobs: list[Job], sleep=time.sleep) -> dict[str, dict[str, Any]]:
-    """Run one window for every job and judge each at the end of its own: the judgements
-    (judge.judge, with the targets named and the seconds run) by canary host, or a
-    ScrapeError when a server or router did not answer."""
+    """Run one window for every job and judge each at the end of its own: by canary host,
+    the judgement (judge.judge, with the targets named and the seconds run), or {"error"}
+    where a server or router it reads did not answer (the other jobs are judged anyway)."""
     window = _Window(jobs)
-    window.begin()
+    viable = window.begin()
     started = time.monotonic()
-    judgements: dict[str, dict[str, Any]] = {}
+    judgements = dict(window.unjudged)
     try:
-        for job in sorted(jobs, key=lambda j: j.plan.window):
+        for job in sorted(viable, key=lambda j: j.plan.window):
             sleep(max(job.plan.window - (time.monotonic() - started), 0.0))
-            judgements[job.canary.host] = window.end(job)
-            judgements[job.canary.host]["seconds"] = round(time.monotonic() - started, 1)
+            judged = window.end(job)
+            if "error" not in judged:
+                judged["seconds"] = round(time.monotonic() - started, 1)
+            judgements[job.canary.host] = judged
     finally:
         window.stop()
     return judgements
