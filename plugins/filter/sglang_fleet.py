@@ -351,14 +351,14 @@ def canary_targets_filter(canary, groups, hostvars, exclude=None):
 def canary_problems(host, hostvars, canaries=None):
     """host | sglang_fleet_canary_problems(hostvars, canaries): why the server's canary plan
     (its sglang_bench_canary_* variables: a canary, or a later batch's server judged like it)
-    is refused, and, for one of `canaries` (all when None), why it cannot be judged alone;
-    [] when fine."""
+    is refused, and why it cannot be judged alone (as one of `canaries`, all when None, or as
+    a later batch's server); [] when fine."""
     _need_package()
     hv = hostvars[str(host)]
     given = {k: hv[k] for k in hv if str(k).startswith("sglang_bench_canary_")}
     problems = plan_from_vars(given)[1]
-    problem = (canary_problem(str(host), hostvars)
-               if canaries is None or str(host) in list(canaries) else None)
+    problem = canary_problem(str(host), hostvars,
+                             canaries is None or str(host) in list(canaries))
     return problems + ([problem] if problem else [])
 
 def canary_signal(signal):

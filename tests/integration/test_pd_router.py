@@ -109,6 +109,15 @@ def test_routers_and_pd_deployments_that_do_not_fit_are_refused_before_any_node(
     assert ("refused [sim-node-1, sim-node-2]: router sim-router fronts PD deployment kimi_pd "
             "without PD mode and would send whole requests to a prefill server. Fix: set "
             "sglang_router_pd_disaggregation: true for sim-router") in flat(check.stdout)
+    # A canary rollout judges the canary and each later batch's server alone: no PD server
+    # may be in one, as the canary (sim-node-1, the prefill) or after it (sim-node-2).
+    canary = sglang_fleet("check", "-i", str(fleet.inventory), "-e",
+                          json.dumps({**fleet.extra, "sglang_fleet_canary": "sim-node-1"}))
+    assert canary.returncode == 2, canary.stdout[-3000:]
+    said = flat(canary.stdout)
+    assert "sglang_fleet_canary=sim-node-1 is a prefill server of a PD deployment" in said, said
+    assert ("sim-node-2 is a decode server of a PD deployment, and with sglang_fleet_canary "
+            "set each later batch's servers are judged alone like the canary") in said, said
     assert not fleet.root.exists(), "no node may be touched"
 
 

@@ -239,6 +239,11 @@ def test_the_baseline_is_the_other_servers_behind_the_canarys_routers():
     assert canary_problem("n1", hostvars) is None
     hostvars["n1"] = _server(30001, pd="decode")
     assert "decode server of a PD deployment" in canary_problem("n1", hostvars)
+    # Not the canary, but a later batch's server, judged alone like it.
+    later = canary_problem("n1", hostvars, canary=False)
+    assert later.startswith("n1 is a decode server of a PD deployment, and with "
+                            "sglang_fleet_canary set each later batch's servers are judged")
+    assert "Fix: leave the PD deployment out of this run (--limit)" in later
 
 
 def test_each_target_carries_the_release_its_launchspec_pins():

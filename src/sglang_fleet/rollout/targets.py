@@ -27,15 +27,21 @@ def _serving(hostvars: dict[str, Any], host: str) -> bool:
     return bool(spec) and bool((spec.get("group") or {}).get("serves_http"))
 
 
-def canary_problem(canary: str, hostvars: dict[str, Any]) -> str | None:
-    """Why this canary cannot be judged by client signals, or None."""
-    pd = (_spec(hostvars, canary).get("pd") or {}).get("mode")
-    if pd:
-        return (f"sglang_fleet_canary={canary} is a {pd} server of a PD deployment: its "
+def canary_problem(host: str, hostvars: dict[str, Any], canary: bool = True) -> str | None:
+    """Why this server cannot be judged by client signals in a canary rollout (as the canary,
+    or as a later batch's server, judged alone like it), or None."""
+    pd = (_spec(hostvars, host).get("pd") or {}).get("mode")
+    if not pd:
+        return None
+    if canary:
+        return (f"sglang_fleet_canary={host} is a {pd} server of a PD deployment: its "
                 "requests need the other side, so it cannot be judged alone against a "
                 "baseline. Fix: roll PD deployments out in batches (sglang_fleet_serial) "
                 "without a canary")
-    return None
+    return (f"{host} is a {pd} server of a PD deployment, and with sglang_fleet_canary set "
+            "each later batch's servers are judged alone like the canary: its requests need "
+            "the other side. Fix: leave the PD deployment out of this run (--limit) and roll "
+            "it out in batches (sglang_fleet_serial) without a canary")
 
 
 def canary_targets(canary: str, groups: dict[str, list[str]], hostvars: dict[str, Any],
