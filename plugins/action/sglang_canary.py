@@ -17,7 +17,7 @@ require_matching_package()  # before the package's imports, which another releas
 
 try:
     from sglang_fleet.rollout.plan import plan_from_vars
-    from sglang_fleet.rollout.window import Job, Target, observe
+    from sglang_fleet.rollout.window import Job, Target, observe, unjudged
 except ImportError as exc:  # pragma: no cover - depends on the controller environment
     _IMPORT_ERROR = exc
 else:
@@ -75,8 +75,7 @@ class ActionModule(ActionBase):
                 host = _host_of(value)
                 if host is None:
                     raise AnsibleActionFail("sglang_canary: %s" % exc) from None
-                judgements[host] = {"error": "%s: not judged under live traffic: %s"
-                                             % (host, exc)}
+                judgements[host] = unjudged(host, str(exc))
         if self._play_context.check_mode:
             return dict(result, skipped=True, msg="check mode: no window was run")
         judgements.update(observe(jobs) if jobs else {})

@@ -236,8 +236,9 @@ def _side(target: Target, metrics: tuple[str, str], probed: _Probed,
                 other_probes=probed.others, outputs=probed.outputs, release=release)
 
 
-def _unjudged(job: Job, why: str) -> dict[str, Any]:
-    return {"error": f"{job.canary.host}: not judged under live traffic: {why}"}
+def unjudged(host: str, why: str) -> dict[str, Any]:
+    """The judgement of a server that could not be judged (its window's error)."""
+    return {"error": f"{host}: not judged under live traffic: {why}"}
 
 
 class _Window:
@@ -275,7 +276,7 @@ class _Window:
             lost = [missing[k] for k in (*(t.host for t in job.targets), *job.router_metrics)
                     if k in missing]
             if lost:
-                self.unjudged[job.canary.host] = _unjudged(job, lost[0])
+                self.unjudged[job.canary.host] = unjudged(job.canary.host, lost[0])
                 continue
             viable.append(job)
             for t in job.targets:
@@ -315,7 +316,7 @@ class _Window:
                 p.wait_idle()
             sides = self._read_end(job)
         except ScrapeError as exc:
-            return _unjudged(job, str(exc))
+            return unjudged(job.canary.host, str(exc))
         finally:
             for p in self.probers.values():
                 p.release()
