@@ -84,7 +84,6 @@ except ImportError:  # the package is not importable: the run has no page
 if _VERSION_ERROR is not None:
     RunRecorder = None
 
-_FETCH_ACTIONS = ("fetch", "ansible.builtin.fetch", "ansible.legacy.fetch")
 # Seconds between GATE lines of a host whose phase and progress do not change.
 GATE_REPEAT_S = 60
 
@@ -142,6 +141,7 @@ _FORKED_PLUGINS = (
     ("action", "sglang.fleet.sglang_ledger"),
     ("action", "sglang.fleet.sglang_canary"),
     ("action", "sglang.fleet.sglang_stage_source"),
+    ("action", "sglang.fleet.sglang_evidence_fetch"),
     # The modules fed only their LaunchSpec or RouterSpec view (plugins/plugin_utils/spec_view.py).
     ("action", "sglang.fleet.sglang_router_node"),
     ("action", "sglang.fleet.sglang_router_probe"),
@@ -260,7 +260,6 @@ class CallbackModule(DefaultCallback):
         self._display = _InertDisplay(self._display)
         self._refusals = []  # (task, host, message, ignore_errors) of the task in progress
         self._said = {}  # host -> the failure message last shown for it
-        self._fetched = {}  # (host, task) -> [files fetched, where]
         self._gate_shown = {}  # host -> (what the last GATE line said, when)
         self._play_banner_due = False  # -v: the play's banner waits for its first task
         self._recorder = None  # the run record's events, when the package is importable
@@ -434,13 +433,7 @@ class CallbackModule(DefaultCallback):
         self._record("runner_on_ok", result)
         self._flush_refusals()
         res = result.result
-        if self._quiet_loop(result):
-            count, where = self._fetched.pop((result.host.get_name(), result.task._uuid),
-                                             [0, ""])
-            self._banner(result.task)
-            self._display.display("%s: [%s] => %d files fetched into %s" % (
-                "changed" if res.get("changed") else "ok", self.host_label(result), count,
-                where or "(none)"), color=C.COLOR_CHANGED if res.get("changed") else C.COLOR_OK)
+        if self._evidence_fetched(result):
             return
         action = (result.task.action or "").rpartition(".")[2]
         if action == "sglang_node" and res.get("summary"):
@@ -480,21 +473,25 @@ class CallbackModule(DefaultCallback):
         self._handle_warnings_and_exception(result)
         self._show_text("ok: [%s] =>" % self.host_label(result), msg, C.COLOR_OK)
 
-    # ---- a loop that copies files: one line -------------------------------------------
+    # ---- a recovery's evidence bundle: one line ---------------------------------------
 
-    def _quiet_loop(self, result):
-        return (result.task.action in _FETCH_ACTIONS and result.task.loop
-                and self._display.verbosity < 1)
+    def _evidence_fetched(self, result):
+        """The bundle's fetch in one line: how many files, and where."""
+        if (result.task.action or "").rpartition(".")[2] != "sglang_evidence_fetch" or \
+                self._display.verbosity >= 1:
+            return False
+        res = result.result
+        self._banner(result.task)
+        self._display.display("%s: [%s] => %d files fetched into %s" % (
+            "changed" if res.get("changed") else "ok", self.host_label(result),
+            len(res.get("files") or ()), res.get("dest") or "(none)"),
+            color=C.COLOR_CHANGED if res.get("changed") else C.COLOR_OK)
+        return True
 
     def v2_runner_item_on_ok(self, result):
-        if not self._quiet_loop(result):
-            if self._quiet():
-                return None
-            return super(CallbackModule, self).v2_runner_item_on_ok(result)
-        entry = self._fetched.setdefault((result.host.get_name(), result.task._uuid), [0, ""])
-        entry[0] += 1
-        entry[1] = (result.result.get("dest") or "").rsplit("/", 1)[0] or entry[1]
-        return None
+        if self._quiet():
+            return None
+        return super(CallbackModule, self).v2_runner_item_on_ok(result)
 
     # ---- everything else flushes the refusals of the task before ----------------------
 

@@ -104,17 +104,15 @@ judgements:
     error: {description: Why it was not judged (no other key then)., type: str}
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import (
+    controller_only,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(jobs=dict(type="list", elements="dict", required=True),
-                           api_keys=dict(type="dict", default={}, no_log=True)),
-        supports_check_mode=True,
-    )
-    module.fail_json(msg="sglang_canary runs on the controller through its action plugin "
-                         "(call it as sglang.fleet.sglang_canary with the collection installed)")
+    controller_only("sglang_canary", dict(
+        jobs=dict(type="list", elements="dict", required=True),
+        api_keys=dict(type="dict", default={}, no_log=True)))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ description:
     Python process of the server (its absence is reported, not fatal; the launch script's
     shell is not Python and is not dumped), kernel Xid/OOM lines since the start, and a GPU
     snapshot. The folder is 0700 and every file in it 0600.
+  - Packs the folder into one archive beside it (C(<folder>.tar.gz), 0600), so that the
+    controller fetches the bundle in one transfer (sglang.fleet.sglang_evidence_fetch, which
+    removes the archive once fetched); the folder stays on the node.
   - The LaunchSpec is the one the node recorded when it started the server
     (I(running_spec_file)); when the node recorded none, the controller's I(launch_spec) is
     written instead and C(summary.json) says so. The running configuration's hash comes from
@@ -94,6 +97,11 @@ files:
   returned: success
   type: list
   elements: str
+archive:
+  description: The bundle packed in one gzipped tar file beside the folder (its members under
+    the folder's name); empty in check mode.
+  returned: success
+  type: str
 py_spy:
   description: py-spy status, the executable used or why no dump was taken.
   returned: success
@@ -129,6 +137,7 @@ import os
 import re
 import signal
 import subprocess
+import tarfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -227,6 +236,16 @@ def running_configuration(p, state, members):
                         "note": note}
 
 
+def pack(path):
+    """The bundle in one gzipped tar beside it, 0600 from creation: one transfer to the
+    controller instead of a fetch (and its remote stat) per file."""
+    archive = path + ".tar.gz"
+    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+        tar.add(path, arcname=os.path.basename(path))
+    return archive
+
+
 def main():
     module = AnsibleModule(
         argument_spec=deployment_argument_spec(
@@ -248,8 +267,8 @@ def main():
     name = "%s-%s" % (stamp, p["marker"].split(":", 1)[-1])
     path = os.path.join(p["evidence_dir"], name)
     if module.check_mode:
-        module.exit_json(changed=True, path=path, files=[], py_spy="not run in check mode",
-                         running={})
+        module.exit_json(changed=True, path=path, files=[], archive="",
+                         py_spy="not run in check mode", running={})
     os.makedirs(path, 0o700)
     files = []
 
@@ -306,7 +325,8 @@ def main():
                            "running_config_hash": running["config_hash"],
                            "running_config_source": running["source"],
                            "note": running["note"]})
-    module.exit_json(changed=True, path=path, files=files, py_spy=spy_status, running=running)
+    module.exit_json(changed=True, path=path, files=files, archive=pack(path), py_spy=spy_status,
+                     running=running)
 
 
 if __name__ == "__main__":

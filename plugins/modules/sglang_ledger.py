@@ -58,17 +58,15 @@ proposed_rules:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import (
+    controller_only,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(path=dict(type="path", required=True),
-                           entry=dict(type="dict", required=True)),
-        supports_check_mode=True,
-    )
-    module.fail_json(msg="sglang_ledger runs on the controller through its action plugin "
-                         "(call it as sglang.fleet.sglang_ledger with the collection installed)")
+    controller_only("sglang_ledger", dict(
+        path=dict(type="path", required=True),
+        entry=dict(type="dict", required=True)))
 
 
 if __name__ == "__main__":

@@ -60,19 +60,16 @@ origin:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang.fleet.plugins.module_utils.common.failing import (
+    controller_only,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(source=dict(type="dict", required=True),
-                           piece_size=dict(type="int", default=16777216),
-                           cache=dict(type="path", required=True)),
-        supports_check_mode=True,
-    )
-    module.fail_json(msg="sglang_stage_source runs on the controller through its action plugin "
-                         "(call it as sglang.fleet.sglang_stage_source with the collection "
-                         "installed)")
+    controller_only("sglang_stage_source", dict(
+        source=dict(type="dict", required=True),
+        piece_size=dict(type="int", default=16777216),
+        cache=dict(type="path", required=True)))
 
 
 if __name__ == "__main__":

@@ -150,6 +150,13 @@ def test_incident_replayed_end_to_end_with_bystanders_spared(ready_node, tmp_pat
         # The fetch of the bundle is one line, and the recovery says where the bundle is.
         assert re.search(r"changed: \[sim-node-1\] => \d+ files fetched into \S+", out)
         assert "(item=py-spy" not in out
+        # It came as one archive: private on the controller, and gone from the node, where
+        # the bundle's folder stays.
+        assert oct(bundle.stat().st_mode & 0o777) == "0o700"
+        assert {oct(f.stat().st_mode & 0o777) for f in bundle.iterdir()} == {"0o600"}
+        on_node = one_node.host_root("sim-node-1") / "evidence"
+        assert (on_node / bundle.name / "verdict.json").exists()
+        assert not list(on_node.glob("*.tar.gz")) and not list(bundle.parent.glob(".*"))
         assert f"Evidence: {bundle}" in " ".join(out.split())
         spec = json.loads((bundle / "launch_spec.json").read_text())
         assert spec["facts"]["attention_backend"] == "flashinfer"

@@ -24,7 +24,6 @@ STAGES = {
         "Leave a server that another run restarted after it was judged",
         "Keep the evidence before anything is killed",
         "Fetch the evidence to the controller",
-        "Keep the fetched evidence private (folders 0700, files 0600)",
         "Take the configuration that ran from the evidence, and keep the failed verdict",
         "Say when the node recorded no LaunchSpec of the running server",
     ],

@@ -17,3 +17,13 @@ def failing(module, errors, what="", result=None):
         yield
     except errors as exc:
         module.fail_json(msg="%s: %s" % (what, exc) if what else str(exc), **(result or {}))
+
+
+def controller_only(name, argument_spec):
+    """main() of a module that only documents its action plugin: run on a node (the action
+    plugin missing), it fails saying how to call it."""
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module.fail_json(msg="%s runs on the controller through its action plugin (call it as "
+                         "sglang.fleet.%s with the collection installed)" % (name, name))
