@@ -39,6 +39,7 @@ from sglang_fleet.sim.engine.failures import (
     SGLangError,
     frames_traceback,
 )
+from sglang_fleet.sim.engine.handoff import spawn_with_args
 from sglang_fleet.sim.engine.runtime import (
     SimRuntime,
     default_backend,
@@ -201,15 +202,15 @@ class Engine:
         if topo.uses_dp_controller:
             if topo.attention_dp:  # prelaunched: the main process owns the schedulers
                 self.scheduler_procs += [spawn_scheduler(me, write_fd, None, r.pp_rank,
-                                                         r.tp_rank, self.argv)
+                                                         r.tp_rank, self.rt.args)
                                          for r in topo.schedulers(None)]
-            self.scheduler_procs.insert(0, subprocess.Popen(
-                [sys.executable, "-m", "sglang_fleet.sim.engine.controller", "--status-fd",
-                 str(write_fd), "--parent-pid", str(me), "--", *self.argv],
-                pass_fds=(write_fd,)))
+            self.scheduler_procs.insert(0, spawn_with_args(
+                "sglang_fleet.sim.engine.controller",
+                ["--status-fd", str(write_fd), "--parent-pid", str(me)], self.rt.args,
+                (write_fd,)))
         else:
             self.scheduler_procs = [spawn_scheduler(me, write_fd, None, r.pp_rank, r.tp_rank,
-                                                    self.argv) for r in topo.schedulers(None)]
+                                                    self.rt.args) for r in topo.schedulers(None)]
         if topo.node_rank == 0:
             self.detokenizer = subprocess.Popen(
                 [sys.executable, "-m", "sglang_fleet.sim.engine.detokenizer", str(me)])

@@ -28,14 +28,13 @@ from sglang_fleet.known.catalogue import Catalogue, catalogue
 from sglang_fleet.known.release_check import config_verdict, needs_gpu_build
 from sglang_fleet.known.sglang_checks import CHECKS, refusals
 from sglang_fleet.sim.args.config_file import FLAG, ConfigMerger
+from sglang_fleet.sim.args.version import VERSION
 from sglang_fleet.sim.engine.failures import refusal_error, verdict_error
 from sglang_fleet.sim.engine.logline import log
 
 # The configuration hash a deploy gives each server (launch.spec.CONFIG_VAR): not imported,
 # since the LaunchSpec builder is much more than a server's start needs.
 CONFIG_VAR = "SGLANG_FLEET_CONFIG"
-DEFAULT_VERSION = "0.5.23"
-VERSION = os.environ.get("SGLANG_SIM_VERSION") or DEFAULT_VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,44 +17,44 @@ import os
 import resource
 import signal
 import subprocess
-import sys
+from typing import Any
 
 from setproctitle import setproctitle
 
-from sglang_fleet.sim.args.server_args import prepare_server_args
+from sglang_fleet.sim.engine.handoff import read_args, spawn_with_args
 from sglang_fleet.sim.engine.runtime import load_runtime, log
 from sglang_fleet.sim.engine.scheduler import die_with_parent
 
 
 def spawn_scheduler(parent_pid: int, status_fd: int, dp_rank: int | None, pp_rank: int,
-                    tp_rank: int, argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sglang_fleet.sim.engine.scheduler", "--status-fd", str(status_fd),
-         "--parent-pid", str(parent_pid), "--dp-rank", str(-1 if dp_rank is None else dp_rank),
-         "--pp-rank", str(pp_rank), "--tp-rank", str(tp_rank), "--", *argv],
-        pass_fds=(status_fd,))
+                    tp_rank: int, args: Any) -> subprocess.Popen:
+    return spawn_with_args(
+        "sglang_fleet.sim.engine.scheduler",
+        ["--status-fd", str(status_fd), "--parent-pid", str(parent_pid),
+         "--dp-rank", str(-1 if dp_rank is None else dp_rank), "--pp-rank", str(pp_rank),
+         "--tp-rank", str(tp_rank)], args, (status_fd,))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="sglang-sim-dp-controller")
     parser.add_argument("--status-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
-    parser.add_argument("server_argv", nargs=argparse.REMAINDER)
+    parser.add_argument("--args-fd", type=int, required=True)
     ns = parser.parse_args()
-    argv = ns.server_argv[1:] if ns.server_argv[:1] == ["--"] else ns.server_argv
+    args = read_args(ns.args_fd)
     setproctitle("sglang::data_parallel_controller")
     die_with_parent(ns.parent_pid)
     # SIGQUIT keeps its default action (terminate); no core file from the simulator.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-    topology = load_runtime(prepare_server_args(argv)).topology
+    topology = load_runtime(args).topology
     children = []
     if not topology.attention_dp:
         for dp_rank in range(topology.dp):
             ranks = topology.schedulers(dp_rank)
             log(f"Launch DP{dp_rank} starting at GPU #{dp_rank * topology.tp * topology.pp}.")
             children += [spawn_scheduler(os.getpid(), ns.status_fd, dp_rank, r.pp_rank,
-                                         r.tp_rank, argv) for r in ranks]
+                                         r.tp_rank, args) for r in ranks]
     os.close(ns.status_fd)
     while True:  # the event loop: routes requests, never looks at its schedulers
         signal.pause()

@@ -19,7 +19,7 @@ import yaml
 from sglang_fleet.known.reviewed import data_text, releases, sim_profile
 from sglang_fleet.known.sim_regress import Regression, regression_from_env
 from sglang_fleet.node.gpu import simgpu
-from sglang_fleet.sim.args.server_args import VERSION
+from sglang_fleet.sim.args.version import VERSION
 from sglang_fleet.sim.engine.graphs import CapturePlan, backends, capture_plan
 from sglang_fleet.sim.engine.logline import log as log  # the processes import it from here
 from sglang_fleet.sim.engine.topology import Topology

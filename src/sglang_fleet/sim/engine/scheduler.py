@@ -35,10 +35,10 @@ from setproctitle import setproctitle
 
 from sglang_fleet.known.sglang_checks import resolved
 from sglang_fleet.node.gpu import modelfit, simgpu
-from sglang_fleet.sim.args.server_args import prepare_server_args
 from sglang_fleet.sim.engine import failures, rendezvous
 from sglang_fleet.sim.engine.bars import Bar
 from sglang_fleet.sim.engine.graphs import CapturePlan
+from sglang_fleet.sim.engine.handoff import read_args
 from sglang_fleet.sim.engine.runtime import GB, VERSION, Fault, SimRuntime, load_runtime, log
 from sglang_fleet.sim.engine.topology import SchedulerRank
 from sglang_fleet.sim.frontend.control import Channel
@@ -714,10 +714,9 @@ def main() -> None:
     parser.add_argument("--dp-rank", type=int, default=-1)
     parser.add_argument("--pp-rank", type=int, required=True)
     parser.add_argument("--tp-rank", type=int, required=True)
-    parser.add_argument("server_argv", nargs=argparse.REMAINDER)
+    parser.add_argument("--args-fd", type=int, required=True)
     ns = parser.parse_args()
-    argv = ns.server_argv[1:] if ns.server_argv[:1] == ["--"] else ns.server_argv
-    rt = load_runtime(prepare_server_args(argv))
+    rt = load_runtime(read_args(ns.args_fd))
     dp = None if ns.dp_rank < 0 else ns.dp_rank
     rank = next(r for r in rt.topology.schedulers(dp if not rt.topology.attention_dp else None)
                 if r.pp_rank == ns.pp_rank and r.tp_rank == ns.tp_rank)
