@@ -670,8 +670,10 @@ class OtherDeployments:
                                            "-m", "sglang.launch_server", "--port", "1"], env=env)
         self.plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                       env=env)
+        # Its own session: the shell's `sleep` child goes with it in stop().
         self.other_user = subprocess.Popen(["/bin/sh", "-c", "sleep 600", "sglang::scheduler_TP0"],
-                                           env=env, user=65534, group=65534)
+                                           env=env, user=65534, group=65534,
+                                           start_new_session=True)
         self.decoys += [self.lookalike, self.plain, self.other_user]
         wait_for(lambda: "sglang" in procs.process_info(self.lookalike.pid)["cmdline"]
                  and "sglang" in procs.process_info(self.other_user.pid)["cmdline"])
@@ -686,6 +688,8 @@ class OtherDeployments:
         return out
 
     def stop(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.other_user.pid, signal.SIGKILL)
         for p in self.decoys:
             p.kill()
             p.wait()
