@@ -42,9 +42,8 @@ def make_private(root):
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    # The fetch it calls makes (and removes) any remote temporary folder it needs.
     _VALID_ARGS = frozenset(("src", "dest"))
-    _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
