@@ -3,6 +3,7 @@ GPU ledger."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -169,8 +170,9 @@ def test_aggressive_sweep_never_crosses_into_another_deployment(gpu_dir, unit_cg
     in_unit = subprocess.Popen([sys.executable, "-c", HOLD, str(gpu_dir / "nvidia1")],
                                stdout=subprocess.PIPE, text=True, env=env)
     (unit_cgroup / "cgroup.procs").write_text(str(in_unit.pid))
+    # Its own session: the shell's `sleep` child goes with it below.
     other_user = subprocess.Popen(["/bin/sh", "-c", "sleep 600", "sglang::scheduler_TP0"],
-                                  user=65534, group=65534, env=env)
+                                  user=65534, group=65534, env=env, start_new_session=True)
     decoy_name = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
                                    "sglang.launch_server"], env=env)
     decoy_holder = start(sys.executable, str(gpu_dir / "nvidia1"))
@@ -199,5 +201,7 @@ def test_aggressive_sweep_never_crosses_into_another_deployment(gpu_dir, unit_cg
         for p in everyone:
             p.kill()
         os.killpg(session.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(other_user.pid, 9)
         for p in everyone:
             p.wait()
