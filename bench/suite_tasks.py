@@ -59,10 +59,11 @@ def main() -> None:
     counts: collections.Counter = collections.Counter()
     seconds: collections.Counter = collections.Counter()
     spans: collections.Counter = collections.Counter()
-    for folder in run_folders(ns.root):
+    folders = run_folders(ns.root)
+    for folder in folders:
         kind = folder.name.split("-", 1)[-1].rstrip("-0123456789") or folder.name
         spans[kind] += tally(read_events(folder), counts, seconds)
-    print(f"{len(run_folders(ns.root))} runs; seconds by command: "
+    print(f"{len(folders)} runs; seconds by command: "
           + ", ".join(f"{k} {v:.0f}" for k, v in spans.most_common()))
     print(f"\n{'results':>8} {'host s':>8}  task (the top {ns.top} by results)")
     for task, n in counts.most_common(ns.top):

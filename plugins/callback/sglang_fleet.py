@@ -433,9 +433,10 @@ class CallbackModule(DefaultCallback):
         self._record("runner_on_ok", result)
         self._flush_refusals()
         res = result.result
-        if self._evidence_fetched(result):
-            return
         action = (result.task.action or "").rpartition(".")[2]
+        if action == "sglang_evidence_fetch" and self._display.verbosity < 1:
+            self._evidence_fetched(result)
+            return
         if action == "sglang_node" and res.get("summary"):
             # The node check's one line: what the deploy will do on that node, and why.
             self._display.display("NODE [%s]: %s" % (result.host.get_name(), res["summary"]),
@@ -477,16 +478,12 @@ class CallbackModule(DefaultCallback):
 
     def _evidence_fetched(self, result):
         """The bundle's fetch in one line: how many files, and where."""
-        if (result.task.action or "").rpartition(".")[2] != "sglang_evidence_fetch" or \
-                self._display.verbosity >= 1:
-            return False
         res = result.result
         self._banner(result.task)
         self._display.display("%s: [%s] => %d files fetched into %s" % (
             "changed" if res.get("changed") else "ok", self.host_label(result),
             len(res.get("files") or ()), res.get("dest") or "(none)"),
             color=C.COLOR_CHANGED if res.get("changed") else C.COLOR_OK)
-        return True
 
     def v2_runner_item_on_ok(self, result):
         if self._quiet():

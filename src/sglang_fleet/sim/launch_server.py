@@ -175,9 +175,8 @@ class DummyHealthHandler(BaseHTTPRequestHandler):
 
 
 class Engine:
-    def __init__(self, rt: SimRuntime, argv: list[str]):
+    def __init__(self, rt: SimRuntime):
         self.rt = rt
-        self.argv = argv
         self.topology = rt.topology
         self.scheduler_procs: list[subprocess.Popen] = []  # schedulers, or the controller
         self.detokenizer: subprocess.Popen | None = None
@@ -521,7 +520,7 @@ class Engine:
             conn.close()
 
 
-def serve(rt: SimRuntime, argv: list[str]) -> int:
+def serve(rt: SimRuntime) -> int:
     # A shared-memory segment like SGLang's: removed on a clean exit, leaked by SIGKILL. Named
     # as 0.5.23 names its message queue's (srt/utils/stale_shm_cleanup.py make_shm_name("mq"):
     # sgl_shm_<kind>_<creator pid>_<8 hex>).
@@ -529,7 +528,7 @@ def serve(rt: SimRuntime, argv: list[str]) -> int:
     with open(segment, "wb") as held:
         held.truncate(1 << 16)
         try:
-            return Engine(rt, argv).run()
+            return Engine(rt).run()
         finally:
             os.unlink(segment)
 
@@ -571,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(exc.traceback_text())
         sys.exit(1)
     log(f"server_args={resolved_args(args, rt)}")
-    sys.exit(serve(rt, argv))
+    sys.exit(serve(rt))
 
 
 if __name__ == "__main__":
