@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import json
 import os
 import sys
@@ -18,6 +19,8 @@ PACKAGE = "sglang-fleet"
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Every plugin checks as it loads, a dozen per run: the file is read once per process.
+@functools.lru_cache(maxsize=None)
 def collection_version(root=COLLECTION_ROOT):
     """The collection's version: MANIFEST.json in an installed collection (ansible-galaxy
     writes it), galaxy.yml in a clone."""

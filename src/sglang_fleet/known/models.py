@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import yaml
-
-from sglang_fleet.known.reviewed import data_text
+from sglang_fleet.known.reviewed import data_yaml
 
 GB = 10**9
 MIB = 1 << 20
@@ -60,7 +58,7 @@ class KnownModel:
 
 @cache
 def known_models() -> dict[str, KnownModel]:
-    raw = yaml.safe_load(data_text("models.yml"))
+    raw = data_yaml("models.yml")
     return {name: KnownModel(name=name, aliases=tuple(entry.get("aliases") or ()),
                              **{k: v for k, v in entry.items() if k != "aliases"})
             for name, entry in raw.items()}
@@ -85,7 +83,7 @@ def known_model(model_path: str | None) -> KnownModel | None:
 
 @cache
 def _gpu_memory_mib() -> dict[str, int]:
-    return {k.lower(): v for k, v in yaml.safe_load(data_text("gpus.yml")).items()}
+    return {k.lower(): v for k, v in data_yaml("gpus.yml").items()}
 
 
 def gpu_memory_bytes(gpu_model: str | None, memory_gb: float | None = None) -> int | None:

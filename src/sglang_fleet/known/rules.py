@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import yaml
-
-from sglang_fleet.known.reviewed import data_text
+from sglang_fleet.known.reviewed import data_yaml
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ def parse_rules(raw: list[dict[str, Any]]) -> list[Rule]:
 
 @cache
 def load_rules() -> tuple[Rule, ...]:
-    return tuple(parse_rules(yaml.safe_load(data_text("rules.yml"))))
+    return tuple(parse_rules(data_yaml("rules.yml")))
 
 
 def matching_rules(facts: dict[str, Any]) -> list[Rule]:

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import yaml
-
-from sglang_fleet.known.reviewed import data_text, releases, sim_profile
+from sglang_fleet.known.reviewed import data_yaml, releases, sim_profile
 from sglang_fleet.known.sim_regress import Regression, regression_from_env
 from sglang_fleet.node.gpu import simgpu
 from sglang_fleet.sim.args.version import VERSION
@@ -264,7 +262,7 @@ def configuration_facts(rt: SimRuntime) -> dict[str, Any]:
 
 @cache
 def known_bugs() -> tuple[dict[str, Any], ...]:
-    return tuple(yaml.safe_load(data_text("sim_bugs.yml")))
+    return tuple(data_yaml("sim_bugs.yml"))
 
 
 def _holds(when: dict[str, Any], facts: dict[str, Any]) -> bool:
