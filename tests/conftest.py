@@ -80,6 +80,16 @@ def pytest_configure(config) -> None:
         config.pluginmanager.register(DurationRecorder(), "sglang-fleet-durations")
 
 
+def pytest_sessionfinish(session) -> None:
+    """The release check's warm probes that the run's playbooks started end with the run (in
+    the process that ran the session, after every worker): no test leaves a process behind."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from sglang_fleet.known import refenv
+
+    refenv.stop_warm_probes()
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """One worker more than the CPUs this process may use (at most 8): a worker spends part of
     each integration test waiting on simulated servers and gate windows, so on 2 CPUs three

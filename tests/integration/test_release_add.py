@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from sglang_fleet.cli.release import diff
-from sglang_fleet.known import release_cache
+from sglang_fleet.known import refenv, release_cache
 from sglang_fleet.known.catalogue import catalogue
 from sglang_fleet.testfleet.local import REPO, make_fleet, sglang_fleet
 from sglang_fleet.testfleet.router import router_venv
@@ -52,6 +52,8 @@ def cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SGLANG_FLEET_REF_DIR", str(cache))
         yield cache, wheels
+        # The release checks' warm probes of this cache end with it.
+        refenv.stop_warm_probes()
 
 
 @pytest.fixture(scope="module")

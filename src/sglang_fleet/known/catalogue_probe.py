@@ -5,6 +5,7 @@ never in sglang-fleet's own environment: standard library plus SGLang only.
     <ref python> catalogue_probe.py parse  < argvs  -> SGLang's argparse verdict per command line
     <ref python> catalogue_probe.py prepare < argvs -> prepare_server_args() verdict per line
     <ref python> catalogue_probe.py check < cases  -> the whole resolution's verdict per case
+    <ref python> catalogue_probe.py serve NAME IDLE -> answers `check` on a socket (below)
 
 `parse` and `prepare` read a JSON list of argument lists on stdin and print a JSON list of
 {"ok", "error", "values"}: "values" holds every parsed destination (JSON-safe) when ok.
@@ -254,8 +255,89 @@ def _prepare_only(argv: list[str]) -> dict[str, Any]:
     return {"tp_size": prepare_server_args(argv).tp_size}
 
 
+# ---- a warm probe ---------------------------------------------------------------------------
+# Importing SGLang (and transformers and torch with it) is most of a `check`: seconds of CPU
+# before the first question. `serve` imports it once, then answers each question on an abstract
+# Unix socket in a child forked for it: SGLang's resolution and this probe's stand-ins patch
+# module state, and a fork gives each question the state of a fresh import. It answers only its
+# own user, and ends after IDLE seconds without a question (or when asked to).
+
+def _own_user(conn: Any) -> bool:
+    import os
+    import socket
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
+def _read_all(conn: Any) -> bytes:
+    chunks = []
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _answer(conn: Any) -> None:
+    """One question, in the forked child: {"command": "check"|"stop", "payload": ...}."""
+    import os
+    import signal
+    import traceback
+
+    try:
+        question = json.loads(_read_all(conn))
+        if question.get("command") == "stop":
+            os.kill(os.getppid(), signal.SIGTERM)
+            answer: dict[str, Any] = {"result": "stopping"}
+        elif question.get("command") == "check":
+            answer = {"result": check(question["payload"])}
+        else:
+            answer = {"error": f"unknown command {question.get('command')!r}"}
+    except Exception:  # noqa: BLE001 - the asker reports it, with the traceback
+        answer = {"error": traceback.format_exc()}
+    conn.sendall(json.dumps(answer).encode())
+
+
+def serve(name: str, idle_s: float) -> None:
+    import os
+    import signal
+    import socket
+
+    # What `check` imports before it answers the machine's questions for a case (SGLang, with
+    # transformers and torch): the rest (server_args and what the resolution imports) is
+    # imported in each question's child after those answers, as in a one-shot `check`, since
+    # modules may read the device as they load.
+    import sglang.srt.utils.common  # noqa: F401
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps each question's child
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)  # abstract: no file to leave behind; taken: another serves it
+    server.listen(16)
+    server.settimeout(idle_s)
+    while True:
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            return
+        if _own_user(conn) and os.fork() == 0:
+            server.close()
+            # As a fresh process has it: what the checks run is waited for as usual.
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                conn.settimeout(None)
+                _answer(conn)
+            finally:
+                os._exit(0)
+        conn.close()
+
+
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command == "serve":
+        serve(sys.argv[2], float(sys.argv[3]))
+        return
     if command == "dump":
         result: Any = dump()
     elif command in ("parse", "prepare"):
@@ -264,7 +346,7 @@ def main() -> None:
     elif command == "check":
         result = check(json.load(sys.stdin))
     else:
-        raise SystemExit("usage: catalogue_probe.py dump|parse|prepare|check")
+        raise SystemExit("usage: catalogue_probe.py dump|parse|prepare|check|serve NAME IDLE")
     json.dump(result, sys.stdout)
 
 

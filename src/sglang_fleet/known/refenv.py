@@ -29,7 +29,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_fleet.known import release_cache
+from sglang_fleet.known import release_cache, warm_probe
 from sglang_fleet.known.catalogue import (
     CATALOGUE_DIR,
     catalogue_path,
@@ -96,26 +96,64 @@ class RefEnv:
     python: Path
     sglang_dir: Path
 
-    def run(self, *args: str, stdin: str | None = None, timeout: float = 600
-            ) -> subprocess.CompletedProcess:
+    def environment(self) -> dict[str, str]:
         env = dict(os.environ, PYTHONPATH=str(self.sglang_dir), PYTHONDONTWRITEBYTECODE="1")
         env.pop("PYTHONHOME", None)
-        return subprocess.run([str(self.python), *args], input=stdin, capture_output=True,
-                              text=True, env=env, timeout=timeout, cwd=self.sglang_dir)
+        return env
 
-    def probe(self, command: str, payload: Any = None) -> Any:
-        """Run catalogue_probe.py inside this environment; its JSON answer."""
+    def run(self, *args: str, stdin: str | None = None, timeout: float = 600
+            ) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.python), *args], input=stdin, capture_output=True,
+                              text=True, env=self.environment(), timeout=timeout,
+                              cwd=self.sglang_dir)
+
+    def _probe_file(self) -> tuple[Path, str]:
         probe = self.sglang_dir.parent / "catalogue_probe.py"
+        text = _probe_text()
         # A copy outside the package: run from src/sglang_fleet, our bisect.py would shadow
         # the standard library's for SGLang. Replaced whole: parallel callers run it meanwhile.
-        release_cache.write_text(probe, resources.files("sglang_fleet.known")
-                                 .joinpath("catalogue_probe.py").read_text(encoding="utf-8"))
+        if not probe.exists() or probe.read_text(encoding="utf-8") != text:
+            release_cache.write_text(probe, text)
+        return probe, text
+
+    def probe(self, command: str, payload: Any = None) -> Any:
+        """Run catalogue_probe.py inside this environment, once; its JSON answer."""
+        probe, _ = self._probe_file()
         proc = self.run(str(probe), command,
                         stdin=None if payload is None else json.dumps(payload))
         if proc.returncode != 0:
             raise RefEnvError(f"SGLang {self.version} probe '{command}' failed: "
                               f"{proc.stderr.strip()[-2000:]}")
         return json.loads(proc.stdout)
+
+    def check(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The release's verdicts on `cases` (catalogue_probe.check), from its warm probe
+        (known/warm_probe.py): SGLang is imported once per release, not once per question."""
+        probe, text = self._probe_file()
+        try:
+            return warm_probe.ask(self, probe, text, "check", cases)
+        except (OSError, ValueError, warm_probe.WarmProbeError) as exc:
+            raise RefEnvError(f"SGLang {self.version} probe 'check' failed: {exc}") from None
+
+    def stop_warm_probe(self) -> bool:
+        """End this release's warm probe, if one listens."""
+        return warm_probe.stop(self, _probe_text())
+
+
+def _probe_text() -> str:
+    return resources.files("sglang_fleet.known").joinpath("catalogue_probe.py").read_text(
+        encoding="utf-8")
+
+
+def stop_warm_probes() -> list[str]:
+    """End the warm probe of every release built here; the releases whose probe listened."""
+    python = ref_root() / "venv" / "bin" / "python"
+    stopped = []
+    for folder in sorted(ref_root().glob("sglang-*")):
+        env = RefEnv(folder.name.removeprefix("sglang-"), python, folder)
+        if (folder / ".ready").exists() and env.stop_warm_probe():
+            stopped.append(env.version)
+    return stopped
 
 
 def _pip(python: Path, *args: str, wheelhouse: Path | None = None) -> None:
@@ -398,4 +436,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["RefEnv", "RefEnvError", "catalogue_path", "ensure", "real_catalogue", "ref_root",
-           "sample_model_dir"]
+           "sample_model_dir", "stop_warm_probes"]

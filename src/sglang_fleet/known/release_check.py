@@ -224,7 +224,7 @@ def judge(cases: dict[str, dict[str, Any]], quiet: bool = True) -> dict[str, dic
     for version, asked in pending.items():
         try:
             env = refenv.ensure(version, quiet=quiet)
-            answers = env.probe("check", [a.question for a in asked])
+            answers = env.check([a.question for a in asked])
         except refenv.RefEnvError as exc:
             for a in asked:
                 verdicts[a.host] = {"ok": False, "build_error": str(exc)}
