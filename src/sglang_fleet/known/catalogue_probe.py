@@ -280,8 +280,8 @@ def _read_all(conn: Any) -> bytes:
         chunks.append(chunk)
 
 
-def _answer(conn: Any) -> None:
-    """One question, in the forked child: {"command": "check"|"stop", "payload": ...}."""
+def _answer(conn: Any, server_pid: int) -> None:
+    """One question, in the child forked for it: {"command": "check"|"stop", "payload": ...}."""
     import os
     import signal
     import traceback
@@ -289,7 +289,10 @@ def _answer(conn: Any) -> None:
     try:
         question = json.loads(_read_all(conn))
         if question.get("command") == "stop":
-            os.kill(os.getppid(), signal.SIGTERM)
+            # Only the probe that forked this child: one that has already ended leaves the
+            # child to another parent, which is never signalled.
+            if os.getppid() == server_pid:
+                os.kill(server_pid, signal.SIGTERM)
             answer: dict[str, Any] = {"result": "stopping"}
         elif question.get("command") == "check":
             answer = {"result": check(question["payload"])}
@@ -316,6 +319,7 @@ def serve(name: str, idle_s: float) -> None:
     server.bind("\0" + name)  # abstract: no file to leave behind; taken: another serves it
     server.listen(16)
     server.settimeout(idle_s)
+    server_pid = os.getpid()
     while True:
         try:
             conn, _ = server.accept()
@@ -327,7 +331,7 @@ def serve(name: str, idle_s: float) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             try:
                 conn.settimeout(None)
-                _answer(conn)
+                _answer(conn, server_pid)
             finally:
                 os._exit(0)
         conn.close()

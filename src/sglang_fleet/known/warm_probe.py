@@ -128,13 +128,9 @@ def ask(env: RefEnv, probe: Path, probe_text: str, command: str, payload: Any = 
 
 
 def stop(env: RefEnv, probe_text: str) -> bool:
-    """Ask the release's warm probe to end; whether one was listening."""
+    """Ask the release's warm probe to end; whether one was listening (one that was already
+    ending as it was asked, and so never answered, counts as none)."""
     conn = _connect(socket_name(env, probe_text))
     if conn is None:
         return False
-    with conn:
-        conn.sendall(json.dumps({"command": "stop"}).encode())
-        conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(30)
-        conn.recv(1 << 16)
-    return True
+    return bool(_exchange(conn, json.dumps({"command": "stop"}).encode()))
