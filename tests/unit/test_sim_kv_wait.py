@@ -62,15 +62,29 @@ class Prefill:
 
 
 @pytest.fixture
+def new_table():
+    """PrefillInfoTables whose heartbeats end with the test."""
+    made: list[kv_receiver.PrefillInfoTable] = []
+
+    def make() -> kv_receiver.PrefillInfoTable:
+        made.append(kv_receiver.PrefillInfoTable(" TP0"))
+        return made[-1]
+
+    yield make
+    for table in made:
+        table.close()
+
+
+@pytest.fixture
 def prefill():
     server = Prefill()
     yield server, server.addr
     server.die()
 
 
-def test_a_request_waits_until_its_prefill_has_sent_the_kv_cache(prefill):
+def test_a_request_waits_until_its_prefill_has_sent_the_kv_cache(prefill, new_table):
     server, addr = prefill
-    table = kv_receiver.PrefillInfoTable(" TP0")
+    table = new_table()
     assert table.ensure(addr)
     threading.Timer(0.3, server.sent, args=([7],)).start()
     started = time.monotonic()
@@ -78,11 +92,11 @@ def test_a_request_waits_until_its_prefill_has_sent_the_kv_cache(prefill):
     assert 0.25 <= time.monotonic() - started < 5
 
 
-def test_a_transfer_that_never_completes_fails_at_the_waiting_timeout(prefill, capsys):
+def test_a_transfer_that_never_completes_fails_at_the_waiting_timeout(prefill, new_table, capsys):
     server, addr = prefill
     server.hang_transfers = True  # the transfer_hang fault
     server.sent([7, 8])
-    table = kv_receiver.PrefillInfoTable(" TP0")
+    table = new_table()
     table.waiting_timeout = 0.3
     assert table.ensure(addr)
     reason = table.wait_for_kv(addr, 7)
@@ -93,10 +107,10 @@ def test_a_transfer_that_never_completes_fails_at_the_waiting_timeout(prefill, c
     assert logged.count(kv_receiver.WAITING_TIMEOUT_WARNING) == 1  # warned once
 
 
-def test_a_prefill_the_heartbeat_loses_fails_its_waiting_requests(prefill, capsys):
+def test_a_prefill_the_heartbeat_loses_fails_its_waiting_requests(prefill, new_table, capsys):
     server, addr = prefill
     server.hang_transfers = True
-    table = kv_receiver.PrefillInfoTable(" TP0")
+    table = new_table()
     table.heartbeat_interval = 0.1  # the release's floor is 2 s; the logic is the same
     assert table.ensure(addr)
     waiter = threading.Thread(target=lambda: results.append(table.wait_for_kv(addr, 9)))
@@ -111,10 +125,10 @@ def test_a_prefill_the_heartbeat_loses_fails_its_waiting_requests(prefill, capsy
     assert addr not in table.known  # the next request looks the prefill up again
 
 
-def test_the_request_is_aborted_with_the_transfer_line(prefill, capsys):
+def test_the_request_is_aborted_with_the_transfer_line(prefill, new_table, capsys):
     server, addr = prefill
     server.hang_transfers = True
-    table = kv_receiver.PrefillInfoTable(" TP0")
+    table = new_table()
     table.waiting_timeout = 0.2
     host, port = addr.split(":")
     body = {"bootstrap_host": host, "bootstrap_port": int(port), "bootstrap_room": 11}

@@ -161,6 +161,7 @@ class PrefillInfoTable:
         self.warned_timeout = False
         self.session = requests.Session()
         self.heartbeat: threading.Thread | None = None  # started with the first prefill known
+        self.closed = threading.Event()
 
     def ensure(self, addr: str) -> bool:
         """Whether the prefill at `addr` is known, asking it (once for all waiters) if not."""
@@ -247,9 +248,15 @@ class PrefillInfoTable:
         except (requests.RequestException, ValueError):
             return False  # the heartbeat, not this poll, decides that a prefill is gone
 
+    def close(self) -> None:
+        """End the heartbeat: a server's table lives as long as its process, a test's table
+        only as long as its test (its heartbeat would log into the next one)."""
+        self.closed.set()
+        if self.heartbeat is not None:
+            self.heartbeat.join(timeout=10)
+
     def _heartbeat(self) -> None:
-        while True:
-            time.sleep(self.heartbeat_interval)
+        while not self.closed.wait(self.heartbeat_interval):
             with self.lock:
                 addresses = sorted(self.known)
             for addr in addresses:
