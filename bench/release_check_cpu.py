@@ -42,9 +42,9 @@ def main() -> None:
         os.environ["SGLANG_FLEET_REF_DIR"] = own
         env = refenv.RefEnv(VERSION, real.python, real.sglang_dir)
         began = time.monotonic()
+        ask = env.check if args.warm else (lambda cases: env.probe("check", cases))
         try:
             for i in range(args.n):
-                ask = env.check if args.warm else (lambda c: env.probe("check", c))
                 (verdict,) = ask([question(model_dir, i)])
                 assert verdict["ok"], verdict
         finally:

@@ -147,13 +147,19 @@ def _probe_text() -> str:
 
 def stop_warm_probes() -> list[str]:
     """End the warm probe of every release built here; the releases whose probe listened."""
-    python = ref_root() / "venv" / "bin" / "python"
     stopped = []
     for folder in sorted(ref_root().glob("sglang-*")):
-        env = RefEnv(folder.name.removeprefix("sglang-"), python, folder)
+        env = _env_of(folder.name.removeprefix("sglang-"))
         if (folder / ".ready").exists() and env.stop_warm_probe():
             stopped.append(env.version)
     return stopped
+
+
+def _env_of(version: str) -> RefEnv:
+    """The release's environment in the reference folder, built or not: the shared venv's
+    Python, the release's own folder."""
+    root = ref_root()
+    return RefEnv(version, root / "venv" / "bin" / "python", root / f"sglang-{version}")
 
 
 def _pip(python: Path, *args: str, wheelhouse: Path | None = None) -> None:
@@ -258,10 +264,9 @@ def ensure(version: str, quiet: bool = False, wheelhouse: Path | None = None) ->
     problem = release_name_problem(version)
     if problem:
         raise RefEnvError(problem)
-    root = ref_root()
-    target = root / f"sglang-{version}"
-    if (target / ".ready").exists() and (root / "venv" / "bin" / "python").exists():
-        return RefEnv(version, root / "venv" / "bin" / "python", target)
+    env = _env_of(version)
+    if (env.sglang_dir / ".ready").exists() and env.python.exists():
+        return env
     with release_cache.locked(f"sglang-{version}"):
         return _build(version, quiet, wheelhouse)
 
@@ -269,9 +274,8 @@ def ensure(version: str, quiet: bool = False, wheelhouse: Path | None = None) ->
 def _build(version: str, quiet: bool, wheelhouse: Path | None) -> RefEnv:
     root = ref_root()
     venv = root / "venv"
-    python = venv / "bin" / "python"
-    target = root / f"sglang-{version}"
-    env = RefEnv(version, python, target)
+    env = _env_of(version)
+    python, target = env.python, env.sglang_dir
     ready = target / ".ready"
     if ready.exists():
         return env

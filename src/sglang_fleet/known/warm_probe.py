@@ -22,6 +22,12 @@ from typing import Any, Protocol
 
 from sglang_fleet.known import release_cache
 
+# An operator validates, edits, validates again: the probe stays for ten quiet minutes.
+IDLE_S = 600
+START_TIMEOUT_S = 300  # importing SGLang on a loaded controller
+ANSWER_TIMEOUT_S = 600
+_POLL_S = 0.05
+
 
 class RefEnv(Protocol):
     """A release's reference environment (refenv.RefEnv): what starting its probe needs."""
@@ -31,12 +37,6 @@ class RefEnv(Protocol):
     sglang_dir: Path
 
     def environment(self) -> dict[str, str]: ...
-
-# An operator validates, edits, validates again: the probe stays for ten quiet minutes.
-IDLE_S = 600
-START_TIMEOUT_S = 300  # importing SGLang on a loaded controller
-ANSWER_TIMEOUT_S = 600
-_POLL_S = 0.05
 
 
 class WarmProbeError(RuntimeError):
