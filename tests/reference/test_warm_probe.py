@@ -5,7 +5,9 @@ other release checks never meet it."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,45 @@ def test_one_probe_answers_every_question_and_ends_when_asked(env):
     # Asked again, it starts again.
     assert env.check(asked)[0]["ok"]
     assert len(probe_pids(env)) == 1
+
+
+def _ask_as(uid: int, name: str, question: bytes) -> bytes:
+    """What the probe named `name` answers `question` from another user (a child that drops to
+    `uid`), b"" where it closes without an answer."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect("\0" + name)
+                os.write(write_end, b"answer:" + warm_probe._exchange(conn, question))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        said = pipe.read()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, "the other user's child failed"
+    assert said.startswith(b"answer:"), said
+    return said.removeprefix(b"answer:")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to ask as another user")
+def test_another_user_gets_no_answer_and_cannot_stop_the_probe(env):
+    """The probe's socket is abstract (no file permissions guard it), so it checks the asker's
+    uid itself (SO_PEERCRED): another user's question, a stop included, is closed unanswered."""
+    asked = cases(str(refenv.sample_model_dir()))[:1]
+    assert env.check(asked)[0]["ok"]
+    (pid,) = probe_pids(env)
+    name = warm_probe.socket_name(env, refenv._probe_text())
+    nobody = 65534
+    assert _ask_as(nobody, name, json.dumps({"command": "stop"}).encode()) == b""
+    assert _ask_as(nobody, name, json.dumps({"command": "check", "payload": asked}).encode()) == b""
+    # Still the same probe, still answering its own user.
+    assert probe_pids(env) == {pid}
+    assert env.check(asked)[0]["ok"]
