@@ -60,10 +60,9 @@ def main() -> None:
         play = root / "one-task.yml"
         play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
                         "    - ansible.builtin.debug:\n        msg: hi\n")
-        base = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
-                    SGLANG_FLEET_STATE_DIR=str(root / "state"))
-        compiled = base
-        source = dict(base, PYTHONPATH=str(uncompiled_copy(root / "copy")))
+        compiled = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                        SGLANG_FLEET_STATE_DIR=str(root / "state"))
+        source = dict(compiled, PYTHONPATH=str(uncompiled_copy(root / "copy")))
         print(f"{'command':24} {'A: CPU s':>9} {'B: CPU s':>9} {'A/B':>6}  ({ns.pairs} pairs,"
               " medians)")
         for name, cmd in commands(play).items():

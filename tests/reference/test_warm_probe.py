@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,14 @@ def env(tmp_path, monkeypatch):
     env.stop_warm_probe()
 
 
+def probe_name(env: refenv.RefEnv) -> str:
+    """The abstract socket name of this test's probe (also on its command line)."""
+    return warm_probe.socket_name(env, refenv._probe_text())
+
+
 def probe_pids(env: refenv.RefEnv) -> set[int]:
     """The processes serving this test's probe, by the socket name on their command line."""
-    name = warm_probe.socket_name(env, refenv._probe_text())
+    name = probe_name(env)
     pids = set()
     for entry in Path("/proc").iterdir():
         try:
@@ -86,9 +90,9 @@ def _ask_as(uid: int, name: str, question: bytes) -> bytes:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.connect("\0" + name)
-                os.write(write_end, b"answer:" + warm_probe._exchange(conn, question))
+            conn = warm_probe._connect(name)
+            assert conn is not None, "the probe does not listen"
+            os.write(write_end, b"answer:" + warm_probe._exchange(conn, question))
             code = 0
         finally:
             os._exit(code)
@@ -107,7 +111,7 @@ def test_another_user_gets_no_answer_and_cannot_stop_the_probe(env):
     asked = cases(str(refenv.sample_model_dir()))[:1]
     assert env.check(asked)[0]["ok"]
     (pid,) = probe_pids(env)
-    name = warm_probe.socket_name(env, refenv._probe_text())
+    name = probe_name(env)
     nobody = 65534
     assert _ask_as(nobody, name, json.dumps({"command": "stop"}).encode()) == b""
     assert _ask_as(nobody, name, json.dumps({"command": "check", "payload": asked}).encode()) == b""
