@@ -90,19 +90,41 @@ def _below_ephemeral_ports() -> int:
         return 32768
 
 
+# Every port this process has handed out: a block is chosen before its programs bind it (a
+# staged deploy binds its servers' ports minutes later), so a free-looking port may be promised.
+_HANDED_OUT: set[int] = set()
+
+
+def _port_range(low: int, top: int) -> range:
+    """This process's share of [low, top): under pytest-xdist each worker draws from a slice of
+    its own, so that no two workers promise the same port (each only sees bound ports)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return range(low, top)
+    width = (top - low) // count
+    start = low + int(worker[2:]) % count * width
+    return range(start, start + width)
+
+
 def free_port_block(count: int) -> int:
-    """A base port with `count` free consecutive loopback ports, below the ephemeral range:
-    a port in it can be taken by any outgoing connection (a health probe's, Ansible's) between
-    this check and the server's bind."""
-    top = max(_below_ephemeral_ports(), 12000) - count - 1
+    """A base port with `count` free consecutive loopback ports, below the ephemeral range
+    (a port in it can be taken by any outgoing connection, a health probe's or Ansible's,
+    between this check and the server's bind), none of them handed out before by this process,
+    and in this pytest-xdist worker's own slice."""
+    ports = _port_range(10000, max(_below_ephemeral_ports(), 12000))
     for _ in range(200):
-        base = random.randint(10000, top)
+        base = random.randint(ports.start, ports.stop - count)
+        block = set(range(base, base + count))
+        if block & _HANDED_OUT:
+            continue
         try:
-            for port in range(base, base + count):
+            for port in block:
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
         except OSError:
             continue
+        _HANDED_OUT.update(block)
         return base
     raise RuntimeError("no free port block")
 
@@ -122,6 +144,8 @@ class SimFleet:
     served_names: dict[str, str] = field(default_factory=dict, kw_only=True)
     # Routers of their own (make_models_fleet): each router host's port.
     router_ports: dict[str, int] = field(default_factory=dict, kw_only=True)
+    # make_pd_fleet's prefills' KV bootstrap ports start here, one each.
+    bootstrap_base: int = field(default=0, kw_only=True)
 
     def host_root(self, host: str) -> Path:
         return self.root / host
@@ -297,6 +321,7 @@ def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
     front. `prefill_vars` and `decode_vars` go in each side's group_vars file, which wins over
     group_vars/sglang_servers.yml (a child group's), as an operator's would."""
     fleet = make_fleet(tmp, hosts=prefills + decodes, router=router, time_factor=time_factor)
+    fleet.bootstrap_base = free_port_block(prefills)
     hosts = fleet.inventory / "hosts.yml"
     data = yaml.safe_load(hosts.read_text())
     index = data["all"]["children"]["sglang_servers"]["hosts"]
@@ -362,7 +387,7 @@ def make_models_fleet(tmp: Path, models: dict[str, dict[str, Any]], router: Path
 
 def pd_bootstrap_port(fleet: SimFleet, prefill: int = 0) -> int:
     """The KV bootstrap port of make_pd_fleet's prefill number `prefill` (from 0)."""
-    return fleet.base_port + 100 + prefill
+    return fleet.bootstrap_base + prefill
 
 
 def own_stores(folder: Path) -> dict[str, str]:
