@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglang_fleet.bench.loadgen import Load
-from sglang_fleet.testfleet.local import make_fleet
+from sglang_fleet.testfleet.local import SMALL_TP, make_fleet
 from sglang_fleet.testfleet.router import router_venv
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ JUDGE = {"sglang_fleet_canary": "sim-node-1", "sglang_bench_canary_window": 15}
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("canary")
-    fleet = make_fleet(tmp, hosts=3, time_factor=0.005,
+    fleet = make_fleet(tmp, hosts=3, time_factor=0.005, tp=SMALL_TP,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
     first = fleet.deploy(extra=fleet.with_stores())
     assert first.rc == 0, first.output[-3000:]

@@ -12,14 +12,21 @@ import pytest
 import yaml
 
 from sglang_fleet.node.gpu.simgpu import read_allocations
-from sglang_fleet.testfleet.local import FAST_GATE, REPO, http_status, make_fleet, sglang_fleet
+from sglang_fleet.testfleet.local import (
+    FAST_GATE,
+    REPO,
+    SMALL_TP,
+    http_status,
+    make_fleet,
+    sglang_fleet,
+)
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def node(tmp_path):
-    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005)
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005, tp=SMALL_TP)
     yield fleet
     fleet.kill_leftovers()
 

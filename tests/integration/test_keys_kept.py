@@ -19,6 +19,7 @@ from sglang_fleet.testfleet.local import (
     BIN,
     FAST_GATE,
     REPO,
+    SMALL_TP,
     ansible_env,
     make_fleet,
     wait_for,
@@ -35,7 +36,7 @@ KEY = "sk-trial-kept-7c41e9b2d05a"
 def keyed_node(tmp_path):
     """One simulated node whose inventory reads sglang_server_api_key from KEY_VAR, deployed
     ready with the variable set."""
-    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005)
+    fleet = make_fleet(tmp_path, hosts=1, time_factor=0.005, tp=SMALL_TP)
     fleet.update_group_vars("sglang_servers", {
         "sglang_server_api_key": "{{ lookup('ansible.builtin.env', '" + KEY_VAR + "') }}"})
     try:

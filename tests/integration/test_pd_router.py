@@ -18,6 +18,7 @@ import requests
 from sglang_fleet.bench.loadgen import Load, routed_to, summarize
 from sglang_fleet.node.process import procs
 from sglang_fleet.testfleet.local import (
+    SMALL_TP,
     make_pd_fleet,
     pd_bootstrap_port,
     run_playbook,
@@ -59,7 +60,7 @@ def start_load(fleet, prefix: str, clients: int, api: str = "generate") -> Load:
 
 
 def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp_path, venv):
-    fleet = make_pd_fleet(tmp_path, router=venv)
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP)
     try:
         run = fleet.deploy()
         assert run.rc == 0, run.output[-3000:]
@@ -83,7 +84,7 @@ def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp
 
 
 def test_the_router_is_not_ready_while_its_deployment_lacks_a_ready_prefill(tmp_path, venv):
-    fleet = make_pd_fleet(tmp_path, router=venv,
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP,
                           prefill_vars={"sglang_server_sim_fault": "crash:loading_weights"})
     try:
         run = fleet.deploy()
@@ -125,7 +126,7 @@ def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp
     """The router health-checks only the prefill's HTTP port, which keeps answering 200: it
     would go on sending that prefill requests that every decode fails. The gate judges the
     prefill unhealthy and `watch` takes it out; the router is then not ready."""
-    fleet = make_pd_fleet(tmp_path, router=venv,
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP,
                           prefill_vars={"sglang_server_sim_fault": "bootstrap_dead"})
     try:
         run = fleet.deploy()
@@ -155,7 +156,7 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
     each from the router before its restart, while the other prefill serves; a hung decode is
     cut out, recovered and rejoins, and no prefill is touched. No request fails but those the
     hung decode held when it hung, or that the router sent it before it was cut out."""
-    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2)
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2)
     # The router logs the prefill and the decode of each request at debug.
     fleet.extra["sglang_router_log_level"] = "debug"
     try:
@@ -212,7 +213,7 @@ def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, 
     prefill gives it up (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, short here), and watch
     recovers the decode alone. A request fails only if it was running on the decode when it
     died; no prefill's circuit stops the traffic."""
-    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2, prefill_vars={
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2, prefill_vars={
         "sglang_server_extra_env": {"SGLANG_ENABLE_JIT_DEEPGEMM": 0,
                                     "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 5}})
     fleet.extra["sglang_router_log_level"] = "debug"
@@ -251,7 +252,7 @@ def test_a_prefill_whose_bootstrap_port_is_taken_is_never_registered_and_no_requ
     server never bound would fail every request paired with it (about half, with two
     prefills). Its port held by another program, it is refused before it starts, so it never
     joins, and all 200 requests pass."""
-    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=1)
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=1)
     holder = socket.socket()  # this test's own listener holds the second prefill's port
     holder.bind(("127.0.0.1", pd_bootstrap_port(fleet, 1)))
     holder.listen()
@@ -292,7 +293,7 @@ def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_pat
     """Two prefills and two decodes changed by one deploy without sglang_fleet_serial: one
     batch would restart them all (both decodes out of the router at once: a full outage).
     The batches hold one server of each side back, and no request through the router fails."""
-    fleet = make_pd_fleet(tmp_path, router=venv, prefills=2, decodes=2)
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2)
     prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
     try:
         first = fleet.deploy()
@@ -322,7 +323,7 @@ def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(t
     recovery of the prefill, by `recover --limit` or `watch --recover`, puts the decode back
     in the same run and says ok only then; a recovery that cannot (the decode outside a plain
     playbook's --limit) fails, naming the side the router lacks."""
-    fleet = make_pd_fleet(tmp_path, router=venv)
+    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP)
     prefill, decode = fleet.hosts
     both = {fleet.url(prefill), fleet.url(decode)}
     extra = ["-i", str(fleet.inventory), "-e", json.dumps(fleet.extra)]
@@ -382,7 +383,8 @@ def test_a_prefill_whose_transfers_fail_is_judged_by_its_decodes_and_taken_out(t
     and names the prefill's bootstrap address; `watch` judges the prefill unhealthy on that
     evidence and takes it out of the router (and the decode with it: no prefill is ready)."""
     fleet = make_pd_fleet(
-        tmp_path, router=venv, prefill_vars={"sglang_server_sim_fault": "transfer_hang"},
+        tmp_path, router=venv, tp=SMALL_TP,
+        prefill_vars={"sglang_server_sim_fault": "transfer_hang"},
         decode_vars={"sglang_server_extra_env": {
             "SGLANG_ENABLE_JIT_DEEPGEMM": 0, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 3}})
     port = pd_bootstrap_port(fleet)

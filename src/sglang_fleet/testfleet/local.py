@@ -267,6 +267,10 @@ def tp_settings(tp: int | None) -> dict[str, Any]:
 
 SOAK_REQUESTS = 10
 
+# The size of a test's servers where what it checks does not depend on Kimi-K2.5's TP=8: a
+# simulated server starts a scheduler per TP rank, a fresh interpreter each.
+SMALL_TP = 4
+
 
 def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
                tp: int | None = None, router: Path | None = None,
@@ -313,14 +317,15 @@ def make_fleet(tmp: Path, hosts: int = 4, time_factor: float = 0.01,
 def make_pd_fleet(tmp: Path, decode_vars: dict[str, Any] | None = None,
                   prefill_vars: dict[str, Any] | None = None,
                   router: Path | None = None, prefills: int = 1, decodes: int = 1,
-                  time_factor: float = 0.01) -> SimFleet:
+                  time_factor: float = 0.01, tp: int | None = None) -> SimFleet:
     """Simulated servers forming PD deployment kimi_pd, nixl between them: the first
     `prefills` hosts (sim-node-1...) its prefills (group kimi_prefill, each with its KV
     bootstrap server on pd_bootstrap_port(fleet, i)), the next `decodes` its decodes (group
     kimi_decode); with `router` (a virtualenv with sglang-router), sim-router in PD mode in
     front. `prefill_vars` and `decode_vars` go in each side's group_vars file, which wins over
     group_vars/sglang_servers.yml (a child group's), as an operator's would."""
-    fleet = make_fleet(tmp, hosts=prefills + decodes, router=router, time_factor=time_factor)
+    fleet = make_fleet(tmp, hosts=prefills + decodes, router=router, time_factor=time_factor,
+                       tp=tp)
     fleet.bootstrap_base = free_port_block(prefills)
     hosts = fleet.inventory / "hosts.yml"
     data = yaml.safe_load(hosts.read_text())
