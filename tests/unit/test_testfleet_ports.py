@@ -22,13 +22,13 @@ def test_one_process_alone_draws_from_the_whole_range(monkeypatch):
     assert local._port_range(10000, 32768) == range(10000, 32768)
 
 
-def test_blocks_handed_out_by_one_process_never_overlap(monkeypatch):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+def test_blocks_handed_out_by_one_process_never_overlap():
+    # This process's own slice (under xdist, its worker's), as a test fleet draws them: a
+    # block checked by binding in another worker's slice could meet that worker's bind.
     mine = local._port_range(10000, max(local._below_ephemeral_ports(), 12000))
     taken: set[int] = set()
-    for _ in range(100):
-        base = local.free_port_block(8)
-        block = set(range(base, base + 8))
+    for _ in range(50):
+        base = local.free_port_block(4)
+        block = set(range(base, base + 4))
         assert not block & taken and block <= set(mine)
         taken |= block
