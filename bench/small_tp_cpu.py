@@ -15,18 +15,19 @@ not a real server's."""
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = REPO / ".venv" / "bin" / "python"
-TOTAL = re.compile(r"exit (-?\d+), ([\d.]+) s wall, ([\d.]+) CPU s")
-Figures = tuple[float, float, float]  # wall s, CPU s, the schedulers' CPU s
-SCHEDULERS = re.compile(r"([\d.]+) s\s+[\d.]+%\s+simulated server: scheduler")
+import suite_cpu  # bench/, beside this script
+
+
+class Figures(NamedTuple):
+    wall: float
+    cpu: float
+    schedulers: float
 
 
 def trial(tp: int | None, folder: Path) -> None:
@@ -46,18 +47,14 @@ def trial(tp: int | None, folder: Path) -> None:
 
 
 def measure(tp: int | None, work: Path, index: int) -> Figures:
+    """One trial in a process of its own, every process it starts counted by suite_cpu.py."""
     folder = work / f"trial-{index}"
     folder.mkdir()
-    out = subprocess.run(
-        [str(PYTHON), str(REPO / "bench" / "suite_cpu.py"), "--", str(PYTHON), __file__,
-         "--trial", str(tp or 0), str(folder)],
-        cwd=REPO, capture_output=True, text=True, check=False)
-    total = TOTAL.search(out.stdout)
-    if out.returncode != 0 or total is None or total.group(1) != "0":
-        sys.exit(f"trial at TP={tp or 8} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-    schedulers = SCHEDULERS.search(out.stdout)
-    return (float(total.group(2)), float(total.group(3)),
-            float(schedulers.group(1)) if schedulers else 0.0)
+    status, wall, cpu = suite_cpu.run([sys.executable, __file__, "--trial", str(tp or 0),
+                                       str(folder)])
+    if status != 0:
+        sys.exit(f"the trial at TP={tp or 8} failed (exit {status}); its output is above")
+    return Figures(wall, sum(cpu.values()), cpu["simulated server: scheduler"])
 
 
 def main() -> None:
@@ -96,20 +93,20 @@ def run_pairs(sides: dict[str, int | None], results: dict[str, list[Figures]], w
         for side, (name, tp) in enumerate(sides.items()):
             figures = measure(tp, work, 2 * pair + side)
             results[name].append(figures)
-            print(f"pair {pair + 1} {name}: {figures[0]:.1f} s wall, {figures[1]:.1f} CPU s "
-                  f"(schedulers {figures[2]:.1f})", flush=True)
+            print(f"pair {pair + 1} {name}: {figures.wall:.1f} s wall, {figures.cpu:.1f} CPU s "
+                  f"(schedulers {figures.schedulers:.1f})", flush=True)
 
 
 def report(results: dict[str, list[Figures]], pairs: int) -> None:
-    medians = {name: [statistics.median(f[i] for f in runs) for i in range(3)]
+    medians = {name: Figures(*(statistics.median(column) for column in zip(*runs, strict=True)))
                for name, runs in results.items()}
     (a_name, a), (b_name, b) = medians.items()
     print(f"\nmedians of {pairs} pairs: PD 2 prefills + 2 decodes behind the router, "
           "deploy and stop (simulated servers)")
     print(f"  {'':12s} {'wall s':>8s} {'CPU s':>8s} {'schedulers':>11s}")
     for name, m in medians.items():
-        print(f"  {name:12s} {m[0]:8.1f} {m[1]:8.1f} {m[2]:11.1f}")
-    print(f"  A/B CPU: {a[1] / b[1]:.2f}  ({a_name} over {b_name})")
+        print(f"  {name:12s} {m.wall:8.1f} {m.cpu:8.1f} {m.schedulers:11.1f}")
+    print(f"  A/B CPU: {a.cpu / b.cpu:.2f}  ({a_name} over {b_name})")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def test_one_process_alone_draws_from_the_whole_range(monkeypatch):
 def test_blocks_handed_out_by_one_process_never_overlap():
     # This process's own slice (under xdist, its worker's), as a test fleet draws them: a
     # block checked by binding in another worker's slice could meet that worker's bind.
-    mine = local._port_range(10000, max(local._below_ephemeral_ports(), 12000))
+    mine = local.own_ports()
     taken: set[int] = set()
     for _ in range(50):
         base = local.free_port_block(4)

@@ -107,12 +107,18 @@ def _port_range(low: int, top: int) -> range:
     return range(start, start + width)
 
 
+def own_ports() -> range:
+    """The ports this process draws its blocks from: its share of those below the ephemeral
+    range."""
+    return _port_range(10000, max(_below_ephemeral_ports(), 12000))
+
+
 def free_port_block(count: int) -> int:
     """A base port with `count` free consecutive loopback ports, below the ephemeral range
     (a port in it can be taken by any outgoing connection, a health probe's or Ansible's,
     between this check and the server's bind), none of them handed out before by this process,
     and in this pytest-xdist worker's own slice."""
-    ports = _port_range(10000, max(_below_ephemeral_ports(), 12000))
+    ports = own_ports()
     for _ in range(200):
         base = random.randint(ports.start, ports.stop - count)
         block = set(range(base, base + count))
