@@ -5,7 +5,7 @@ import pytest
 from _pytest.nodeid import coerce_node_id
 
 from sglang_fleet.runs.store import STATE_DIR_VAR
-from sglang_fleet.testfleet import schedule
+from sglang_fleet.testfleet import cpu_record, schedule
 
 REPO = Path(__file__).resolve().parents[1]
 # The operator's own stores: no test may write into them.
@@ -29,6 +29,10 @@ def pytest_addoption(parser) -> None:
     parser.addoption("--record-durations", action="store_true",
                      help=f"write each test's seconds in this run into {DURATIONS.name} "
                           "(read to hand out the longest tests first)")
+    parser.addoption("--cpu-by-file", type=int, metavar="N", default=0,
+                     help="print the N files and N tests that took the most CPU seconds (the "
+                          "test and the programs it waited for: ansible-playbook, module runs, "
+                          "the CLI)")
 
 
 def _unit(item) -> str:
@@ -75,9 +79,47 @@ class DurationRecorder:
         schedule.write_durations(DURATIONS, self.seconds, REPO)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU from its setup to its teardown, carried to the controller in the
+    teardown's report (sglang_fleet.testfleet.cpu_record)."""
+    if call.when == "setup":
+        item.stash[_CPU_AT_SETUP] = cpu_record.cpu_now()
+    outcome = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        spent = cpu_record.cpu_now() - item.stash[_CPU_AT_SETUP]
+        outcome.get_result().user_properties.append((cpu_record.PROPERTY, spent))
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+class CpuTable:
+    """`--cpu-by-file N`: the files and tests that took the most CPU, after the run."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        for name, value in report.user_properties:
+            if name == cpu_record.PROPERTY:
+                self.seconds[schedule.base_nodeid(report.nodeid)] = value
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.section("CPU by file")
+        for line in cpu_record.table(self.seconds, self.top):
+            terminalreporter.write_line(line)
+
+
 def pytest_configure(config) -> None:
-    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if config.getoption("--record-durations"):
         config.pluginmanager.register(DurationRecorder(), "sglang-fleet-durations")
+    if config.getoption("--cpu-by-file"):
+        config.pluginmanager.register(CpuTable(config.getoption("--cpu-by-file")),
+                                      "sglang-fleet-cpu")
 
 
 def pytest_sessionfinish(session) -> None:
