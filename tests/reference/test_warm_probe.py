@@ -55,11 +55,32 @@ def cases(model_dir: str) -> list[dict]:
             for line in lines for capability in ([12, 0], [10, 0])]
 
 
+def one_shot(env: refenv.RefEnv, command: str, payload: list) -> list:
+    """catalogue_probe.py's answer from a fresh interpreter of its own, as before the probe."""
+    probe, _ = env._probe_file()
+    proc = env.run(str(probe), command, stdin=json.dumps(payload))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
 def test_the_warm_probe_answers_as_a_fresh_process_does(env):
     asked = cases(str(refenv.sample_model_dir()))
     warm = env.check(asked)
-    assert warm == env.probe("check", asked)
+    assert warm == one_shot(env, "check", asked)
     assert [v["ok"] for v in warm] == [True, True, False, False, False, False], warm
+
+
+@pytest.mark.parametrize("command", ["parse", "prepare"])
+def test_the_warm_probe_parses_and_prepares_as_a_fresh_process_does(env, command):
+    """The reference tests' parse and prepare questions (every example inventory's command
+    lines, the corpus) go to the warm probe too: the same answers, accepted and refused."""
+    model = str(refenv.sample_model_dir())
+    argvs = [["--model-path", model, "--tp-size", "8"],
+             ["--model-path", model, "--tp-size", "eight"],
+             ["--model-path", model, "--no-such-flag"]]
+    warm = env.probe(command, argvs)
+    assert warm == one_shot(env, command, argvs)
+    assert [v["ok"] for v in warm] == [True, False, False], warm
 
 
 def test_one_probe_answers_every_question_and_ends_when_asked(env):

@@ -281,7 +281,8 @@ def _read_all(conn: Any) -> bytes:
 
 
 def _answer(conn: Any, server_pid: int) -> None:
-    """One question, in the child forked for it: {"command": "check"|"stop", "payload": ...}."""
+    """One question, in the child forked for it: {"command": "check"|"parse"|"prepare"|"stop",
+    "payload": ...}, each payload as the one-shot command reads it from stdin."""
     import os
     import signal
     import traceback
@@ -294,13 +295,17 @@ def _answer(conn: Any, server_pid: int) -> None:
             if os.getppid() == server_pid:
                 os.kill(server_pid, signal.SIGTERM)
             answer: dict[str, Any] = {"result": "stopping"}
-        elif question.get("command") == "check":
-            answer = {"result": check(question["payload"])}
+        elif question.get("command") in ANSWERS:
+            answer = {"result": ANSWERS[question["command"]](question["payload"])}
         else:
             answer = {"error": f"unknown command {question.get('command')!r}"}
     except Exception:  # noqa: BLE001 - the asker reports it, with the traceback
         answer = {"error": traceback.format_exc()}
     conn.sendall(json.dumps(answer).encode())
+
+
+# What the warm probe answers, each as its one-shot command does.
+ANSWERS = {"check": check, "parse": parse, "prepare": prepare}
 
 
 def serve(name: str, idle_s: float) -> None:

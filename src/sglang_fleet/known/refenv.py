@@ -36,6 +36,7 @@ from sglang_fleet.known.catalogue import (
     forget_catalogues,
     write_catalogue,
 )
+from sglang_fleet.known.catalogue_probe import ANSWERS
 
 PROJECT = release_cache.PROJECT
 # The oldest release whose parser this builder knows (sglang.srt.server_args'
@@ -117,8 +118,16 @@ class RefEnv:
         return probe, text
 
     def probe(self, command: str, payload: Any = None) -> Any:
-        """Run catalogue_probe.py inside this environment, once; its JSON answer."""
-        probe, _ = self._probe_file()
+        """catalogue_probe.py's JSON answer to `command` in this environment: `check`,
+        `parse` and `prepare` from the release's warm probe (known/warm_probe.py: SGLang
+        imported once per release, not once per question), `dump` from a run of its own."""
+        probe, text = self._probe_file()
+        if command in ANSWERS:
+            try:
+                return warm_probe.ask(self, probe, text, command, payload)
+            except (OSError, ValueError, warm_probe.WarmProbeError) as exc:
+                raise RefEnvError(f"SGLang {self.version} probe '{command}' failed: "
+                                  f"{exc}") from None
         proc = self.run(str(probe), command,
                         stdin=None if payload is None else json.dumps(payload))
         if proc.returncode != 0:
@@ -127,13 +136,8 @@ class RefEnv:
         return json.loads(proc.stdout)
 
     def check(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The release's verdicts on `cases` (catalogue_probe.check), from its warm probe
-        (known/warm_probe.py): SGLang is imported once per release, not once per question."""
-        probe, text = self._probe_file()
-        try:
-            return warm_probe.ask(self, probe, text, "check", cases)
-        except (OSError, ValueError, warm_probe.WarmProbeError) as exc:
-            raise RefEnvError(f"SGLang {self.version} probe 'check' failed: {exc}") from None
+        """The release's verdicts on `cases` (catalogue_probe.check), from its warm probe."""
+        return self.probe("check", cases)
 
     def stop_warm_probe(self) -> bool:
         """End this release's warm probe, if one listens."""
