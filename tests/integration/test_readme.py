@@ -27,7 +27,7 @@ import subprocess
 import pytest
 import yaml
 
-from sglang_fleet.testfleet.local import BIN, REPO, SMALL_TP, ansible_env, make_fleet
+from sglang_fleet.testfleet.local import BIN, REPO, ansible_env, make_fleet
 from sglang_fleet.testfleet.router import router_venv
 
 pytestmark = pytest.mark.integration
@@ -96,31 +96,20 @@ def _install_from_clone(command: str, collections) -> None:
         or (collections / "ansible_collections" / "sglang" / "fleet" / "MANIFEST.json").exists()
 
 
-@pytest.fixture
-def default_fleet(tmp_path, tmp_path_factory):
-    """The default fleet: four simulated nodes at the inventory's TP=8 and the real router."""
-    fleet = make_fleet(tmp_path, hosts=4, time_factor=0.005,
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """The default fleet: four simulated nodes and the real router."""
+    tmp = tmp_path_factory.mktemp("readme")
+    fleet = make_fleet(tmp, hosts=4, time_factor=0.005,
                        router=router_venv(tmp_path_factory.getbasetemp().parent))
     yield fleet
     fleet.kill_leftovers()
 
 
-@pytest.fixture
-def fleet(tmp_path, tmp_path_factory):
-    """Two simulated nodes and the real router: every command of the README runs on it as on
-    the default fleet (they name sim-node-1, sim-node-2 and sim-router), at half the module
-    runs per whole-fleet command, and with servers of SMALL_TP (none checks the model's size)."""
-    fleet = make_fleet(tmp_path, hosts=2, time_factor=0.005, tp=SMALL_TP,
-                       router=router_venv(tmp_path_factory.getbasetemp().parent))
-    yield fleet
-    fleet.kill_leftovers()
-
-
-def test_a_first_deploy_and_a_rerun_say_little(default_fleet):
+def test_a_first_deploy_and_a_rerun_say_little(fleet):
     """Without -v a deploy says what each node will do (NODE), where each server is (GATE, on
     a change of phase or progress), the ready and router lines and the recap: under 60 lines
     for a first deploy of the default fleet, under 20 for a re-run that changes nothing."""
-    fleet = default_fleet
     first = fleet.deploy()
     assert first.rc == 0, first.output[-3000:]
     lines = first.output.strip().splitlines()

@@ -3,8 +3,9 @@ the programs it ran and waited for (ansible-playbook, its forked workers and mod
 CLI), measured in the worker that ran it. The simulated servers leave the process tree that
 started them, so their CPU is not in it (bench/acct_cpu.py counts every process).
 
-CPU seconds, unlike wall seconds, hardly change with the machine's load, so the table says
-where the suite's work is and which test to make cheaper, whatever else runs beside it."""
+CPU seconds stretch less than wall seconds with the machine's load, so the table says where
+the suite's work is and which test to make cheaper; compare two runs only file by file, and
+allow for the 10 to 20% two whole runs on one machine differed by (docs/testing.md)."""
 
 from __future__ import annotations
 
