@@ -66,7 +66,7 @@ def main() -> None:
     tests = collected_units()
     files: dict[str, list[str]] = {}
     for nodeid, _ in tests:
-        files.setdefault(nodeid.split("::", 1)[0], []).append(nodeid)
+        files.setdefault(schedule.file_of(nodeid), []).append(nodeid)
     by_count = sorted(files.values(), key=len, reverse=True)
     loadfile = makespan([sum(map(expected, ids)) for ids in by_count], args.workers)
     units: dict[str, float] = {}

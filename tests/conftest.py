@@ -79,19 +79,22 @@ class DurationRecorder:
         schedule.write_durations(DURATIONS, self.seconds, REPO)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """Each test's CPU from its setup to its teardown, carried to the controller in the
-    teardown's report (sglang_fleet.testfleet.cpu_record)."""
-    if call.when == "setup":
-        item.stash[_CPU_AT_SETUP] = cpu_record.cpu_now()
-    outcome = yield
-    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
-        spent = cpu_record.cpu_now() - item.stash[_CPU_AT_SETUP]
-        outcome.get_result().user_properties.append((cpu_record.PROPERTY, spent))
-
-
 _CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+class CpuMeter:
+    """`--cpu-by-file`, where tests run (each xdist worker, or the one process): each test's
+    CPU from its setup to its teardown, carried to the controller in the teardown's report
+    (sglang_fleet.testfleet.cpu_record)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        if call.when == "setup":
+            item.stash[_CPU_AT_SETUP] = cpu_record.cpu_now()
+        outcome = yield
+        if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+            spent = cpu_record.cpu_now() - item.stash[_CPU_AT_SETUP]
+            outcome.get_result().user_properties.append((cpu_record.PROPERTY, spent))
 
 
 class CpuTable:
@@ -113,6 +116,8 @@ class CpuTable:
 
 
 def pytest_configure(config) -> None:
+    if config.getoption("--cpu-by-file"):
+        config.pluginmanager.register(CpuMeter(), "sglang-fleet-cpu-meter")
     if hasattr(config, "workerinput"):
         return
     if config.getoption("--record-durations"):

@@ -4,14 +4,16 @@ CLI), measured in the worker that ran it. The simulated servers leave the proces
 started them, so their CPU is not in it (bench/acct_cpu.py counts every process).
 
 CPU seconds stretch less than wall seconds with the machine's load, so the table says where
-the suite's work is and which test to make cheaper; compare two runs only file by file, and
-allow for the 10 to 20% two whole runs on one machine differed by (docs/testing.md)."""
+the suite's work is and which test to make cheaper; two whole runs on one machine still differ
+file by file (docs/testing.md), so a cut is shown side by side."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
 from collections.abc import Iterable
+
+from sglang_fleet.testfleet.schedule import file_of
 
 PROPERTY = "cpu_s"
 
@@ -25,7 +27,7 @@ def cpu_now() -> float:
 def by_file(per_test: dict[str, float]) -> Counter[str]:
     files: Counter[str] = Counter()
     for nodeid, seconds in per_test.items():
-        files[nodeid.split("::", 1)[0]] += seconds
+        files[file_of(nodeid)] += seconds
     return files
 
 

@@ -31,6 +31,11 @@ def base_nodeid(nodeid: str) -> str:
     return head if at and "]" not in group and "::" not in group else nodeid
 
 
+def file_of(nodeid: str) -> str:
+    """The test file a test's id names (tests/x/test_y.py)."""
+    return nodeid.split("::", 1)[0]
+
+
 def shares_fixtures(scopes: Iterable[str]) -> bool:
     return any(scope in SHARED_SCOPES for scope in scopes)
 
@@ -38,11 +43,11 @@ def shares_fixtures(scopes: Iterable[str]) -> bool:
 def unit_of(nodeid: str, scopes: Iterable[str]) -> str:
     """The unit of work a test belongs to: its file when it shares a wider fixture, else the
     test alone."""
-    return nodeid.split("::", 1)[0] if shares_fixtures(scopes) else nodeid
+    return file_of(nodeid) if shares_fixtures(scopes) else nodeid
 
 
 def folder_of(nodeid: str) -> str:
-    parts = nodeid.split("::", 1)[0].split("/")
+    parts = file_of(nodeid).split("/")
     return parts[-2] if len(parts) > 1 else ""
 
 
@@ -88,6 +93,6 @@ def write_durations(path: Path, measured: dict[str, float], root: Path) -> None:
     """Record this run's seconds per test over the last record (a partial run keeps what it
     did not run), dropping the tests of files that no longer exist under `root`."""
     record = read_durations(path) | measured
-    record = {k: v for k, v in record.items() if (root / k.split("::", 1)[0]).is_file()}
+    record = {k: v for k, v in record.items() if (root / file_of(k)).is_file()}
     path.write_text(json.dumps({k: round(v, 2) for k, v in sorted(record.items())},
                                indent=0) + "\n")
