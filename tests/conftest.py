@@ -35,25 +35,25 @@ def pytest_addoption(parser) -> None:
                           "the CLI)")
 
 
-def _unit(item) -> str:
-    scopes = [fd.scope for defs in item._fixtureinfo.name2fixturedefs.values() for fd in defs]
-    return schedule.unit_of(item.nodeid, scopes)
+def _shared_fixtures(item) -> frozenset[str]:
+    return schedule.shared_names((name, fd.scope)
+                                 for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                                 for fd in defs)
 
 
-def pytest_itemcollected(item) -> None:
-    """A file whose tests share a fleet is one unit of work on one worker (an xdist_group,
-    marked as the test is collected: xdist reads the groups in its own
-    pytest_collection_modifyitems)."""
-    unit = _unit(item)
-    if unit != item.nodeid:
-        item.add_marker(pytest.mark.xdist_group(unit))
-
-
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Units go out longest first (sglang_fleet.testfleet.schedule): every test not in a
-    file's unit is a unit of its own."""
-    tests = [(schedule.base_nodeid(item.nodeid), _unit(item)) for item in items]
+    """Units go out longest first (sglang_fleet.testfleet.schedule): the tests of a file that
+    share a fleet are one unit of work on one worker (an xdist_group, marked before xdist's
+    own hook reads the groups), and every other test is a unit of its own."""
+    ids = [schedule.base_nodeid(item.nodeid) for item in items]
+    units = schedule.units_of([(nodeid, _shared_fixtures(item))
+                               for nodeid, item in zip(ids, items, strict=True)])
+    tests = list(zip(ids, units, strict=True))
     order = schedule.longest_first(tests, schedule.read_durations(DURATIONS))
+    for item, (nodeid, unit) in zip(items, tests, strict=True):
+        if unit != nodeid:
+            item.add_marker(pytest.mark.xdist_group(unit))
     items[:] = [items[i] for i in order]
     # An xdist worker: name each test's group in its id.
     if getattr(config.option, "loadgroup", False):

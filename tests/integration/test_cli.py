@@ -43,6 +43,9 @@ def fleet(tmp_path_factory):
     fleet.update_group_vars("sglang_servers", {"sglang_server_api_key": API_KEY,
                                                "sglang_server_hf_token": HF_TOKEN})
     fleet.set_host_vars("sim-node-2", {"sglang_server_sim_fault": "hang:loading_weights"})
+    # sim-node-1 loads at 0.02 of real time: at 0.005 it could be past every phase but the
+    # last before its gate's first observation, which then has no progress to report.
+    fleet.set_host_vars("sim-node-1", {"sglang_server_sim_time_factor": 0.02})
     fleet.outputs = []
     yield fleet
     fleet.kill_leftovers()
@@ -69,8 +72,9 @@ def test_deploy_reports_each_host_and_exits_1_when_one_fails(fleet):
     run_dir = fleet.root.parent / "runs" / "deploy"
     proc = cli(fleet, "deploy", run_dir, "--recover")
     assert proc.returncode == 1, proc.stdout[-3000:]
-    # Live progress, line by line when stdout is not a terminal.
-    assert "GATE [sim-node-1] progressing: loading_weights" in proc.stdout
+    # Live progress, line by line when stdout is not a terminal (an observation returns at
+    # each phase change).
+    assert "GATE [sim-node-1] progressing: " in proc.stdout, proc.stdout[-3000:]
     assert "[sim-node-1] ready at http://127.0.0.1:" in proc.stdout
     assert "FAILED [sim-node-2]" in proc.stdout
     # The table of hosts and verdicts.

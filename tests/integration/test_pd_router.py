@@ -59,6 +59,33 @@ def start_load(fleet, prefix: str, clients: int, api: str = "generate") -> Load:
     return load
 
 
+@pytest.fixture(scope="module")
+def two_by_two_fleet(tmp_path_factory, venv):
+    """Two prefills and two decodes behind the router, deployed once for the tests that roll,
+    kill and recover them under a stream. The router logs each request's prefill and decode
+    at debug; a prefill gives up its bootstrap to a dead decode after 5 s
+    (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, short here), so that the router re-sends it."""
+    fleet = make_pd_fleet(tmp_path_factory.mktemp("two-by-two"), router=venv, tp=SMALL_TP,
+                          prefills=2, decodes=2, prefill_vars={"sglang_server_extra_env": {
+                              "SGLANG_ENABLE_JIT_DEEPGEMM": 0,
+                              "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 5}})
+    fleet.extra["sglang_router_log_level"] = "debug"
+    first = fleet.deploy()
+    assert first.rc == 0, first.output[-3000:]
+    fleet.first_output = first.output
+    yield fleet
+    fleet.kill_leftovers()
+
+
+@pytest.fixture
+def two_by_two(two_by_two_fleet):
+    """The shared fleet, ready on its inventory: a re-run puts back what the test before it
+    left otherwise (nothing to change when it left it so)."""
+    run = two_by_two_fleet.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    return two_by_two_fleet
+
+
 def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp_path, venv):
     fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP)
     try:
@@ -150,100 +177,35 @@ def test_a_prefill_whose_bootstrap_server_died_leaves_the_router_under_watch(tmp
         fleet.kill_leftovers()
 
 
-def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the_other_side(
-        tmp_path, venv):
-    """Two prefills and two decodes behind the router: a rolling change of the prefills drains
-    each from the router before its restart, while the other prefill serves; a hung decode is
-    cut out, recovered and rejoins, and no prefill is touched. No request fails but those the
-    hung decode held when it hung, or that the router sent it before it was cut out."""
-    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2)
-    # The router logs the prefill and the decode of each request at debug.
-    fleet.extra["sglang_router_log_level"] = "debug"
-    try:
-        first = fleet.deploy()
-        assert first.rc == 0, first.output[-3000:]
-        prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
-        before = {h: fleet.server_pid(h) for h in fleet.hosts}
-        load = start_load(fleet, "roll", clients=3)
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
-        run = fleet.deploy("--limit", "kimi_prefill", "-e", "sglang_fleet_serial=1",
-                           extra={"sglang_server_num_continuous_decode_steps": 2})
-        wait_for(lambda: sum(r.completed for r in load.requests) >= 10, timeout=180)
-        load.stop()
-        rolled = summarize(load.wait())
-        assert run.rc == 0 and run.changed_hosts() == set(prefills), run.output[-3000:]
-        assert rolled["failed"] == 0, rolled["failures"][:5]
-        text = flat(run.output)
-        assert text.count("; drained in ") == 2
-        assert all(fleet.server_pid(h) != before[h] for h in prefills)
-        assert all(fleet.server_pid(h) == before[h] for h in decodes)
-
-        victim = decodes[1]
-        kept = {h: fleet.server_pid(h) for h in fleet.hosts}
-        load = start_load(fleet, "hang", clients=3)
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
-        os.kill(kept[victim], signal.SIGUSR1)  # generation hangs, requests in flight included
-        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
-                               "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
-                               "-e", json.dumps(fleet.extra))
-        out = flat(watched.stdout)
-        assert f"{victim} unhealthy" in out and f"{victim}: recovered" in out, out[-3000:]
-        wait_for(lambda: {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
-                          if w["is_healthy"]} == {fleet.url(h) for h in fleet.hosts},
-                 timeout=60)
-        started = len(load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 5, timeout=180)
-        load.stop()
-        hung = summarize(load.wait())
-        assert fleet.server_pid(victim) != kept[victim]
-        assert {h: fleet.server_pid(h) for h in fleet.hosts if h != victim} == {
-            h: pid for h, pid in kept.items() if h != victim}
-        # Every request that failed had been sent to the hung decode (before it was cut out).
-        routes = routed_to(fleet.router_log.read_text())
-        assert hung["sent"] > hung["failed"]
-        assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
-                   for f in hung["failures"]), (hung["failures"][:5], routes)
-    finally:
-        fleet.kill_leftovers()
-
-
-def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, venv):
+def test_a_killed_decode_loses_only_what_it_held_under_openai_streams(tmp_path, two_by_two):
     """A decode killed under OpenAI-API streams: the router, its circuit breaker off as a PD
     router's should be, re-sends each request it paired with the dead decode once the
     prefill gives it up (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, short here), and watch
     recovers the decode alone. A request fails only if it was running on the decode when it
     died; no prefill's circuit stops the traffic."""
-    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2, prefill_vars={
-        "sglang_server_extra_env": {"SGLANG_ENABLE_JIT_DEEPGEMM": 0,
-                                    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 5}})
-    fleet.extra["sglang_router_log_level"] = "debug"
-    try:
-        first = fleet.deploy()
-        assert first.rc == 0, first.output[-3000:]
-        assert "circuit breaker on" not in first.output
-        victim = fleet.hosts[3]
-        kept = {h: fleet.server_pid(h) for h in fleet.hosts if h != victim}
-        load = start_load(fleet, "kill", clients=4, api="chat")
-        wait_for(lambda: sum(r.completed for r in load.requests) >= 4, timeout=180)
-        killed_at = time.time()
-        procs.signal_pids([p["pid"] for p in fleet.processes(victim)], signal.SIGKILL)
-        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
-                               "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
-                               "-e", json.dumps(fleet.extra))
-        out = flat(watched.stdout)
-        assert f"{victim}: recovered" in out, out[-3000:]
-        started = len(load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 8, timeout=180)
-        load.stop()
-        killed = summarize(load.wait())
-        assert {h: fleet.server_pid(h) for h in kept} == kept
-        routes = routed_to(fleet.router_log.read_text())
-        for failure in killed["failures"]:
-            assert failure["start"] < killed_at and \
-                routes.get(failure["rid"], [""])[-1] == fleet.url(victim), (failure, routes)
-        assert killed["completed"] >= killed["sent"] - 4, killed["failures"]
-    finally:
-        fleet.kill_leftovers()
+    fleet = two_by_two
+    assert "circuit breaker on" not in fleet.first_output
+    victim = fleet.hosts[3]
+    kept = {h: fleet.server_pid(h) for h in fleet.hosts if h != victim}
+    load = start_load(fleet, "kill", clients=4, api="chat")
+    wait_for(lambda: sum(r.completed for r in load.requests) >= 4, timeout=180)
+    killed_at = time.time()
+    procs.signal_pids([p["pid"] for p in fleet.processes(victim)], signal.SIGKILL)
+    watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                           "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
+                           "-e", json.dumps(fleet.extra))
+    out = flat(watched.stdout)
+    assert f"{victim}: recovered" in out, out[-3000:]
+    started = len(load.requests)
+    wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 8, timeout=180)
+    load.stop()
+    killed = summarize(load.wait())
+    assert {h: fleet.server_pid(h) for h in kept} == kept
+    routes = routed_to(fleet.router_log.read_text())
+    for failure in killed["failures"]:
+        assert failure["start"] < killed_at and \
+            routes.get(failure["rid"], [""])[-1] == fleet.url(victim), (failure, routes)
+    assert killed["completed"] >= killed["sent"] - 4, killed["failures"]
 
 
 def test_a_prefill_whose_bootstrap_port_is_taken_is_never_registered_and_no_request_fails(
@@ -289,33 +251,78 @@ def whole_sides_out(output: str, sides: list[list[str]]) -> list[list[str]]:
     return seen
 
 
-def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(tmp_path, venv):
+def test_a_deploy_of_a_pd_deployment_keeps_a_server_of_each_side_serving(two_by_two):
     """Two prefills and two decodes changed by one deploy without sglang_fleet_serial: one
     batch would restart them all (both decodes out of the router at once: a full outage).
     The batches hold one server of each side back, and no request through the router fails."""
-    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP, prefills=2, decodes=2)
+    fleet = two_by_two
     prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
-    try:
-        first = fleet.deploy()
-        assert first.rc == 0, first.output[-3000:]
-        load = start_load(fleet, "whole", clients=3)
-        wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
-        run = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 2})
-        done = sum(r.completed for r in load.requests)
-        wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=180)
-        load.stop()
-        rolled = summarize(load.wait())
-        assert run.rc == 0 and run.changed_hosts() == set(fleet.hosts), run.output[-3000:]
-        assert rolled["failed"] == 0, rolled["failures"][:5]
-        assert flat(run.output).count("; drained in ") == 4, run.output[-3000:]
-        assert whole_sides_out(run.output, [prefills, decodes]) == [], run.output[-3000:]
-        # An inventory that lets the sides go whole: one batch, as it says.
-        whole = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 1,
-                                    "sglang_server_pd_keep_side_serving": False})
-        assert whole.rc == 0, whole.output[-3000:]
-        assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
-    finally:
-        fleet.kill_leftovers()
+    load = start_load(fleet, "whole", clients=3)
+    wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
+    run = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 2})
+    done = sum(r.completed for r in load.requests)
+    wait_for(lambda: sum(r.completed for r in load.requests) >= done + 5, timeout=180)
+    load.stop()
+    rolled = summarize(load.wait())
+    assert run.rc == 0 and run.changed_hosts() == set(fleet.hosts), run.output[-3000:]
+    assert rolled["failed"] == 0, rolled["failures"][:5]
+    assert flat(run.output).count("; drained in ") == 4, run.output[-3000:]
+    assert whole_sides_out(run.output, [prefills, decodes]) == [], run.output[-3000:]
+    # An inventory that lets the sides go whole: one batch, as it says.
+    whole = fleet.deploy(extra={"sglang_server_num_continuous_decode_steps": 1,
+                                "sglang_server_pd_keep_side_serving": False})
+    assert whole.rc == 0, whole.output[-3000:]
+    assert whole_sides_out(whole.output, [prefills, decodes]) != [], whole.output[-3000:]
+
+
+def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the_other_side(
+        tmp_path, two_by_two):
+    """Two prefills and two decodes behind the router: a rolling change of the prefills drains
+    each from the router before its restart, while the other prefill serves; a hung decode is
+    cut out, recovered and rejoins, and no prefill is touched. No request fails but those the
+    hung decode held when it hung, or that the router sent it before it was cut out."""
+    fleet = two_by_two
+    prefills, decodes = fleet.hosts[:2], fleet.hosts[2:]
+    before = {h: fleet.server_pid(h) for h in fleet.hosts}
+    load = start_load(fleet, "roll", clients=3)
+    wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
+    run = fleet.deploy("--limit", "kimi_prefill", "-e", "sglang_fleet_serial=1",
+                       extra={"sglang_server_num_continuous_decode_steps": 2})
+    wait_for(lambda: sum(r.completed for r in load.requests) >= 10, timeout=180)
+    load.stop()
+    rolled = summarize(load.wait())
+    assert run.rc == 0 and run.changed_hosts() == set(prefills), run.output[-3000:]
+    assert rolled["failed"] == 0, rolled["failures"][:5]
+    text = flat(run.output)
+    assert text.count("; drained in ") == 2
+    assert all(fleet.server_pid(h) != before[h] for h in prefills)
+    assert all(fleet.server_pid(h) == before[h] for h in decodes)
+
+    victim = decodes[1]
+    kept = {h: fleet.server_pid(h) for h in fleet.hosts}
+    load = start_load(fleet, "hang", clients=3)
+    wait_for(lambda: any(r.completed for r in load.requests), timeout=180)
+    os.kill(kept[victim], signal.SIGUSR1)  # generation hangs, requests in flight included
+    watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                           "-i", str(fleet.inventory), "--run-dir", str(tmp_path / "watch"),
+                           "-e", json.dumps(fleet.extra))
+    out = flat(watched.stdout)
+    assert f"{victim} unhealthy" in out and f"{victim}: recovered" in out, out[-3000:]
+    wait_for(lambda: {w["url"].rstrip("/") for w in router_workers(fleet.router_url)
+                      if w["is_healthy"]} == {fleet.url(h) for h in fleet.hosts},
+             timeout=60)
+    started = len(load.requests)
+    wait_for(lambda: sum(r.completed for r in load.requests[started:]) >= 5, timeout=180)
+    load.stop()
+    hung = summarize(load.wait())
+    assert fleet.server_pid(victim) != kept[victim]
+    assert {h: fleet.server_pid(h) for h in fleet.hosts if h != victim} == {
+        h: pid for h, pid in kept.items() if h != victim}
+    # Every request that failed had been sent to the hung decode (before it was cut out).
+    routes = routed_to(fleet.router_log.read_text())
+    assert hung["sent"] > hung["failed"]
+    assert all(routes.get(f["rid"], [""])[-1] == fleet.url(victim)
+               for f in hung["failures"]), (hung["failures"][:5], routes)
 
 
 def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(tmp_path, venv):

@@ -47,7 +47,7 @@ KEYS = {"router client key": ROUTER_KEY, "control-plane key": ADMIN_KEY,
         "server key": SERVER_KEY}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def venv(tmp_path_factory):
     return router_venv(tmp_path_factory.getbasetemp().parent)
 

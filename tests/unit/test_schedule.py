@@ -1,5 +1,5 @@
-"""How the suite is spread over xdist's workers: a file whose tests share a fleet is one unit,
-other tests are units of their own, and units go out longest first by the recorded
+"""How the suite is spread over xdist's workers: the tests of a file that share a fleet are one
+unit, other tests are units of their own, and units go out longest first by the recorded
 durations."""
 
 from __future__ import annotations
@@ -13,10 +13,21 @@ ROUTER = "tests/integration/test_router.py"
 
 
 def test_only_tests_sharing_a_wider_fixture_are_held_together():
-    assert schedule.unit_of(f"{ROUTER}::test_a", ["function", "module", "session"]) == ROUTER
-    assert schedule.unit_of(f"{ROUTER}::test_b", ["class"]) == ROUTER
+    assert schedule.shared_names([("fleet", "module"), ("tmp_path", "function"),
+                                  ("venv", "session"), ("setup", "class")]) == {"fleet", "setup"}
+    tests = [(f"{ROUTER}::test_a", frozenset({"fleet"})),
+             (f"{ROUTER}::test_b", frozenset()),
+             (f"{ROUTER}::test_c", frozenset({"fleet", "router"})),
+             (f"{ROUTER}::test_d", frozenset({"router"})),
+             (f"{PD}::test_e", frozenset({"fleet"})),
+             (f"{PD}::test_roll", frozenset()),
+             (f"{PD}::test_f", frozenset({"pair"}))]
     # A session fixture is per worker anyway: it keeps no test beside another.
-    assert schedule.unit_of(f"{PD}::test_roll", ["function", "session"]) == f"{PD}::test_roll"
+    # test_a and test_d share no fixture, but test_c links them; another file's fixture of
+    # the same name is another fixture.
+    assert schedule.units_of(tests) == [
+        f"{ROUTER}#fleet+router", f"{ROUTER}::test_b", f"{ROUTER}#fleet+router",
+        f"{ROUTER}#fleet+router", f"{PD}#fleet", f"{PD}::test_roll", f"{PD}#pair"]
 
 
 def test_units_go_out_longest_first_and_a_files_tests_stay_together_in_order():

@@ -1,10 +1,11 @@
 """How the test suite spreads over pytest-xdist's workers (`--dist loadgroup
 --no-loadscope-reorder`, wired in tests/conftest.py):
 
-- A test file whose tests share a fixture wider than one test (a module's deployed fleet) is
-  one unit of work, run on one worker in the file's order: its fleet is deployed once. Every
-  other test is a unit of its own, so a file of independent slow tests (the PD deployments
-  behind a router) spreads over the workers instead of holding one for its whole length.
+- The tests of a file that share a fixture wider than one test (a module's deployed fleet),
+  directly or through another test, are one unit of work, run on one worker in the file's
+  order: their fleet is deployed once. Every other test is a unit of its own, so the
+  independent slow tests of a file (the PD deployments behind a router) spread over the
+  workers instead of holding one for their whole length beside the tests of a shared fleet.
 - Units are handed out longest first, by tests/durations.json (each test's seconds in the last
   recorded run; `pytest --record-durations` rewrites it). A test not recorded yet counts as the
   median of its folder's recorded tests. The long units then start early and the short ones
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,29 @@ def file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def shares_fixtures(scopes: Iterable[str]) -> bool:
-    return any(scope in SHARED_SCOPES for scope in scopes)
+def shared_names(fixtures: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The names of the fixtures, of (name, scope) pairs, that outlive a test."""
+    return frozenset(name for name, scope in fixtures if scope in SHARED_SCOPES)
 
 
-def unit_of(nodeid: str, scopes: Iterable[str]) -> str:
-    """The unit of work a test belongs to: its file when it shares a wider fixture, else the
-    test alone."""
-    return file_of(nodeid) if shares_fixtures(scopes) else nodeid
+def units_of(tests: Sequence[tuple[str, frozenset[str]]]) -> list[str]:
+    """Each test's unit of work, from (nodeid, the shared fixtures it uses) in collection
+    order: the tests of one file linked by shared fixtures (one fixture in common, or a chain
+    of them) are one unit, named by the file and those fixtures; any other test is its own."""
+    groups: list[tuple[str, frozenset[str], list[int]]] = []  # file, fixtures, tests
+    for index, (nodeid, names) in enumerate(tests):
+        if not names:
+            continue
+        file = file_of(nodeid)
+        linked = [g for g in groups if g[0] == file and g[1] & names]
+        merged = (file, names.union(*(g[1] for g in linked)),
+                  [m for g in linked for m in g[2]] + [index])
+        groups = [g for g in groups if g not in linked] + [merged]
+    units = [nodeid for nodeid, _ in tests]
+    for file, names, members in groups:
+        for index in members:
+            units[index] = f"{file}#{'+'.join(sorted(names))}"
+    return units
 
 
 def folder_of(nodeid: str) -> str:
