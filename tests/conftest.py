@@ -87,10 +87,14 @@ class CpuMeter:
     CPU from its setup to its teardown, carried to the controller in the teardown's report
     (sglang_fleet.testfleet.cpu_record)."""
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        # Before the setup runs: a fixture's deploy (a module's shared fleet) is the first
+        # test's, as its teardown is the last test's.
+        item.stash[_CPU_AT_SETUP] = cpu_record.cpu_now()
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        if call.when == "setup":
-            item.stash[_CPU_AT_SETUP] = cpu_record.cpu_now()
         outcome = yield
         if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
             spent = cpu_record.cpu_now() - item.stash[_CPU_AT_SETUP]

@@ -59,6 +59,25 @@ def start_load(fleet, prefix: str, clients: int, api: str = "generate") -> Load:
     return load
 
 
+def deployed(fleet):
+    """The fleet after its first deploy, whose output it keeps (first_output)."""
+    first = fleet.deploy()
+    assert first.rc == 0, first.output[-3000:]
+    fleet.first_output = first.output
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def one_by_one(tmp_path_factory, venv):
+    """One prefill and one decode behind the router, deployed once for the test that reads
+    its first deploy and then the test that kills and recovers its prefill."""
+    fleet = make_pd_fleet(tmp_path_factory.mktemp("one-by-one"), router=venv, tp=SMALL_TP)
+    try:
+        yield deployed(fleet)
+    finally:
+        fleet.kill_leftovers()
+
+
 @pytest.fixture(scope="module")
 def two_by_two_fleet(tmp_path_factory, venv):
     """Two prefills and two decodes behind the router, deployed once for the tests that roll,
@@ -70,11 +89,10 @@ def two_by_two_fleet(tmp_path_factory, venv):
                               "SGLANG_ENABLE_JIT_DEEPGEMM": 0,
                               "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 5}})
     fleet.extra["sglang_router_log_level"] = "debug"
-    first = fleet.deploy()
-    assert first.rc == 0, first.output[-3000:]
-    fleet.first_output = first.output
-    yield fleet
-    fleet.kill_leftovers()
+    try:
+        yield deployed(fleet)
+    finally:
+        fleet.kill_leftovers()
 
 
 @pytest.fixture
@@ -86,28 +104,24 @@ def two_by_two(two_by_two_fleet):
     return two_by_two_fleet
 
 
-def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(tmp_path, venv):
-    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP)
-    try:
-        run = fleet.deploy()
-        assert run.rc == 0, run.output[-3000:]
-        command = next((fleet.router_root / "conf").glob("*.launch.sh")).read_text()
-        assert "--pd-disaggregation" in command
-        workers = {w["url"].rstrip("/"): w for w in router_workers(fleet.router_url)}
-        prefill, decode = workers[fleet.url("sim-node-1")], workers[fleet.url("sim-node-2")]
-        assert prefill["worker_type"] == "prefill" and decode["worker_type"] == "decode"
-        assert prefill["bootstrap_port"] == pd_bootstrap_port(fleet)
-        assert prefill["is_healthy"] and decode["is_healthy"]
-        assert requests.get(fleet.router_url + "/readiness", timeout=5).status_code == 200
-        assert "sim-router: serving at" in run.output and "one request answered" in run.output
-        # The request went to one server of each side.
-        answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
-            "text": "hello", "sampling_params": {"max_new_tokens": 4}})
-        assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 4
-        again = fleet.deploy()
-        assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
-    finally:
-        fleet.kill_leftovers()
+def test_a_pd_deployment_joins_its_router_side_by_side_and_serves_through_it(one_by_one):
+    fleet = one_by_one
+    command = next((fleet.router_root / "conf").glob("*.launch.sh")).read_text()
+    assert "--pd-disaggregation" in command
+    workers = {w["url"].rstrip("/"): w for w in router_workers(fleet.router_url)}
+    prefill, decode = workers[fleet.url("sim-node-1")], workers[fleet.url("sim-node-2")]
+    assert prefill["worker_type"] == "prefill" and decode["worker_type"] == "decode"
+    assert prefill["bootstrap_port"] == pd_bootstrap_port(fleet)
+    assert prefill["is_healthy"] and decode["is_healthy"]
+    assert requests.get(fleet.router_url + "/readiness", timeout=5).status_code == 200
+    assert "sim-router: serving at" in fleet.first_output
+    assert "one request answered" in fleet.first_output
+    # The request went to one server of each side.
+    answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
+        "text": "hello", "sampling_params": {"max_new_tokens": 4}})
+    assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 4
+    again = fleet.deploy()
+    assert again.rc == 0 and again.changed_hosts() == set(), again.output[-3000:]
 
 
 def test_the_router_is_not_ready_while_its_deployment_lacks_a_ready_prefill(tmp_path, venv):
@@ -325,12 +339,13 @@ def test_prefills_roll_and_a_decode_recovers_under_a_stream_without_touching_the
                for f in hung["failures"]), (hung["failures"][:5], routes)
 
 
-def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(tmp_path, venv):
+def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(tmp_path,
+                                                                               one_by_one):
     """One prefill and one decode: when the prefill dies, the decode leaves the router. The
     recovery of the prefill, by `recover --limit` or `watch --recover`, puts the decode back
     in the same run and says ok only then; a recovery that cannot (the decode outside a plain
     playbook's --limit) fails, naming the side the router lacks."""
-    fleet = make_pd_fleet(tmp_path, router=venv, tp=SMALL_TP)
+    fleet = one_by_one
     prefill, decode = fleet.hosts
     both = {fleet.url(prefill), fleet.url(decode)}
     extra = ["-i", str(fleet.inventory), "-e", json.dumps(fleet.extra)]
@@ -346,42 +361,37 @@ def test_a_recovery_of_the_only_prefill_brings_its_decode_back_into_the_router(t
         assert f"{prefill} crashed" in flat(watched.stdout), watched.stdout[-3000:]
         assert router_workers(fleet.router_url) == [], watched.stdout[-3000:]
 
-    try:
-        first = fleet.deploy()
-        assert first.rc == 0, first.output[-3000:]
-        prefill_dies_and_the_decode_leaves("watch-1")
-        # The fleet's own advice: recover the prefill.
-        recovered = sglang_fleet("recover", "--limit", prefill, "--run-dir",
-                                 str(tmp_path / "recover"), *extra)
-        out = flat(recovered.stdout)
-        assert recovered.returncode == 0 and "result: ok" in out, out[-3000:]
-        assert f"[{decode}] joined router sim-router" in out, out[-3000:]
-        assert healthy() == both
-        answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
-            "text": "hello", "sampling_params": {"max_new_tokens": 4}})
-        assert answer.status_code == 200, answer.text
+    prefill_dies_and_the_decode_leaves("watch-1")
+    # The fleet's own advice: recover the prefill.
+    recovered = sglang_fleet("recover", "--limit", prefill, "--run-dir",
+                             str(tmp_path / "recover"), *extra)
+    out = flat(recovered.stdout)
+    assert recovered.returncode == 0 and "result: ok" in out, out[-3000:]
+    assert f"[{decode}] joined router sim-router" in out, out[-3000:]
+    assert healthy() == both
+    answer = requests.post(fleet.router_url + "/generate", timeout=30, json={
+        "text": "hello", "sampling_params": {"max_new_tokens": 4}})
+    assert answer.status_code == 200, answer.text
 
-        # The same under watch --recover, which exits 0 after the good recovery.
-        os.kill(fleet.server_pid(prefill), signal.SIGKILL)
-        watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
-                               "--run-dir", str(tmp_path / "watch-2"), *extra)
-        out = flat(watched.stdout)
-        assert f"{prefill}: recovered" in out and f"{decode}: not recovered" not in out, \
-            out[-3000:]
-        assert watched.returncode == 0, out[-3000:]
-        wait_for(lambda: healthy() == both, timeout=30)
+    # The same under watch --recover, which exits 0 after the good recovery.
+    os.kill(fleet.server_pid(prefill), signal.SIGKILL)
+    watched = sglang_fleet("watch", "--recover", "--count", "1", "--interval", "1",
+                           "--run-dir", str(tmp_path / "watch-2"), *extra)
+    out = flat(watched.stdout)
+    assert f"{prefill}: recovered" in out and f"{decode}: not recovered" not in out, \
+        out[-3000:]
+    assert watched.returncode == 0, out[-3000:]
+    wait_for(lambda: healthy() == both, timeout=30)
 
-        # A plain playbook limited to the prefill cannot reach the decode: it says so.
-        prefill_dies_and_the_decode_leaves("watch-3")
-        plain = run_playbook("playbooks/recover.yml", fleet.inventory, fleet.extra,
-                             "--limit", prefill)
-        assert plain.rc != 0, plain.output[-3000:]
-        assert (f"{prefill}: recovered, but router sim-router lists no healthy decode server "
-                f"of PD deployment kimi_pd: every request through it fails; {decode} was "
-                f"outside this run. Fix: recover the deployment as a unit: sglang-fleet "
-                f"recover --limit kimi_pd") in flat(plain.output), plain.output[-3000:]
-    finally:
-        fleet.kill_leftovers()
+    # A plain playbook limited to the prefill cannot reach the decode: it says so.
+    prefill_dies_and_the_decode_leaves("watch-3")
+    plain = run_playbook("playbooks/recover.yml", fleet.inventory, fleet.extra,
+                         "--limit", prefill)
+    assert plain.rc != 0, plain.output[-3000:]
+    assert (f"{prefill}: recovered, but router sim-router lists no healthy decode server "
+            f"of PD deployment kimi_pd: every request through it fails; {decode} was "
+            f"outside this run. Fix: recover the deployment as a unit: sglang-fleet "
+            f"recover --limit kimi_pd") in flat(plain.output), plain.output[-3000:]
 
 
 def test_a_prefill_whose_transfers_fail_is_judged_by_its_decodes_and_taken_out(tmp_path, venv):
